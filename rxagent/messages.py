@@ -1,0 +1,201 @@
+"""Messages and their content blocks.
+
+A :class:`Msg` is one turn of a conversation: a role, an optional name, and an ordered tuple of content
+blocks. Blocks are a discriminated union on their ``type`` field, so a message survives a JSON round trip
+exactly (``Msg.model_validate_json(m.model_dump_json()) == m``).
+
+Messages and blocks are frozen: a message that has been sent is a fact, and the model clients cache each
+message's wire form on that promise. Derive a changed message with ``model_copy(update=...)``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Annotated, Literal, TypeAlias
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+__all__ = [
+    "ContentBlock",
+    "Msg",
+    "Role",
+    "TextBlock",
+    "ThinkingBlock",
+    "ToolResultBlock",
+    "ToolResultContent",
+    "ToolResultStatus",
+    "ToolUseBlock",
+    "ToolUseState",
+    "new_id",
+]
+
+Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
+"""Who speaks: ``system`` instructions, the ``user``, the ``assistant`` (model), or ``tool`` results."""
+
+ToolUseState: TypeAlias = Literal["streaming", "complete", "invalid"]
+"""``streaming``: arguments still arriving (running snapshots only); ``complete``: parsed into ``input``;
+``invalid``: the argument text is not a JSON object (``input`` is ``None``, ``error`` says why)."""
+
+ToolResultStatus: TypeAlias = Literal["ok", "error", "denied", "interrupted"]
+"""How a tool call ended: ran fine, failed (or had bad arguments), refused by permissions, or cut short."""
+
+
+def new_id(prefix: str) -> str:
+    """Return a fresh random id such as ``msg_3f2a…`` (prefix, underscore, 24 hex digits)."""
+    return f"{prefix}_{uuid.uuid4().hex[:24]}"
+
+
+class _Block(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class TextBlock(_Block):
+    """Plain text written by a user, the model or a tool."""
+
+    type: Literal["text"] = "text"
+    text: str
+    """The text."""
+
+
+class ThinkingBlock(_Block):
+    """The model's visible reasoning (``reasoning_content`` and the like). Never counts as an answer."""
+
+    type: Literal["thinking"] = "thinking"
+    thinking: str
+    """The reasoning text."""
+    signature: str | None = None
+    """Provider signature that must be sent back with the reasoning, where a provider uses one."""
+
+
+class ToolUseBlock(_Block):
+    """A call of a tool by the model.
+
+    ``raw_arguments`` always holds the argument text exactly as the model produced it. ``input`` holds the
+    parsed arguments only when ``state == "complete"``; a half-written or non-object argument text is
+    ``state == "invalid"`` with ``input=None`` and ``error`` saying what is wrong, never an empty dict that
+    would run the tool with no arguments.
+    """
+
+    type: Literal["tool_use"] = "tool_use"
+    id: str
+    """Call id, pairing this call with its :class:`ToolResultBlock`."""
+    name: str
+    """Name of the tool called."""
+    input: dict[str, JsonValue] | None = None
+    """Parsed arguments (``state == "complete"``), else ``None``."""
+    raw_arguments: str = ""
+    """Argument text exactly as streamed by the model."""
+    state: ToolUseState = "complete"
+    """Whether the arguments are still streaming, parsed, or invalid."""
+    error: str | None = None
+    """Why the arguments are invalid (``state == "invalid"``)."""
+
+
+ToolResultContent: TypeAlias = Annotated[TextBlock, Field(discriminator="type")]
+"""What a tool result may contain (text today; images and files extend this union)."""
+
+
+class ToolResultBlock(_Block):
+    """The outcome of one tool call, paired with it by ``tool_use_id``."""
+
+    type: Literal["tool_result"] = "tool_result"
+    tool_use_id: str
+    """Id of the :class:`ToolUseBlock` this answers."""
+    name: str
+    """Name of the tool that was called."""
+    output: tuple[ToolResultContent, ...] = ()
+    """What the tool returned, as content blocks."""
+    status: ToolResultStatus = "ok"
+    """ok, error, denied or interrupted."""
+
+    @property
+    def text(self) -> str:
+        """The output's text blocks joined with newlines."""
+        return "\n".join(block.text for block in self.output)
+
+
+ContentBlock: TypeAlias = Annotated[
+    TextBlock | ThinkingBlock | ToolUseBlock | ToolResultBlock, Field(discriminator="type")
+]
+"""Any content block, discriminated by ``type``."""
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Msg(BaseModel):
+    """One message of a conversation.
+
+    Example:
+        >>> m = Msg.user("What is 17 * 23?")
+        >>> m.role, m.text
+        ('user', 'What is 17 * 23?')
+        >>> Msg.model_validate_json(m.model_dump_json()) == m
+        True
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str = Field(default_factory=lambda: new_id("msg"))
+    """Unique message id."""
+    role: Role
+    """Who wrote the message."""
+    name: str | None = None
+    """Optional author name (an agent's or a user's)."""
+    content: tuple[ContentBlock, ...] = ()
+    """Ordered content blocks."""
+    metadata: dict[str, JsonValue] = Field(default_factory=dict)
+    """Free-form JSON data: usage, finish reason, model name, application tags."""
+    created_at: datetime = Field(default_factory=_now)
+    """When the message was created (UTC)."""
+
+    # ---- constructors -------------------------------------------------------------------------------
+
+    @classmethod
+    def system(cls, text: str, **fields: object) -> Msg:
+        """A system message holding one text block."""
+        return cls.model_validate({"role": "system", "content": (TextBlock(text=text),), **fields})
+
+    @classmethod
+    def user(cls, text: str, **fields: object) -> Msg:
+        """A user message holding one text block."""
+        return cls.model_validate({"role": "user", "content": (TextBlock(text=text),), **fields})
+
+    @classmethod
+    def assistant(cls, text: str, **fields: object) -> Msg:
+        """An assistant message holding one text block."""
+        return cls.model_validate({"role": "assistant", "content": (TextBlock(text=text),), **fields})
+
+    @classmethod
+    def from_tool_results(cls, *results: ToolResultBlock, **fields: object) -> Msg:
+        """A ``tool`` message carrying the given results, in the order of their calls."""
+        return cls.model_validate({"role": "tool", "content": results, **fields})
+
+    # ---- views --------------------------------------------------------------------------------------
+
+    @property
+    def text(self) -> str:
+        """All text blocks joined with no separator (thinking excluded)."""
+        return "".join(block.text for block in self.content if isinstance(block, TextBlock))
+
+    @property
+    def thinking(self) -> str:
+        """All thinking blocks joined."""
+        return "".join(block.thinking for block in self.content if isinstance(block, ThinkingBlock))
+
+    @property
+    def tool_calls(self) -> tuple[ToolUseBlock, ...]:
+        """The tool calls in this message, in order."""
+        return tuple(block for block in self.content if isinstance(block, ToolUseBlock))
+
+    @property
+    def tool_results(self) -> tuple[ToolResultBlock, ...]:
+        """The tool results in this message, in order."""
+        return tuple(block for block in self.content if isinstance(block, ToolResultBlock))
+
+    @property
+    def has_answer_text(self) -> bool:
+        """True when at least one text block is not blank (thinking alone is not an answer)."""
+        return any(isinstance(b, TextBlock) and b.text.strip() for b in self.content)

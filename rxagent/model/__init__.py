@@ -1,0 +1,80 @@
+"""Model layer: the :class:`ChatModel` contract, its request/chunk types, errors, and the backends.
+
+Backends are imported lazily so that ``import rxagent`` stays light.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rxagent.model.errors import (
+    MalformedStreamError,
+    ModelConnectionError,
+    ModelError,
+    ModelHTTPError,
+    ModelStreamInterrupted,
+    ModelTimeoutError,
+)
+from rxagent.model.types import (
+    ChatChunk,
+    ChatModel,
+    ChatRequest,
+    FinishReason,
+    ForceTool,
+    JsonSchemaFormat,
+    ModelCapabilities,
+    ResponseFormat,
+    ToolCallDelta,
+    ToolChoice,
+    ToolSchema,
+    Usage,
+)
+
+if TYPE_CHECKING:
+    from rxagent.model.openai import OpenAIChatModel, Timeouts
+    from rxagent.model.scripted import FunctionModel, ScriptedModel, ScriptedResponse, ScriptedToolCall
+
+__all__ = [
+    "ChatChunk",
+    "ChatModel",
+    "ChatRequest",
+    "FinishReason",
+    "ForceTool",
+    "FunctionModel",
+    "JsonSchemaFormat",
+    "MalformedStreamError",
+    "ModelCapabilities",
+    "ModelConnectionError",
+    "ModelError",
+    "ModelHTTPError",
+    "ModelStreamInterrupted",
+    "ModelTimeoutError",
+    "OpenAIChatModel",
+    "ResponseFormat",
+    "ScriptedModel",
+    "ScriptedResponse",
+    "ScriptedToolCall",
+    "Timeouts",
+    "ToolCallDelta",
+    "ToolChoice",
+    "ToolSchema",
+    "Usage",
+]
+
+_LAZY = {
+    "OpenAIChatModel": "rxagent.model.openai",
+    "Timeouts": "rxagent.model.openai",
+    "FunctionModel": "rxagent.model.scripted",
+    "ScriptedModel": "rxagent.model.scripted",
+    "ScriptedResponse": "rxagent.model.scripted",
+    "ScriptedToolCall": "rxagent.model.scripted",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rxagent.model' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)

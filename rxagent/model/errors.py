@@ -1,0 +1,87 @@
+"""Errors a model call can end with.
+
+Every error says whether a new attempt may succeed (``retryable``) and, when the server said so, how long
+to wait first (``retry_after``). None of them ever holds request headers, so an API key cannot leak
+through an error message, a traceback or a repr.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+__all__ = [
+    "MalformedStreamError",
+    "ModelConnectionError",
+    "ModelError",
+    "ModelHTTPError",
+    "ModelStreamInterrupted",
+    "ModelTimeoutError",
+]
+
+RETRYABLE_STATUSES = frozenset({408, 409, 429}) | frozenset(range(500, 600))
+
+
+class ModelError(Exception):
+    """Base class of model-call errors."""
+
+    retryable: bool = False
+    retry_after: float | None = None
+
+
+class ModelHTTPError(ModelError):
+    """The server answered with an error status. 408, 409, 429 and 5xx are retryable; other 4xx are not."""
+
+    def __init__(self, status: int, body: str, *, retry_after: float | None = None, url: str = "") -> None:
+        snippet = body if len(body) <= 500 else body[:500] + "…"
+        super().__init__(f"HTTP {status} from {url or 'the model server'}: {snippet}")
+        self.status = status
+        self.body = snippet
+        self.retry_after = retry_after
+        self.retryable = status in RETRYABLE_STATUSES
+
+
+class ModelConnectionError(ModelError):
+    """The connection could not be made or broke before anything was streamed. Retryable."""
+
+    retryable = True
+
+
+class ModelTimeoutError(ModelError, TimeoutError):
+    """A timeout: ``connect`` (retryable), ``idle`` read before the first chunk (retryable), or ``total``."""
+
+    def __init__(self, kind: Literal["connect", "idle", "total"], seconds: float) -> None:
+        what = {
+            "connect": "connecting to the model server",
+            "idle": "waiting for the model server to send more",
+            "total": "the whole model call",
+        }[kind]
+        super().__init__(f"timed out after {seconds:g} s {what}")
+        self.kind = kind
+        self.seconds = seconds
+        self.retryable = kind != "total"
+
+
+class ModelStreamInterrupted(ModelError):
+    """The stream broke after chunks were already emitted.
+
+    Never retried: a retry would emit the answer's first deltas a second time. The partial answer is
+    whatever the subscriber received; ``__cause__`` holds the underlying error.
+    """
+
+    def __init__(self, chunks_emitted: int, reason: str) -> None:
+        super().__init__(
+            f"model stream interrupted after {chunks_emitted} chunks ({reason}); "
+            "not retried, since a retry would repeat deltas already emitted"
+        )
+        self.chunks_emitted = chunks_emitted
+
+
+class MalformedStreamError(ModelError):
+    """The server sent something that is not a valid chunk (bad JSON, wrong shape). Not retryable."""
+
+    def __init__(self, message: str, *, line: int | None = None, data: str = "") -> None:
+        where = f" at stream line {line}" if line is not None else ""
+        snippet = data if len(data) <= 200 else data[:200] + "…"
+        super().__init__(f"{message}{where}: {snippet!r}" if data else f"{message}{where}")
+        self.line = line
+        self.data = snippet

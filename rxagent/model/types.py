@@ -1,0 +1,200 @@
+"""The model contract: what goes into a model (:class:`ChatRequest`) and what streams out (:class:`ChatChunk`).
+
+Chunks are the hot path (one per streamed token or fragment), so they are plain slotted classes built
+without validation; requests are built once per call and are frozen dataclasses that middleware derives
+new versions of with :func:`dataclasses.replace`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
+
+from pydantic import JsonValue
+from reactivex import Observable
+
+from rxagent.messages import Msg
+from rxagent.retry import RetryBudget
+
+__all__ = [
+    "ChatChunk",
+    "ChatModel",
+    "ChatRequest",
+    "FinishReason",
+    "ForceTool",
+    "JsonSchemaFormat",
+    "ModelCapabilities",
+    "ResponseFormat",
+    "ToolCallDelta",
+    "ToolChoice",
+    "ToolSchema",
+    "Usage",
+]
+
+FinishReason: TypeAlias = Literal["stop", "tool_calls", "length", "content_filter", "error"]
+"""Why the model stopped: natural end, to call tools, token limit, provider filter, or provider error."""
+
+
+@dataclass(slots=True)
+class Usage:
+    """Token usage of one model call (or, added up with ``+``, of several)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    reasoning_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        """Input plus output tokens."""
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cache_read_tokens + other.cache_read_tokens,
+            self.reasoning_tokens + other.reasoning_tokens,
+        )
+
+    def to_json(self) -> dict[str, JsonValue]:
+        """The usage as a JSON object (as stored in ``Msg.metadata["usage"]``)."""
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cache_read_tokens": self.cache_read_tokens,
+            "reasoning_tokens": self.reasoning_tokens,
+        }
+
+
+@dataclass(slots=True)
+class ToolCallDelta:
+    """A fragment of one streamed tool call.
+
+    Providers send a call's id and name once (usually first) and its arguments in fragments. ``index``
+    says which call a fragment belongs to, but some providers reuse an index for different calls, so
+    :func:`rxagent.operators.fold_message` keys calls by ``id`` whenever one is present.
+    """
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+
+@dataclass(slots=True)
+class ChatChunk:
+    """One streamed piece of a model's answer. Every field is optional; most chunks carry one delta.
+
+    Treat chunks as immutable once emitted: several subscribers may see the same object.
+    """
+
+    text: str = ""
+    thinking: str = ""
+    tool_calls: tuple[ToolCallDelta, ...] = ()
+    usage: Usage | None = None
+    finish_reason: FinishReason | None = None
+    raw: Mapping[str, Any] | None = None
+    """The provider's decoded chunk, for fields rxagent does not model."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSchema:
+    """A tool as a model sees it: name, description and a JSON Schema object for its arguments."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, JsonValue] = field(
+        default_factory=lambda: {"type": "object", "properties": {}}
+    )
+    strict: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ForceTool:
+    """Tool choice that forces a call of the named tool."""
+
+    name: str
+
+
+ToolChoice: TypeAlias = Literal["auto", "none", "required"] | ForceTool
+"""Whether the model may (``auto``), must not (``none``) or must (``required``) call a tool, or which one."""
+
+
+@dataclass(frozen=True, slots=True)
+class JsonSchemaFormat:
+    """Ask for output matching a JSON schema (native structured output)."""
+
+    name: str
+    schema: Mapping[str, JsonValue]
+    strict: bool = True
+
+
+ResponseFormat: TypeAlias = Literal["text", "json_object"] | JsonSchemaFormat
+"""Plain text, any JSON object, or JSON matching a schema."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    """Everything one model call sends.
+
+    Attributes:
+        messages: the conversation, system message(s) first.
+        tools: schemas of the tools the model may call.
+        temperature, top_p, max_tokens, stop, seed: sampling options (``None``: provider default).
+        tool_choice: see :data:`ToolChoice`.
+        parallel_tool_calls: whether the model may call several tools at once (``None``: default).
+        response_format: see :data:`ResponseFormat`.
+        stream: stream the answer (SSE) or fetch it whole; the chunk observable looks the same either way.
+        extra: provider-specific fields merged into the request body last.
+        retry_budget: the run's shared retry budget; ``None`` gives the call a budget of its own.
+    """
+
+    messages: tuple[Msg, ...]
+    tools: tuple[ToolSchema, ...] = ()
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: int | None = None
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    response_format: ResponseFormat | None = None
+    stream: bool = True
+    extra: Mapping[str, JsonValue] = field(default_factory=lambda: {})
+    retry_budget: RetryBudget | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCapabilities:
+    """What a model accepts, so callers pick the right path (for example for structured output)."""
+
+    tools: bool = True
+    forced_tool_choice: bool = True
+    json_schema_output: bool = False
+    thinking: bool = False
+
+
+@runtime_checkable
+class ChatModel(Protocol):
+    """A chat model: turns a :class:`ChatRequest` into a cold stream of :class:`ChatChunk`.
+
+    ``stream`` must return a cold observable: nothing is sent until subscription, each subscription is
+    one call, subscription happens inside a running asyncio loop, and disposing the subscription cancels
+    the call and releases what it holds (HTTP response, connection, worker thread).
+    """
+
+    @property
+    def model_name(self) -> str:
+        """The model's name as the provider knows it."""
+        ...
+
+    @property
+    def capabilities(self) -> ModelCapabilities:
+        """What this model accepts."""
+        ...
+
+    def stream(self, request: ChatRequest) -> Observable[ChatChunk]:
+        """Emit the answer to ``request`` as chunks, then complete; errors are :class:`ModelError`."""
+        ...

@@ -1,0 +1,196 @@
+"""rxagent's stream operators: the catalogue.
+
+Each public function here is a thin, documented entry that imports its implementation lazily from one
+private module (``_fold_message.py``, ``_using_resource.py``, …), as ``reactivex.operators`` does. Every
+operator is cold and re-subscribable (per-subscription state lives inside ``subscribe``), and every
+source is loop-bound: it subscribes inside a running asyncio loop and disposing it cancels its task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Literal, TypeAlias, TypeVar
+
+from reactivex import Observable
+
+from rxagent.operators._outcome import Outcome
+from rxagent.operators._typing import Operator
+
+if TYPE_CHECKING:
+    from rxagent.messages import Msg
+    from rxagent.model.types import ChatChunk
+    from rxagent.retry import RetryBudget, RetryPolicy
+
+__all__ = [
+    "Operator",
+    "Outcome",
+    "OverflowPolicy",
+    "do_finally",
+    "fold_message",
+    "from_async_iterable",
+    "last_value",
+    "retry_backoff",
+    "timeout_total",
+    "to_async_iterator",
+    "to_list",
+    "using_resource",
+]
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
+OverflowPolicy: TypeAlias = Literal["block", "drop_oldest", "error"]
+"""What a bounded buffer does when full: pause the producer, drop the oldest item, or fail the stream."""
+
+
+def fold_message(*, snapshots: bool = False) -> Operator[ChatChunk, Msg]:
+    """Fold a model's chunk stream into the assistant :class:`~rxagent.messages.Msg`.
+
+    ::
+
+        chunks:   ─ "He" ─ "llo" ─ call#0 '{"a"' ─ call#0 ': 1}' ─|
+        fold:     ───────────────────────────────────────────────── Msg(text "Hello", tool_use a=1) ─|
+        (snapshots=True also emits a running Msg after every chunk)
+
+    Tool-call deltas are keyed by id when present and by index otherwise, so two calls that reuse an
+    index are never merged; fragments are joined once at the end (linear time); arguments are parsed only
+    when complete, and text that is not a JSON object gives a block with ``state="invalid"``, never ``{}``.
+    Usage (summed across chunks) and the finish reason land in ``metadata``.
+
+    Lifecycle:
+        complete: emits the final message, then completes (an empty stream gives an empty message).
+        error: the upstream error passes through; no partial message is emitted.
+        cancel: disposes upstream; emits nothing.
+        re-subscribe: a fresh accumulator per subscription.
+    """
+    from rxagent.operators._fold_message import fold_message as impl
+
+    return impl(snapshots=snapshots)
+
+
+def from_async_iterable(factory: Callable[[], AsyncIterator[_T]]) -> Observable[_T]:
+    """Turn an async iterator factory into a cold, loop-bound observable (see the module for details).
+
+    Lifecycle:
+        complete/error: as the iterator ends. cancel: the driving task is cancelled and the iterator's
+        ``aclose()`` runs. re-subscribe: ``factory()`` is called again.
+    """
+    from rxagent.operators._from_async_iterable import from_async_iterable as impl
+
+    return impl(factory)
+
+
+def using_resource(
+    acquire: Callable[[], Awaitable[_R]],
+    use: Callable[[_R], Observable[_T]],
+    release: Callable[[_R, Outcome], Awaitable[None] | None],
+) -> Observable[_T]:
+    """Acquire a resource, stream what ``use`` makes of it, and release it exactly once with the outcome.
+
+    ::
+
+        acquire() ──r──▶ use(r): ─ a ─ b ─|   release(r, Outcome.completed()) ─▶ ─ a ─ b ─|
+                         use(r): ─ a ─ X      release(r, Outcome.failed(X))    ─▶ ─ a ─ X
+                         dispose             release(r, Outcome.cancelled())
+
+    Lifecycle:
+        complete: ``release(r, completed)`` is awaited, then ``on_completed``.
+        error: ``release(r, failed(e))`` is awaited, then ``on_error(e)``; if release itself fails, its
+        error is attached to ``e`` as a note and ``__context__``, never replacing it.
+        cancel: ``release(r, cancelled)`` runs (scheduled on the loop); nothing more is emitted. Disposed
+        while ``acquire`` is still running: acquire is cancelled; if it returns a resource anyway, that
+        resource is released with ``cancelled``.
+        re-subscribe: acquires a new resource.
+    """
+    from rxagent.operators._using_resource import using_resource as impl
+
+    return impl(acquire, use, release)
+
+
+def do_finally(action: Callable[[Outcome], None]) -> Operator[_T, _T]:
+    """Call ``action(outcome)`` exactly once when the stream ends, saying why: completed, failed or cancelled.
+
+    Lifecycle:
+        complete/error: ``action`` runs after the terminal signal has been passed downstream.
+        cancel: ``action(Outcome.cancelled())`` runs on dispose. re-subscribe: once per subscription.
+    """
+    from rxagent.operators._do_finally import do_finally as impl
+
+    return impl(action)
+
+
+def to_async_iterator(
+    source: Observable[_T],
+    *,
+    max_buffer: int = 256,
+    low_watermark: int | None = None,
+    overflow: OverflowPolicy = "block",
+) -> AsyncIterator[_T]:
+    """Consume an observable with ``async for`` through a bounded buffer.
+
+    The buffer holds at most ``max_buffer`` items. ``overflow="block"`` pauses rxagent's own sources at
+    ``max_buffer`` and resumes them at ``low_watermark`` (default ``max_buffer // 4``); a source that cannot
+    pause (a synchronous one) that overruns ``max_buffer`` fails the iteration with ``BufferOverflowError``.
+    ``"drop_oldest"`` discards the oldest buffered item; ``"error"`` fails at once.
+
+    Lifecycle:
+        Subscribes when iteration starts; leaving the ``async for`` early (``break``, an exception, or the
+        consuming task being cancelled) or calling ``aclose()`` disposes the subscription.
+    """
+    from rxagent.operators._to_async_iterator import to_async_iterator as impl
+
+    return impl(source, max_buffer=max_buffer, low_watermark=low_watermark, overflow=overflow)
+
+
+async def last_value(source: Observable[_T]) -> _T:
+    """Await the last item of ``source``; an empty source raises ``LookupError``. Cancelling disposes it."""
+    from rxagent.operators._awaitables import last_value as impl
+
+    return await impl(source)
+
+
+async def to_list(source: Observable[_T]) -> list[_T]:
+    """Await all items of ``source`` as a list. Cancelling the awaiting task disposes the subscription."""
+    from rxagent.operators._awaitables import to_list as impl
+
+    return await impl(source)
+
+
+def retry_backoff(policy: RetryPolicy | None = None, budget: RetryBudget | None = None) -> Operator[_T, _T]:
+    """Re-subscribe after a retryable error, with exponential backoff and jitter, only before the first item.
+
+    ::
+
+        attempt 1: ─ X(503)            wait ~base
+        attempt 2: ─ X(429, Retry-After 2)  wait 2 s
+        attempt 3: ─ a ─ b ─|   ─▶  ─ a ─ b ─|
+
+    An error is retried when it says so (``retryable``), no item has been emitted by this subscription
+    yet (a retry would repeat items already sent), the policy has attempts left and the budget (shared by
+    a whole run) has a retry left; otherwise it passes through, wrapped in
+    :class:`~rxagent.retry.RetryExhausted` when retrying was refused for lack of attempts or budget.
+    Waits run on the subscribing loop.
+
+    Lifecycle:
+        complete: passes through. error: retried or passed through as above.
+        cancel: disposes the current attempt or cancels the pending wait.
+        re-subscribe: fresh attempt count (the budget, being the run's, is shared).
+    """
+    from rxagent.operators._retry_backoff import retry_backoff as impl
+
+    return impl(policy, budget)
+
+
+def timeout_total(seconds: float, error: Callable[[], Exception] | None = None) -> Operator[_T, _T]:
+    """Fail the stream if it has not terminated ``seconds`` after subscription.
+
+    The error is ``error()`` when given, else ``TimeoutError``. Unlike ``reactivex.operators.timeout``
+    (which measures the gap between items and raises a bare ``Exception``), this bounds the whole stream.
+
+    Lifecycle:
+        complete/error before the deadline: passes through and cancels the timer. deadline: disposes
+        upstream, then errors. cancel: cancels the timer and disposes upstream.
+    """
+    from rxagent.operators._timeout_total import timeout_total as impl
+
+    return impl(seconds, error)

@@ -1,0 +1,50 @@
+"""Cooperative backpressure for rxagent's own sources.
+
+reactivex has no backpressure: ``on_next`` is a plain call and a producer cannot be made to wait inside
+it. rxagent's sources are asyncio tasks, though, and a task *can* wait between items. A consumer that
+buffers (``to_async_iterator``) installs a :class:`FlowGate` in a context variable while it subscribes;
+every rxagent source subscribed in that call (and every source subscribed later from within those
+sources' tasks, which inherit the context) captures the gate and awaits it before pulling its next item.
+The consumer closes the gate above its high watermark and opens it below its low watermark, so the
+producer's own buffers (the socket, aiohttp's reader) hold the rest and memory stays flat however long
+the stream runs. Synchronous sources (``reactivex.from_iterable`` and the like) cannot wait; for them the
+consumer's overflow policy applies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from contextvars import ContextVar
+
+__all__ = ["FlowGate", "current_gate"]
+
+
+class FlowGate:
+    """An open/closed signal that producers await between items."""
+
+    __slots__ = ("_event",)
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+        self._event.set()
+
+    @property
+    def is_open(self) -> bool:
+        """True while producers may emit."""
+        return self._event.is_set()
+
+    def close(self) -> None:
+        """Ask producers to pause before their next item."""
+        self._event.clear()
+
+    def open(self) -> None:
+        """Let paused producers continue."""
+        self._event.set()
+
+    async def wait_open(self) -> None:
+        """Return once the gate is open."""
+        await self._event.wait()
+
+
+current_gate: ContextVar[FlowGate | None] = ContextVar("rxagent_flow_gate", default=None)
+"""The gate of the buffering consumer being subscribed, if any (read by sources at subscribe time)."""

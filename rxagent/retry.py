@@ -1,0 +1,143 @@
+"""Retry policy and the per-run retry budget.
+
+A :class:`RetryPolicy` says how one call retries (attempts, exponential backoff with jitter, honouring a
+server's ``Retry-After``). A :class:`RetryBudget` caps the retries of a whole run: every call of the run
+draws from the same budget, so ten model calls that each hit a flaky server cannot retry forty times
+between them. Errors opt in to retrying by carrying ``retryable = True`` (and optionally
+``retry_after`` seconds), as every :class:`rxagent.model.ModelError` does.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+__all__ = ["RetryAttempt", "RetryBudget", "RetryExhausted", "RetryPolicy", "is_retryable", "retry_after_of"]
+
+
+def is_retryable(error: BaseException) -> bool:
+    """True when ``error`` says it may succeed on a new attempt (its ``retryable`` attribute)."""
+    return bool(getattr(error, "retryable", False))
+
+
+def retry_after_of(error: BaseException) -> float | None:
+    """The server-requested wait in seconds carried by ``error`` (``retry_after``), if any."""
+    value = getattr(error, "retry_after", None)
+    return float(value) if isinstance(value, int | float) else None
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How one call retries.
+
+    The n-th retry (n = 1, 2, …) waits ``min(max_delay, base_delay * multiplier ** (n - 1))`` scaled by a
+    random factor in ``[1 - jitter, 1 + jitter]``; a server's ``Retry-After`` replaces that wait when it is
+    longer (and no longer than ``max_retry_after``: a longer demand fails the call rather than stall it).
+
+    Attributes:
+        max_attempts: attempts per call, the first included (1 disables retrying).
+        base_delay: wait before the first retry, seconds.
+        multiplier: growth of the wait per retry.
+        max_delay: cap on the computed wait.
+        jitter: relative spread of the random factor, 0 to 1.
+        max_retry_after: longest ``Retry-After`` the policy will honour.
+    """
+
+    max_attempts: int = 4
+    base_delay: float = 0.5
+    multiplier: float = 2.0
+    max_delay: float = 20.0
+    jitter: float = 0.25
+    max_retry_after: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValueError("max_attempts must be at least 1")
+        if self.base_delay < 0 or self.max_delay < 0 or self.multiplier < 1:
+            raise ValueError("delays must be >= 0 and multiplier >= 1")
+        if not 0 <= self.jitter <= 1:
+            raise ValueError("jitter must be between 0 and 1")
+
+    def delay(self, retry_number: int, error: BaseException, rng: random.Random | None = None) -> float | None:
+        """Seconds to wait before retry number ``retry_number`` (1-based) after ``error``.
+
+        Returns ``None`` when the server asked for a wait longer than ``max_retry_after``.
+        """
+        backoff = min(self.max_delay, self.base_delay * self.multiplier ** (retry_number - 1))
+        spread = (rng or random).uniform(1 - self.jitter, 1 + self.jitter)
+        wait = backoff * spread
+        server_wait = retry_after_of(error)
+        if server_wait is not None:
+            if server_wait > self.max_retry_after:
+                return None
+            wait = max(wait, server_wait)
+        return wait
+
+
+@dataclass(frozen=True, slots=True)
+class RetryAttempt:
+    """One retry about to happen: which retry of the call, how long it waits, and the error that caused it."""
+
+    retry_number: int
+    delay: float
+    error: BaseException
+    budget_remaining: int | None
+
+
+@dataclass(eq=False)
+class RetryBudget:
+    """Retries allowed for a whole run, shared by every call in it.
+
+    Create one per run and pass it to every request of the run (``ChatRequest.retry_budget``). Listeners
+    added with :meth:`add_listener` hear about each retry (the agent turns them into events).
+
+    Example:
+        >>> budget = RetryBudget(max_retries=2)
+        >>> budget.try_spend(), budget.try_spend(), budget.try_spend()
+        (True, True, False)
+    """
+
+    max_retries: int = 8
+    used: int = 0
+    _listeners: list[Callable[[RetryAttempt], None]] = field(default_factory=list, repr=False)
+
+    @property
+    def remaining(self) -> int:
+        """Retries still allowed."""
+        return max(0, self.max_retries - self.used)
+
+    def try_spend(self) -> bool:
+        """Take one retry from the budget; False when none is left."""
+        if self.used >= self.max_retries:
+            return False
+        self.used += 1
+        return True
+
+    def add_listener(self, listener: Callable[[RetryAttempt], None]) -> Callable[[], None]:
+        """Call ``listener`` before every retry drawn from this budget; returns a function that removes it."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener)
+
+    def notify(self, attempt: RetryAttempt) -> None:
+        """Tell the listeners about ``attempt`` (called by the retrying operator)."""
+        for listener in tuple(self._listeners):
+            listener(attempt)
+
+
+class RetryExhausted(Exception):
+    """A retryable error that could not be retried any more; ``__cause__`` and ``last_error`` hold it."""
+
+    def __init__(
+        self, last_error: BaseException, attempts: int, why: Literal["attempts", "budget", "retry_after"]
+    ) -> None:
+        reasons = {
+            "attempts": f"gave up after {attempts} attempts",
+            "budget": f"the run's retry budget is exhausted (after {attempts} attempts of this call)",
+            "retry_after": "the server asked to wait longer than the policy allows",
+        }
+        super().__init__(f"{reasons[why]}: {last_error}")
+        self.last_error = last_error
+        self.attempts = attempts
+        self.why = why
