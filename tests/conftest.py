@@ -1,0 +1,1 @@
+"""Shared test configuration. Tests run under pytest-asyncio in auto mode (see pyproject.toml)."""
