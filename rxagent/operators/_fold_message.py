@@ -1,0 +1,227 @@
+"""Fold a model's chunk stream into the assistant message.
+
+The accumulator is the hot path of every model call, so it does the least per chunk: it appends
+fragments to lists (joined once at the end, so a 200 000-character argument streamed one character at a
+time costs linear time, not quadratic) and parses tool-call arguments only when the stream is complete.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any, cast
+
+import reactivex
+from pydantic import JsonValue
+from reactivex import Observable
+from reactivex import operators as ops
+
+from rxagent.messages import ContentBlock, Msg, TextBlock, ThinkingBlock, ToolUseBlock, new_id
+from rxagent.model.types import ChatChunk, FinishReason, ToolCallDelta, Usage
+from rxagent.operators._typing import Operator
+
+__all__ = ["MessageFold", "fold_message"]
+
+
+class _CallParts:
+    """One tool call being streamed: its id, name and argument fragments."""
+
+    __slots__ = ("arguments", "id", "name")
+
+    def __init__(self, call_id: str | None) -> None:
+        self.id = call_id
+        self.name = ""
+        self.arguments: list[str] = []
+
+    def add(self, delta: ToolCallDelta) -> None:
+        name = delta.name
+        # Some providers repeat the full name on every fragment; others stream it in pieces.
+        if name and name != self.name:
+            self.name = name if not self.name else self.name + name
+        if delta.arguments:
+            self.arguments.append(delta.arguments)
+
+    def block(self, finish_reason: FinishReason | None, *, final: bool) -> ToolUseBlock:
+        raw = "".join(self.arguments)
+        call_id = self.id or new_id("call")
+        self.id = call_id  # a generated id must stay the same across snapshots and the final message
+        if not final:
+            return ToolUseBlock.model_construct(
+                id=call_id, name=self.name, input=None, raw_arguments=raw, state="streaming", error=None
+            )
+        error: str | None = None
+        parsed: Any = None
+        if not self.name:
+            error = "the model sent a tool call without a tool name"
+        elif not raw.strip():
+            if finish_reason == "length":
+                error = "the tool call's arguments were cut off by the output token limit"
+            else:
+                parsed = {}  # a call with no arguments: the provider sent none at all
+        else:
+            try:
+                parsed = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                cut = " (cut off by the output token limit)" if finish_reason == "length" else ""
+                error = (
+                    f"the tool call's arguments are not valid JSON{cut}: {exc.msg} at character {exc.pos} "
+                    f"of {len(raw)}"
+                )
+            else:
+                if not isinstance(parsed, dict):
+                    error = f"the tool call's arguments must be a JSON object, got {type(parsed).__name__}"
+        if error is not None:
+            return ToolUseBlock(id=call_id, name=self.name, raw_arguments=raw, state="invalid", error=error)
+        arguments = cast("dict[str, JsonValue]", parsed)
+        return ToolUseBlock(id=call_id, name=self.name, input=arguments, raw_arguments=raw, state="complete")
+
+
+class MessageFold:
+    """The mutable accumulator behind :func:`fold_message`; one per subscription.
+
+    Use it directly to fold chunks outside a stream (``fold.add(chunk)`` … ``fold.message()``).
+    """
+
+    __slots__ = (
+        "_by_id",
+        "_by_index",
+        "_calls",
+        "_created_at",
+        "_text",
+        "_thinking",
+        "chunks",
+        "finish_reason",
+        "message_id",
+        "usage",
+    )
+
+    def __init__(self) -> None:
+        self.message_id = new_id("msg")
+        self._created_at = datetime.now(UTC)
+        self._text: list[str] = []
+        self._thinking: list[str] = []
+        self._calls: list[_CallParts] = []
+        self._by_id: dict[str, _CallParts] = {}
+        self._by_index: dict[int, _CallParts] = {}
+        self.usage: Usage | None = None
+        self.finish_reason: FinishReason | None = None
+        self.chunks = 0
+
+    def add(self, chunk: ChatChunk) -> None:
+        """Take one chunk into the message."""
+        self.chunks += 1
+        if chunk.text:
+            self._text.append(chunk.text)
+        if chunk.thinking:
+            self._thinking.append(chunk.thinking)
+        if chunk.tool_calls:
+            for delta in chunk.tool_calls:
+                self._call_for(delta).add(delta)
+        if chunk.usage is not None:
+            self._add_usage(chunk.usage)
+        if chunk.finish_reason is not None:
+            self.finish_reason = chunk.finish_reason
+
+    def _call_for(self, delta: ToolCallDelta) -> _CallParts:
+        # Key by id whenever the provider sends one: some providers reuse an index for different calls
+        # (parallel calls streamed interleaved, all at index 0), and an id is the only thing that tells
+        # them apart. Fragments without an id continue the latest call seen at their index.
+        call_id = delta.id
+        if call_id:
+            call = self._by_id.get(call_id)
+            if call is None:
+                current = self._by_index.get(delta.index)
+                if current is not None and current.id is None:
+                    # The id arrived after id-less fragments of the same call: adopt it.
+                    current.id = call_id
+                    call = current
+                else:
+                    call = _CallParts(call_id)
+                    self._calls.append(call)
+                self._by_id[call_id] = call
+            self._by_index[delta.index] = call
+            return call
+        call = self._by_index.get(delta.index)
+        if call is None:
+            call = _CallParts(None)
+            self._calls.append(call)
+            self._by_index[delta.index] = call
+        return call
+
+    def _add_usage(self, usage: Usage) -> None:
+        # Providers report usage cumulatively (once at the end, or a running total per chunk, or input
+        # first and output last): the largest value of each field is the call's usage in every case.
+        current = self.usage
+        if current is None:
+            self.usage = Usage(
+                usage.input_tokens, usage.output_tokens, usage.cache_read_tokens, usage.reasoning_tokens
+            )
+            return
+        current.input_tokens = max(current.input_tokens, usage.input_tokens)
+        current.output_tokens = max(current.output_tokens, usage.output_tokens)
+        current.cache_read_tokens = max(current.cache_read_tokens, usage.cache_read_tokens)
+        current.reasoning_tokens = max(current.reasoning_tokens, usage.reasoning_tokens)
+
+    def _blocks(self, *, final: bool) -> tuple[ContentBlock, ...]:
+        blocks: list[ContentBlock] = []
+        if self._thinking:
+            blocks.append(ThinkingBlock.model_construct(thinking="".join(self._thinking), signature=None))
+        if self._text:
+            blocks.append(TextBlock.model_construct(text="".join(self._text)))
+        blocks.extend(call.block(self.finish_reason, final=final) for call in self._calls)
+        return tuple(blocks)
+
+    def _metadata(self) -> dict[str, Any]:
+        metadata: dict[str, Any] = {}
+        if self.finish_reason is not None:
+            metadata["finish_reason"] = self.finish_reason
+        if self.usage is not None:
+            metadata["usage"] = self.usage.to_json()
+        return metadata
+
+    def snapshot(self) -> Msg:
+        """The message so far; tool calls still streaming have ``state="streaming"`` and no ``input``."""
+        return Msg.model_construct(
+            id=self.message_id,
+            role="assistant",
+            name=None,
+            content=self._blocks(final=False),
+            metadata={},
+            created_at=self._created_at,
+        )
+
+    def message(self) -> Msg:
+        """The final assistant message: text, thinking, parsed tool calls, usage and finish reason."""
+        return Msg(
+            id=self.message_id,
+            role="assistant",
+            content=self._blocks(final=True),
+            metadata=self._metadata(),
+            created_at=self._created_at,
+        )
+
+
+def _add(fold: MessageFold, chunk: ChatChunk) -> MessageFold:
+    fold.add(chunk)
+    return fold
+
+
+def fold_message(*, snapshots: bool = False) -> Operator[ChatChunk, Msg]:
+    """Fold chunks into the final assistant message (see :func:`rxagent.operators.fold_message`)."""
+
+    def operator(source: Observable[ChatChunk]) -> Observable[Msg]:
+        def per_subscription(_: Any) -> Observable[Msg]:
+            fold = MessageFold()
+            if snapshots:
+                final = reactivex.defer(lambda _: reactivex.of(fold.message()))
+
+                def add_and_snapshot(chunk: ChatChunk) -> Msg:
+                    fold.add(chunk)
+                    return fold.snapshot()
+
+                return source.pipe(ops.map(add_and_snapshot), ops.concat(final))
+            return source.pipe(ops.reduce(_add, fold), ops.map(MessageFold.message))
+
+        return reactivex.defer(per_subscription)
+
+    return operator

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh machine: set up .venv, then lint, type-check and run every test.
+# Extra arguments go to pytest (for example `bash scripts/test.sh -k fold`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/_venv.sh test
+echo "== ruff" && .venv/bin/ruff check rxagent tests bench
+echo "== basedpyright (strict, rxagent/)" && .venv/bin/basedpyright
+echo "== pytest" && .venv/bin/pytest "$@"
