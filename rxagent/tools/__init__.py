@@ -1,0 +1,65 @@
+"""Tools: plain functions become schema-validated, permission-gated, parallel-executable tools.
+
+>>> from rxagent.tools import Toolkit, ToolExecutor, tool
+"""
+
+from __future__ import annotations
+
+from rxagent.tools._tool import (
+    FunctionTool,
+    PermissionCheck,
+    ProgressUpdate,
+    SchemaTool,
+    Tool,
+    ToolContext,
+    ToolSystemError,
+    tool,
+)
+from rxagent.tools.arguments import ArgumentProblem, ToolArgumentError
+from rxagent.tools.events import (
+    ToolBatchFinished,
+    ToolCallFinished,
+    ToolCallProgress,
+    ToolCallStarted,
+    ToolCallSuspended,
+    ToolEvent,
+    ToolPermissionRequired,
+)
+from rxagent.tools.executor import ToolCallNext, ToolExecutor, ToolInterceptor, ToolInvocation, result_of
+from rxagent.tools.permissions import Decision, PermissionDecision, PermissionMode, PermissionRule, Permissions
+from rxagent.tools.toolkit import ResolvedTool, ToolGroup, Toolkit, ToolView, Unavailable
+
+__all__ = [
+    "ArgumentProblem",
+    "Decision",
+    "FunctionTool",
+    "PermissionCheck",
+    "PermissionDecision",
+    "PermissionMode",
+    "PermissionRule",
+    "Permissions",
+    "ProgressUpdate",
+    "ResolvedTool",
+    "SchemaTool",
+    "Tool",
+    "ToolArgumentError",
+    "ToolBatchFinished",
+    "ToolCallFinished",
+    "ToolCallNext",
+    "ToolCallProgress",
+    "ToolCallStarted",
+    "ToolCallSuspended",
+    "ToolContext",
+    "ToolEvent",
+    "ToolExecutor",
+    "ToolGroup",
+    "ToolInterceptor",
+    "ToolInvocation",
+    "ToolPermissionRequired",
+    "ToolSystemError",
+    "ToolView",
+    "Toolkit",
+    "Unavailable",
+    "result_of",
+    "tool",
+]

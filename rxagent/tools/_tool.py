@@ -1,0 +1,498 @@
+"""Tools: the ``@tool`` decorator, the :class:`Tool` types, and what a running tool can see."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import threading
+import typing
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Literal, TypeAlias, cast, overload
+
+import docstring_parser
+from jsonschema import Draft202012Validator
+from pydantic import BaseModel, JsonValue, ValidationError
+
+from rxagent.context import RuntimeContext
+from rxagent.model.types import ToolSchema
+from rxagent.tools.arguments import (
+    ToolArgumentError,
+    coerce_arguments,
+    problems_from_validation_error,
+    validate_arguments,
+)
+from rxagent.tools.schema import Parameter, arguments_model, strip_titles
+
+__all__ = [
+    "FunctionTool",
+    "PermissionCheck",
+    "ProgressUpdate",
+    "SchemaTool",
+    "Tool",
+    "ToolContext",
+    "ToolSystemError",
+    "tool",
+]
+
+
+_NO_PRESETS: Mapping[str, Any] = {}
+
+
+class ToolSystemError(Exception):
+    """A tool's infrastructure failed (database down, credentials revoked): not something the model can fix.
+
+    Raised from a tool, it stops the run in an ERROR phase instead of being fed back to the model as an
+    ordinary error result, which would only make the model try again.
+    """
+
+
+PermissionAnswer: TypeAlias = Literal["allow", "deny", "ask"] | None
+PermissionCheck: TypeAlias = Callable[[Mapping[str, Any], RuntimeContext], PermissionAnswer]
+"""A tool's own permission check: given the final arguments and the run's context, ``allow``, ``deny``,
+``ask`` a human, or ``None`` to leave the decision to the rules after it."""
+
+
+class ProgressUpdate(BaseModel):
+    """Progress a running tool reports (never a final result)."""
+
+    message: str = ""
+    fraction: float | None = None
+    data: JsonValue = None
+
+
+class ToolContext:
+    """What a running tool can see and do: its call id, the run's context, progress and cancellation.
+
+    Declare a parameter annotated ``ToolContext`` (any name) to receive it; it is never part of the schema.
+    """
+
+    __slots__ = ("_cancelled", "_emit", "_loop", "call_id", "runtime", "tool_name")
+
+    def __init__(
+        self,
+        call_id: str,
+        tool_name: str,
+        runtime: RuntimeContext,
+        emit: Callable[[ProgressUpdate], None] | None = None,
+    ) -> None:
+        self.call_id = call_id
+        """Id of the tool call being executed."""
+        self.tool_name = tool_name
+        """Name of the tool being executed."""
+        self.runtime = runtime
+        """The run's :class:`~rxagent.context.RuntimeContext`."""
+        self._emit = emit
+        self._cancelled = threading.Event()
+        try:
+            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            self._loop = None
+
+    def progress(self, message: str = "", *, fraction: float | None = None, data: JsonValue = None) -> None:
+        """Publish a progress update; safe to call from a sync tool's worker thread."""
+        if self._emit is None or self._cancelled.is_set():
+            return
+        update = ProgressUpdate(message=message, fraction=fraction, data=data)
+        loop = self._loop
+        if loop is not None and not _on_loop_thread(loop):
+            loop.call_soon_threadsafe(self._emit, update)
+        else:
+            self._emit(update)
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the call was cancelled or timed out: a sync tool should check it and return early."""
+        return self._cancelled.is_set()
+
+    def cancel(self) -> None:
+        """Mark the call cancelled (the executor does this on dispose and timeout)."""
+        self._cancelled.set()
+
+
+def _on_loop_thread(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False
+
+
+class Tool(ABC):
+    """A capability the model can call: a name, a description, an argument schema and a body.
+
+    Build one with :func:`tool` (from a function or method) or :class:`SchemaTool` (from a JSON schema, as
+    MCP tools are). Flags:
+
+    Attributes:
+        name: what the model calls it.
+        description: what the model reads about it.
+        concurrency_safe: may run at the same time as other concurrency-safe calls of a batch.
+        return_direct: its result ends the run (when every call of the batch is return-direct and ok).
+        timeout: seconds before the call is abandoned with an error result (``None``: no limit).
+        groups: tool groups it belongs to; a tool in groups is visible only while one of them is active.
+        external: no local body; the run suspends so that the caller executes it.
+        permission: the tool's own permission check, consulted after deny/ask rules.
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        description: str,
+        concurrency_safe: bool = False,
+        return_direct: bool = False,
+        timeout: float | None = None,
+        groups: Iterable[str] = (),
+        external: bool = False,
+        permission: PermissionCheck | None = None,
+    ) -> None:
+        if not name or not name.replace("_", "a").replace("-", "a").isalnum():
+            raise ValueError(f"tool name {name!r} must be non-empty letters, digits, '_' or '-'")
+        if timeout is not None and timeout <= 0:
+            raise ValueError("timeout must be positive")
+        self.name = name
+        self.description = description
+        self.concurrency_safe = concurrency_safe
+        self.return_direct = return_direct
+        self.timeout = timeout
+        self.groups = frozenset(groups)
+        self.external = external
+        self.permission = permission
+        self._validators: dict[frozenset[str], Draft202012Validator] = {}
+
+    def validator(self, hidden: frozenset[str] = frozenset()) -> Draft202012Validator:
+        """The JSON Schema validator of :meth:`schema` (built once per hidden set)."""
+        validator = self._validators.get(hidden)
+        if validator is None:
+            validator = Draft202012Validator(dict(self.schema(hidden).parameters))
+            self._validators[hidden] = validator
+        return validator
+
+    def prepare(
+        self, arguments: Mapping[str, Any], presets: Mapping[str, Any] = _NO_PRESETS
+    ) -> dict[str, Any]:
+        """Coerce, validate and convert the model's arguments, then add the presets.
+
+        Presets always win: a value the model sent for a preset parameter is discarded, never used.
+
+        Raises:
+            ToolArgumentError: what is wrong, written for the model to fix.
+        """
+        hidden = frozenset(presets)
+        sent = {k: v for k, v in arguments.items() if k not in hidden} if hidden else arguments
+        coerced = coerce_arguments(sent, self.schema(hidden).parameters)
+        validate_arguments(self.name, coerced, self.validator(hidden))
+        try:
+            values = self.convert(coerced, hidden)
+        except ValidationError as error:
+            raise ToolArgumentError(self.name, problems_from_validation_error(error)) from None
+        values.update(presets)
+        return values
+
+    @property
+    @abstractmethod
+    def parameter_names(self) -> frozenset[str]:
+        """Names of every parameter that may be preset (hidden from the model)."""
+
+    @abstractmethod
+    def schema(self, hidden: frozenset[str] = frozenset()) -> ToolSchema:
+        """The schema the model sees, without the ``hidden`` (preset) parameters."""
+
+    @abstractmethod
+    def convert(self, arguments: Mapping[str, Any], hidden: frozenset[str] = frozenset()) -> dict[str, Any]:
+        """Turn validated JSON arguments into the values the body receives (may raise ValidationError)."""
+
+    @abstractmethod
+    def invoke(self, arguments: Mapping[str, Any], context: ToolContext) -> Any:
+        """Run the body with converted arguments plus presets; returns a value or an awaitable."""
+
+    @property
+    @abstractmethod
+    def is_async(self) -> bool:
+        """True when :meth:`invoke` returns an awaitable (run on the loop; else in a worker thread)."""
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
+
+class FunctionTool(Tool):
+    """A tool whose schema and argument conversion come from a Python function's signature."""
+
+    def __init__(
+        self,
+        function: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        concurrency_safe: bool = False,
+        return_direct: bool = False,
+        timeout: float | None = None,
+        groups: Iterable[str] = (),
+        external: bool = False,
+        permission: PermissionCheck | None = None,
+        _spec: _FunctionSpec | None = None,
+        _bound_to: object = None,
+    ) -> None:
+        spec = _spec or _FunctionSpec(function)
+        super().__init__(
+            name=name or function.__name__,
+            description=description if description is not None else spec.description,
+            concurrency_safe=concurrency_safe,
+            return_direct=return_direct,
+            timeout=timeout,
+            groups=groups,
+            external=external,
+            permission=permission,
+        )
+        self.function = function
+        self._spec = spec
+        self._bound_to = _bound_to
+        functools.update_wrapper(self, function)
+
+    # A decorated method is a descriptor: `instance.method` is the tool bound to that instance.
+    def __get__(self, instance: object, owner: type | None = None) -> FunctionTool:
+        if instance is None or not self._spec.is_method:
+            return self
+        return FunctionTool(
+            self.function,
+            name=self.name,
+            description=self.description,
+            concurrency_safe=self.concurrency_safe,
+            return_direct=self.return_direct,
+            timeout=self.timeout,
+            groups=self.groups,
+            external=self.external,
+            permission=self.permission,
+            _spec=self._spec,
+            _bound_to=instance,
+        )
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the underlying function directly, as if it were not a tool."""
+        if self._bound_to is not None:
+            return self.function(self._bound_to, *args, **kwargs)
+        return self.function(*args, **kwargs)
+
+    @property
+    def is_bound(self) -> bool:
+        """False for a method tool taken from the class rather than an instance."""
+        return not self._spec.is_method or self._bound_to is not None
+
+    @property
+    def parameter_names(self) -> frozenset[str]:
+        return frozenset(p.name for p in self._spec.parameters)
+
+    @property
+    def is_async(self) -> bool:
+        return self._spec.is_async
+
+    def schema(self, hidden: frozenset[str] = frozenset()) -> ToolSchema:
+        cached = self._spec.schemas.get(hidden)
+        if cached is None:
+            model = self._spec.model(hidden)
+            parameters = strip_titles(model.model_json_schema(by_alias=True))
+            cached = ToolSchema(name=self.name, description=self.description, parameters=parameters)
+            self._spec.schemas[hidden] = cached
+        if cached.name != self.name or cached.description != self.description:
+            return ToolSchema(name=self.name, description=self.description, parameters=cached.parameters)
+        return cached
+
+    def convert(self, arguments: Mapping[str, Any], hidden: frozenset[str] = frozenset()) -> dict[str, Any]:
+        model = self._spec.model(hidden)
+        validated = model.model_validate(arguments)
+        aliases = self._spec.aliases(hidden)
+        # Only what was given: the function's own defaults apply to the rest.
+        return {aliases[field]: getattr(validated, field) for field in validated.model_fields_set}
+
+    def invoke(self, arguments: Mapping[str, Any], context: ToolContext) -> Any:
+        if not self.is_bound:
+            raise TypeError(f"tool {self.name!r} is a method: register it from an instance")
+        kwargs = dict(arguments)
+        if self._spec.context_parameter is not None:
+            kwargs[self._spec.context_parameter] = context
+        if self._bound_to is not None:
+            return self.function(self._bound_to, **kwargs)
+        return self.function(**kwargs)
+
+
+class _FunctionSpec:
+    """What a function's signature says, computed once and shared by every binding of a method tool."""
+
+    def __init__(self, function: Callable[..., Any]) -> None:
+        if inspect.isclass(function):
+            raise TypeError("@tool decorates functions and methods, not classes")
+        signature = inspect.signature(function)
+        hints = typing.get_type_hints(function, include_extras=True)
+        doc = docstring_parser.parse(inspect.getdoc(function) or "")
+        described = {p.arg_name: p.description for p in doc.params if p.description}
+        parameters: list[Parameter] = []
+        self.context_parameter: str | None = None
+        self.is_method = False
+        for index, (name, parameter) in enumerate(signature.parameters.items()):
+            if index == 0 and name in {"self", "cls"}:
+                self.is_method = True
+                continue
+            if parameter.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+                raise TypeError(
+                    f"tool {function.__name__!r}: *{name} / **{name} cannot be described to a model; "
+                    "name every parameter"
+                )
+            if parameter.kind is inspect.Parameter.POSITIONAL_ONLY:
+                raise TypeError(f"tool {function.__name__!r}: parameter {name!r} must not be positional-only")
+            annotation = hints.get(name, inspect.Parameter.empty)
+            if annotation is ToolContext:
+                self.context_parameter = name
+                continue
+            parameters.append(Parameter(name, annotation, parameter.default, described.get(name)))
+        self.parameters = tuple(parameters)
+        self.is_async = inspect.iscoroutinefunction(function)
+        summary = [part for part in (doc.short_description, doc.long_description) if part]
+        self.description = "\n\n".join(summary)
+        self.model_name = f"{function.__name__}_arguments"
+        self.schemas: dict[frozenset[str], ToolSchema] = {}
+        self._models: dict[frozenset[str], type[BaseModel]] = {}
+        self._aliases: dict[frozenset[str], dict[str, str]] = {}
+
+    def model(self, hidden: frozenset[str]) -> type[BaseModel]:
+        model = self._models.get(hidden)
+        if model is None:
+            visible = [p for p in self.parameters if p.name not in hidden]
+            model = arguments_model(self.model_name, visible)
+            self._models[hidden] = model
+            self._aliases[hidden] = {f"p{i}": p.name for i, p in enumerate(visible)}
+        return model
+
+    def aliases(self, hidden: frozenset[str]) -> dict[str, str]:
+        self.model(hidden)
+        return self._aliases[hidden]
+
+
+class SchemaTool(Tool):
+    """A tool described by a JSON schema, whose body receives the validated JSON arguments as a dict.
+
+    Args:
+        name: tool name.
+        description: what the model reads.
+        parameters: a JSON Schema object for the arguments.
+        call: ``(arguments, context) -> result`` (sync or async).
+        **flags: the :class:`Tool` flags.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        description: str,
+        parameters: Mapping[str, JsonValue],
+        call: Callable[[dict[str, Any], ToolContext], Any],
+        **flags: Any,
+    ) -> None:
+        super().__init__(name=name, description=description, **flags)
+        self.parameters = dict(parameters)
+        self._call = call
+        self._is_async = inspect.iscoroutinefunction(call)
+        self._schemas: dict[frozenset[str], ToolSchema] = {}
+
+    @property
+    def parameter_names(self) -> frozenset[str]:
+        properties = self.parameters.get("properties")
+        return (
+            frozenset(cast("Mapping[str, Any]", properties))
+            if isinstance(properties, Mapping)
+            else frozenset()
+        )
+
+    @property
+    def is_async(self) -> bool:
+        return self._is_async
+
+    def schema(self, hidden: frozenset[str] = frozenset()) -> ToolSchema:
+        cached = self._schemas.get(hidden)
+        if cached is None:
+            parameters: dict[str, Any] = dict(self.parameters)
+            if hidden:
+                properties = cast("Mapping[str, Any]", parameters.get("properties") or {})
+                parameters["properties"] = {k: v for k, v in properties.items() if k not in hidden}
+                required = cast("list[str]", parameters.get("required") or [])
+                parameters["required"] = [k for k in required if k not in hidden]
+            cached = ToolSchema(name=self.name, description=self.description, parameters=parameters)
+            self._schemas[hidden] = cached
+        return cached
+
+    def convert(self, arguments: Mapping[str, Any], hidden: frozenset[str] = frozenset()) -> dict[str, Any]:
+        return dict(arguments)
+
+    def invoke(self, arguments: Mapping[str, Any], context: ToolContext) -> Any:
+        return self._call(dict(arguments), context)
+
+
+_AnyFunction: TypeAlias = Callable[..., Any]
+
+
+@overload
+def tool(function: _AnyFunction, /) -> FunctionTool: ...
+
+
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    concurrency_safe: bool = False,
+    return_direct: bool = False,
+    timeout: float | None = None,
+    groups: Iterable[str] = (),
+    external: bool = False,
+    permission: PermissionCheck | None = None,
+) -> Callable[[_AnyFunction], FunctionTool]: ...
+
+
+def tool(
+    function: _AnyFunction | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    concurrency_safe: bool = False,
+    return_direct: bool = False,
+    timeout: float | None = None,
+    groups: Iterable[str] = (),
+    external: bool = False,
+    permission: PermissionCheck | None = None,
+) -> FunctionTool | Callable[[_AnyFunction], FunctionTool]:
+    """Make a function or method a tool, with or without arguments.
+
+    The name defaults to the function's, the description to its docstring's summary and body, and each
+    parameter's description to ``Annotated[..., Field(description=...)]`` or the docstring's Args entry.
+    A parameter annotated :class:`ToolContext` receives the call's context and is not shown to the model.
+    The decorated object still calls like the function; on a method it binds to the instance it is taken
+    from (``toolkit.register(account.refund)``).
+
+    Example:
+        >>> @tool
+        ... def add(a: int, b: int) -> int:
+        ...     '''Add two integers.
+        ...
+        ...     Args:
+        ...         a: the first.
+        ...         b: the second.
+        ...     '''
+        ...     return a + b
+        >>> add(2, 3), add.schema().parameters["required"]
+        (5, ['a', 'b'])
+    """
+
+    def decorate(target: _AnyFunction) -> FunctionTool:
+        return FunctionTool(
+            target,
+            name=name,
+            description=description,
+            concurrency_safe=concurrency_safe,
+            return_direct=return_direct,
+            timeout=timeout,
+            groups=groups,
+            external=external,
+            permission=permission,
+        )
+
+    return decorate(function) if function is not None else decorate

@@ -1,0 +1,256 @@
+"""From the model's argument text to the values a tool receives, in four steps, each its own function.
+
+1. :func:`parse_arguments` — JSON text → object. Half-written or non-object JSON is an error, never ``{}``.
+2. :func:`coerce_arguments` — conservative repairs of what models commonly get wrong, guided by the
+   schema: for a parameter that cannot be a string, ``""`` becomes ``null`` (and an optional parameter that
+   cannot be ``null`` is then dropped, so its default applies), ``"true"``/``"false"`` become booleans, and
+   numeric strings become numbers. Strings are never touched where the schema allows a string.
+3. :func:`validate_arguments` — JSON Schema validation (``jsonschema``) against exactly the schema the
+   model saw; every problem names the argument and the rule it broke.
+4. ``Tool.convert`` — pydantic turns the JSON into the annotated types (``list[Model]`` gives models).
+
+Any failure raises :class:`ToolArgumentError`, whose message is written for the model to correct itself.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError as ValidationErrorOfSchema
+from pydantic import ValidationError
+
+__all__ = [
+    "ArgumentProblem",
+    "ToolArgumentError",
+    "coerce_arguments",
+    "parse_arguments",
+    "problems_from_validation_error",
+    "validate_arguments",
+]
+
+_INTEGER = re.compile(r"[+-]?\d+")
+_MAX_SHOWN = 160
+
+
+@dataclass(frozen=True, slots=True)
+class ArgumentProblem:
+    """One thing wrong with a call's arguments: where, which rule, and a readable message."""
+
+    path: str
+    rule: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message} (rule: {self.rule})"
+
+
+class ToolArgumentError(ValueError):
+    """The model's arguments for a tool cannot be used. The message tells the model what to fix."""
+
+    def __init__(self, tool_name: str, problems: Sequence[ArgumentProblem]) -> None:
+        listed = "\n".join(f"- {problem}" for problem in problems)
+        super().__init__(
+            f"Invalid arguments for tool '{tool_name}':\n{listed}\nFix the arguments and call the tool again."
+        )
+        self.tool_name = tool_name
+        self.problems = tuple(problems)
+
+
+def _shorten(text: str) -> str:
+    return text if len(text) <= _MAX_SHOWN else text[:_MAX_SHOWN] + f"… ({len(text)} characters)"
+
+
+def parse_arguments(tool_name: str, raw: str) -> dict[str, Any]:
+    """Parse argument text into a JSON object; empty text means no arguments."""
+    if not raw.strip():
+        return {}
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as error:
+        problem = ArgumentProblem(
+            "(arguments)", "json", f"not valid JSON, possibly cut off: {error.msg} at character {error.pos}"
+        )
+        raise ToolArgumentError(tool_name, [problem]) from None
+    if not isinstance(value, dict):
+        kind = type(value).__name__
+        problem = ArgumentProblem("(arguments)", "type", f"must be a JSON object, got {kind}")
+        raise ToolArgumentError(tool_name, [problem])
+    return cast("dict[str, Any]", value)
+
+
+# ---- coercion -----------------------------------------------------------------------------------------
+
+
+class _Schema:
+    """Navigation over one JSON schema document with local ``$ref`` resolution."""
+
+    def __init__(self, root: Mapping[str, Any]) -> None:
+        self.root = root
+
+    def resolve(self, node: Mapping[str, Any]) -> Mapping[str, Any]:
+        seen = 0
+        while isinstance(ref := node.get("$ref"), str) and ref.startswith("#/") and seen < 32:
+            target: Mapping[str, Any] | None = self.root
+            for part in ref[2:].split("/"):
+                target = target.get(part) if isinstance(target, Mapping) else None
+            if target is None:
+                return node
+            node = target
+            seen += 1
+        return node
+
+    def branches(self, node: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+        node = self.resolve(node)
+        for key in ("anyOf", "oneOf"):
+            options = node.get(key)
+            if isinstance(options, list):
+                found: list[Mapping[str, Any]] = []
+                for option in cast("list[Any]", options):
+                    if isinstance(option, Mapping):
+                        found.extend(self.branches(cast("Mapping[str, Any]", option)))
+                return found
+        return [node]
+
+    def types(self, node: Mapping[str, Any]) -> set[str]:
+        allowed: set[str] = set()
+        for branch in self.branches(node):
+            declared = branch.get("type")
+            if isinstance(declared, str):
+                allowed.add(declared)
+            elif isinstance(declared, list):
+                allowed.update(t for t in cast("list[Any]", declared) if isinstance(t, str))
+            elif "enum" in branch or "const" in branch:
+                values = branch.get("enum", [branch.get("const")])
+                allowed.update(_json_type(v) for v in cast("list[Any]", values))
+            else:
+                allowed.add("any")
+        return allowed
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
+def _coerce_string(value: str, allowed: set[str]) -> Any:
+    if "string" in allowed or "any" in allowed:
+        return value
+    text = value.strip()
+    if not text:
+        return None
+    lowered = text.lower()
+    if "boolean" in allowed and lowered in ("true", "false"):
+        return lowered == "true"
+    if "integer" in allowed and _INTEGER.fullmatch(text):
+        return int(text)
+    if "number" in allowed or "integer" in allowed:
+        try:
+            number = float(text)
+        except ValueError:
+            return value
+        if not math.isfinite(number):
+            return value
+        if "number" in allowed:
+            return number
+        return int(number) if number.is_integer() else value
+    return value
+
+
+def _coerce(value: object, node: Mapping[str, Any], schema: _Schema) -> object:
+    if isinstance(value, str):
+        return _coerce_string(value, schema.types(node))
+    if isinstance(value, Mapping):
+        items = cast("Mapping[str, object]", value)
+        for branch in schema.branches(node):
+            properties = branch.get("properties")
+            if isinstance(properties, Mapping):
+                known = cast("Mapping[str, Any]", properties)
+                return {k: _coerce(v, known[k], schema) if k in known else v for k, v in items.items()}
+        return items
+    if isinstance(value, list):
+        elements = cast("list[object]", value)
+        for branch in schema.branches(node):
+            item_schema = branch.get("items")
+            if isinstance(item_schema, Mapping):
+                element = cast("Mapping[str, Any]", item_schema)
+                return [_coerce(item, element, schema) for item in elements]
+        return elements
+    return value
+
+
+def coerce_arguments(arguments: Mapping[str, Any], parameters: Mapping[str, Any]) -> dict[str, Any]:
+    """Apply the documented conservative coercions (see the module docstring) and return new arguments."""
+    schema = _Schema(parameters)
+    properties = cast("Mapping[str, Any]", parameters.get("properties") or {})
+    required = set(cast("list[str]", parameters.get("required") or []))
+    result: dict[str, Any] = {}
+    for name, value in arguments.items():
+        node = properties.get(name)
+        if node is None:
+            result[name] = value  # unknown: left for validation to report
+            continue
+        coerced = _coerce(value, node, schema)
+        if coerced is None and value is not None and name not in required:
+            allowed = schema.types(node)
+            if "null" not in allowed and "any" not in allowed:
+                continue  # "" for an optional non-nullable parameter: let its default apply
+        result[name] = coerced
+    return result
+
+
+# ---- validation ---------------------------------------------------------------------------------------
+
+
+def _path(parts: Sequence[Any]) -> str:
+    if not parts:
+        return "(arguments)"
+    text = str(parts[0])
+    for part in parts[1:]:
+        text += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return text
+
+
+def validate_arguments(tool_name: str, arguments: Mapping[str, Any], validator: Draft202012Validator) -> None:
+    """Raise :class:`ToolArgumentError` listing every schema violation (argument path, rule, message)."""
+    found: list[ValidationErrorOfSchema] = list(validator.iter_errors(arguments))  # pyright: ignore[reportUnknownMemberType]
+    errors = sorted(found, key=lambda e: [str(p) for p in e.absolute_path])
+    if not errors:
+        return
+    problems: list[ArgumentProblem] = []
+    for error in errors[:10]:
+        path = list(error.absolute_path)
+        if error.validator == "required" and isinstance(error.instance, Mapping):
+            missing = [
+                name
+                for name in cast("list[str]", error.validator_value)
+                if name not in cast("Mapping[str, Any]", error.instance)
+            ]
+            for name in missing:
+                problems.append(ArgumentProblem(_path([*path, name]), "required", "is required but missing"))
+            continue
+        problems.append(ArgumentProblem(_path(path), str(error.validator), _shorten(error.message)))
+    raise ToolArgumentError(tool_name, problems)
+
+
+def problems_from_validation_error(error: ValidationError) -> list[ArgumentProblem]:
+    """Turn a pydantic conversion error into argument problems (locations use the argument names)."""
+    problems: list[ArgumentProblem] = []
+    for detail in error.errors(include_url=False):
+        location = list(detail["loc"])
+        problems.append(ArgumentProblem(_path(location), detail["type"], _shorten(detail["msg"])))
+    return problems

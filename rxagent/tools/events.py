@@ -1,0 +1,95 @@
+"""What the tool executor emits while it runs a batch of calls.
+
+Events are small frozen dataclasses (cheap to build; the agent layer turns them into JSON events). A
+batch emits, as things happen: :class:`ToolCallStarted`, :class:`ToolCallProgress`,
+:class:`ToolCallFinished` for every call that runs (or is refused or rejected), plus
+:class:`ToolPermissionRequired` / :class:`ToolCallSuspended` for calls that wait for a human or for the
+caller, and last of all one :class:`ToolBatchFinished` with the results in the order of the calls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+from rxagent.messages import ToolResultBlock, ToolUseBlock
+from rxagent.tools._tool import ProgressUpdate
+from rxagent.tools.permissions import PermissionDecision
+
+__all__ = [
+    "ToolBatchFinished",
+    "ToolCallFinished",
+    "ToolCallProgress",
+    "ToolCallStarted",
+    "ToolCallSuspended",
+    "ToolEvent",
+    "ToolPermissionRequired",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallStarted:
+    """A call passed the gate and its body started; ``arguments`` are the final values (presets included)."""
+
+    call: ToolUseBlock
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallProgress:
+    """A running tool reported progress (never a result)."""
+
+    call: ToolUseBlock
+    update: ProgressUpdate
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallFinished:
+    """A call has its result: ran (``ok``/``error``), refused (``denied``), or rejected before running."""
+
+    call: ToolUseBlock
+    result: ToolResultBlock
+    duration_s: float
+    value: Any = None
+    """What the tool body returned, before it was turned into result text (``None`` if it did not run)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolPermissionRequired:
+    """The gate said *ask*: the call waits for a human decision and did not run."""
+
+    call: ToolUseBlock
+    decision: PermissionDecision
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallSuspended:
+    """An external tool: the caller must execute it and supply the result; nothing ran here."""
+
+    call: ToolUseBlock
+
+
+@dataclass(frozen=True, slots=True)
+class ToolBatchFinished:
+    """The last event of a batch.
+
+    Attributes:
+        results: one per call that has a result, in the order of the calls.
+        waiting: calls without a result yet (permission asked, or external), in call order.
+        return_direct: every call of the batch is a return-direct tool and succeeded.
+    """
+
+    results: tuple[ToolResultBlock, ...]
+    waiting: tuple[ToolPermissionRequired | ToolCallSuspended, ...]
+    return_direct: bool
+
+
+ToolEvent: TypeAlias = (
+    ToolCallStarted
+    | ToolCallProgress
+    | ToolCallFinished
+    | ToolPermissionRequired
+    | ToolCallSuspended
+    | ToolBatchFinished
+)
+"""Anything the executor emits."""

@@ -1,0 +1,388 @@
+"""Run a batch of tool calls as an observable of :mod:`~rxagent.tools.events`.
+
+For each call, in this order: refuse argument text over the toolkit's size limit; reject unparseable
+arguments and calls of tools this run cannot see (error results, nothing runs); ask the permission gate
+(deny → ``denied`` result, ask → :class:`ToolPermissionRequired`, nothing runs); suspend external tools;
+then pass the call through the interceptor chain (the ``tool_call`` cut point), whose innermost step
+coerces, validates and converts the arguments, adds presets, asks the gate again if an interceptor
+changed the arguments, and runs the body with the tool's timeout.
+
+Scheduling: with ``parallel=False`` calls run one after another. With ``parallel=True`` consecutive
+concurrency-safe calls run together (at most ``max_concurrency`` at once) and every other call is a
+barrier that runs alone. Finished events come as calls finish; :class:`ToolBatchFinished` comes last with
+the results in the order of the calls.
+
+Failures: an ordinary exception from a tool becomes an ``error`` result with its message, so the model
+can adapt; a timeout becomes an ``error`` result; :class:`~rxagent.tools.ToolSystemError` fails the whole
+batch (``on_error``), disposing the calls still running.
+
+Cancellation: disposing the batch cancels running async tools (their ``finally`` blocks run). A sync tool
+already running in a worker thread cannot be stopped by Python: it runs to the end in its thread, its
+result is discarded, and its :attr:`ToolContext.cancelled` turns true so a cooperative tool can return
+early. Nothing is emitted after dispose.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeAlias
+
+import pydantic_core
+import reactivex
+from pydantic import BaseModel
+from reactivex import Observable, abc
+from reactivex import operators as ops
+from reactivex.disposable import Disposable
+
+from rxagent.context import RuntimeContext
+from rxagent.messages import TextBlock, ToolResultBlock, ToolResultStatus, ToolUseBlock
+from rxagent.operators._from_async_iterable import running_loop
+from rxagent.tools._tool import ProgressUpdate, Tool, ToolContext, ToolSystemError
+from rxagent.tools.arguments import ArgumentProblem, ToolArgumentError, parse_arguments
+from rxagent.tools.events import (
+    ToolBatchFinished,
+    ToolCallFinished,
+    ToolCallProgress,
+    ToolCallStarted,
+    ToolCallSuspended,
+    ToolEvent,
+    ToolPermissionRequired,
+)
+from rxagent.tools.permissions import Permissions
+from rxagent.tools.toolkit import ToolView, Unavailable
+
+__all__ = ["ToolCallNext", "ToolExecutor", "ToolInterceptor", "ToolInvocation", "result_of"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolInvocation:
+    """One call on its way through the interceptor chain.
+
+    Attributes:
+        call: the model's call.
+        tool: the tool it resolved to.
+        arguments: the JSON arguments to use (an interceptor may replace them with :meth:`with_arguments`).
+        presets: values injected at execution; they always win and are never shown to the model.
+    """
+
+    call: ToolUseBlock
+    tool: Tool
+    arguments: Mapping[str, Any]
+    presets: Mapping[str, Any] = field(default_factory=lambda: {})
+
+    def with_arguments(self, arguments: Mapping[str, Any]) -> ToolInvocation:
+        """The same invocation with other arguments (the gate checks them again before running)."""
+        return replace(self, arguments=dict(arguments))
+
+    def finished(self, output: str, status: ToolResultStatus = "ok") -> Observable[ToolEvent]:
+        """A stream holding just a result for this call: what a short-circuiting interceptor returns."""
+        return reactivex.of(ToolCallFinished(self.call, result_of(self.call, output, status), 0.0))
+
+
+ToolCallNext: TypeAlias = Callable[[ToolInvocation], Observable[ToolEvent]]
+"""The rest of the chain: call it with an invocation to run the call (or let inner interceptors see it)."""
+
+ToolInterceptor: TypeAlias = Callable[[ToolInvocation, RuntimeContext, ToolCallNext], Observable[ToolEvent]]
+"""A ``tool_call`` hook: ``(invocation, context, next) -> events``. Rewrite the arguments and call
+``next``, return :meth:`ToolInvocation.finished` to short-circuit, or pipe operators onto ``next(...)``.
+Only the first :class:`ToolCallFinished` it emits counts."""
+
+
+def result_of(call: ToolUseBlock, output: str, status: ToolResultStatus) -> ToolResultBlock:
+    """A result block for ``call`` holding ``output`` as text."""
+    return ToolResultBlock(
+        tool_use_id=call.id, name=call.name, output=(TextBlock(text=output),), status=status
+    )
+
+
+def _output_text(value: Any) -> tuple[str, ToolResultStatus]:
+    if isinstance(value, ToolResultBlock):
+        return value.text, value.status
+    if isinstance(value, str):
+        return value, "ok"
+    if value is None:
+        return "(no output)", "ok"
+    if isinstance(value, TextBlock):
+        return value.text, "ok"
+    if isinstance(value, BaseModel):
+        return value.model_dump_json(), "ok"
+    return pydantic_core.to_json(value, fallback=str).decode(), "ok"
+
+
+@dataclass(frozen=True, slots=True)
+class _Runnable:
+    index: int
+    invocation: ToolInvocation
+
+
+@dataclass(eq=False)
+class ToolExecutor:
+    """Runs batches of tool calls for agents (or for you, directly).
+
+    Attributes:
+        parallel: run consecutive concurrency-safe calls together.
+        max_concurrency: most calls running at once within a parallel stretch.
+        permissions: the gate every call passes.
+        interceptors: the ``tool_call`` chain, outermost first.
+        default_timeout: seconds for tools without their own ``timeout`` (``None``: no limit).
+        thread_pool: where sync tools run (``None``: the loop's default executor).
+
+    Example:
+        >>> executor = ToolExecutor(parallel=True, permissions=Permissions().ask("refund"))
+    """
+
+    parallel: bool = True
+    max_concurrency: int = 8
+    permissions: Permissions = field(default_factory=Permissions)
+    interceptors: Sequence[ToolInterceptor] = ()
+    default_timeout: float | None = None
+    thread_pool: Executor | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_concurrency < 1:
+            raise ValueError("max_concurrency must be at least 1")
+
+    def execute(
+        self, calls: Sequence[ToolUseBlock], view: ToolView, context: RuntimeContext | None = None
+    ) -> Observable[ToolEvent]:
+        """Run ``calls`` (see the module docstring); cold: each subscription runs the batch again.
+
+        Lifecycle:
+            complete: after :class:`ToolBatchFinished`. error: a :class:`ToolSystemError` (or a bug in an
+            interceptor) disposes the running calls and fails the stream. cancel: running async tools are
+            cancelled; sync tools finish in their threads with their results discarded.
+        """
+        runtime = context or RuntimeContext()
+        batch = tuple(calls)
+
+        def per_subscription(_: abc.SchedulerBase | None) -> Observable[ToolEvent]:
+            results: dict[int, ToolResultBlock] = {}
+            waiting: dict[int, ToolPermissionRequired | ToolCallSuspended] = {}
+            direct: list[bool] = []
+
+            def record(index: int) -> Callable[[ToolEvent], None]:
+                def on_event(event: ToolEvent) -> None:
+                    if isinstance(event, ToolCallFinished):
+                        results[index] = event.result
+                    elif isinstance(event, ToolPermissionRequired | ToolCallSuspended):
+                        waiting[index] = event
+
+                return on_event
+
+            stages: list[Observable[ToolEvent]] = []
+            parallel_group: list[Observable[ToolEvent]] = []
+
+            def flush() -> None:
+                if parallel_group:
+                    stages.append(self._together(list(parallel_group)))
+                    parallel_group.clear()
+
+            for index, call in enumerate(batch):
+                planned = self._plan(index, call, view, runtime)
+                if isinstance(planned, _Runnable):
+                    tool = planned.invocation.tool
+                    direct.append(tool.return_direct)
+                    stream = self._run(planned.invocation, runtime).pipe(ops.do_action(record(index)))
+                    if self.parallel and tool.concurrency_safe:
+                        parallel_group.append(stream)
+                        continue
+                    flush()
+                    stages.append(stream)
+                else:
+                    direct.append(False)
+                    parallel_group.append(reactivex.of(planned).pipe(ops.do_action(record(index))))
+            flush()
+
+            def finished() -> ToolBatchFinished:
+                ordered = tuple(results[i] for i in sorted(results))
+                all_direct = bool(direct) and all(direct) and not waiting
+                all_direct = all_direct and all(r.status == "ok" for r in ordered)
+                return ToolBatchFinished(ordered, tuple(waiting[i] for i in sorted(waiting)), all_direct)
+
+            return reactivex.concat(*stages, reactivex.defer(lambda _: reactivex.of(finished())))
+
+        return reactivex.defer(per_subscription)
+
+    def _together(self, streams: list[Observable[ToolEvent]]) -> Observable[ToolEvent]:
+        if len(streams) == 1:
+            return streams[0]
+        return reactivex.from_iterable(streams).pipe(ops.merge(max_concurrent=self.max_concurrency))
+
+    # ---- before anything runs ----------------------------------------------------------------------
+
+    def _plan(
+        self, index: int, call: ToolUseBlock, view: ToolView, runtime: RuntimeContext
+    ) -> _Runnable | ToolEvent:
+        def reject(text: str, status: ToolResultStatus = "error") -> ToolCallFinished:
+            return ToolCallFinished(call, result_of(call, text, status), 0.0)
+
+        limit = view.toolkit.max_argument_chars
+        if len(call.raw_arguments) > limit:
+            return reject(
+                f"Invalid arguments for tool '{call.name}': the argument text is {len(call.raw_arguments):,} "
+                f"characters, over the limit of {limit:,}. Send shorter arguments."
+            )
+        resolved = view.resolve(call.name)
+        if isinstance(resolved, Unavailable):
+            return reject(resolved.message)
+        try:
+            arguments = self._arguments_of(call)
+        except ToolArgumentError as error:
+            return reject(str(error))
+        tool = resolved.tool
+        decision = self.permissions.decide(tool, {**arguments, **resolved.presets}, runtime)
+        if decision.decision == "deny":
+            return reject(f"Permission denied for tool '{tool.name}': {decision.reason}", "denied")
+        if decision.decision == "ask":
+            return ToolPermissionRequired(call, decision)
+        if tool.external:
+            return ToolCallSuspended(call)
+        return _Runnable(index, ToolInvocation(call, tool, arguments, resolved.presets))
+
+    @staticmethod
+    def _arguments_of(call: ToolUseBlock) -> dict[str, Any]:
+        if call.state == "invalid":
+            detail = call.error or "the arguments could not be read"
+            raise ToolArgumentError(call.name, [ArgumentProblem("(arguments)", "json", detail)])
+        if call.input is not None:
+            return dict(call.input)
+        return parse_arguments(call.name, call.raw_arguments)
+
+    # ---- the chain -----------------------------------------------------------------------------------
+
+    def _run(self, invocation: ToolInvocation, runtime: RuntimeContext) -> Observable[ToolEvent]:
+        checked = invocation.arguments
+
+        def innermost(current: ToolInvocation) -> Observable[ToolEvent]:
+            return self._invoke(current, runtime, checked)
+
+        chain: ToolCallNext = innermost
+        for interceptor in reversed(self.interceptors):
+            chain = functools.partial(_call_interceptor, interceptor, runtime, chain)
+
+        def guarded(_: abc.SchedulerBase | None) -> Observable[ToolEvent]:
+            # Exactly one result per call: the first one an interceptor emits ends the call, and a chain
+            # that completes without one gets an error result instead of leaving the call unanswered.
+            answered = False
+
+            def mark(event: ToolEvent) -> None:
+                nonlocal answered
+                answered = answered or isinstance(event, ToolCallFinished)
+
+            def missing_result(_: abc.SchedulerBase | None) -> Observable[ToolEvent]:
+                if answered:
+                    return reactivex.empty()
+                text = "the tool_call interceptor chain ended without a result for this call"
+                return invocation.finished(text, "error")
+
+            return chain(invocation).pipe(
+                ops.take_while(lambda event: not isinstance(event, ToolCallFinished), inclusive=True),
+                ops.do_action(mark),
+                ops.concat(reactivex.defer(missing_result)),
+            )
+
+        return reactivex.defer(guarded)
+
+    def _invoke(
+        self, invocation: ToolInvocation, runtime: RuntimeContext, checked: Mapping[str, Any]
+    ) -> Observable[ToolEvent]:
+        call, tool = invocation.call, invocation.tool
+
+        def finished(
+            text: str, status: ToolResultStatus, started: float, value: Any = None
+        ) -> ToolCallFinished:
+            return ToolCallFinished(call, result_of(call, text, status), time.perf_counter() - started, value)
+
+        if invocation.arguments is not checked:
+            final = {**invocation.arguments, **invocation.presets}
+            decision = self.permissions.decide(tool, final, runtime)
+            if decision.decision != "allow":
+                text = (
+                    f"Permission {decision.decision} for tool '{tool.name}' after its arguments were "
+                    f"rewritten: {decision.reason}"
+                )
+                return reactivex.of(finished(text, "denied", time.perf_counter()))
+        try:
+            values = tool.prepare(invocation.arguments, invocation.presets)
+        except ToolArgumentError as error:
+            return reactivex.of(finished(str(error), "error", time.perf_counter()))
+        timeout = tool.timeout if tool.timeout is not None else self.default_timeout
+        pool = self.thread_pool
+
+        def subscribe(
+            observer: abc.ObserverBase[ToolEvent], scheduler: abc.SchedulerBase | None = None
+        ) -> abc.DisposableBase:
+            loop = running_loop("a tool call")
+            done = False
+
+            def emit_progress(update: ProgressUpdate) -> None:
+                if not done:
+                    observer.on_next(ToolCallProgress(call, update))
+
+            tool_context = ToolContext(call.id, tool.name, runtime, emit_progress)
+            observer.on_next(ToolCallStarted(call, values))
+            started = time.perf_counter()
+
+            async def body() -> None:
+                nonlocal done
+                try:
+                    async with asyncio.timeout(timeout) as deadline:
+                        try:
+                            if tool.is_async:
+                                value = await tool.invoke(values, tool_context)
+                            else:
+                                work = functools.partial(tool.invoke, values, tool_context)
+                                value = await loop.run_in_executor(pool, work)
+                        except TimeoutError:
+                            if deadline.expired():
+                                raise
+                            raise _ToolRaisedTimeout() from None
+                except ToolSystemError as error:
+                    done = True
+                    observer.on_error(error)
+                    return
+                except TimeoutError:
+                    tool_context.cancel()
+                    event = finished(f"Tool '{tool.name}' timed out after {timeout:g} s.", "error", started)
+                except _ToolRaisedTimeout:
+                    event = finished(f"Error: tool '{tool.name}' raised TimeoutError", "error", started)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as error:
+                    event = finished(f"Error: {type(error).__name__}: {error}", "error", started)
+                else:
+                    try:
+                        text, status = _output_text(value)
+                    except Exception as error:  # a result that cannot be turned into text is the tool's error
+                        text, status = f"Error: the tool's result could not be encoded: {error}", "error"
+                    event = finished(text, status, started, value)
+                done = True
+                observer.on_next(event)
+                observer.on_completed()
+
+            task = loop.create_task(body())
+
+            def dispose() -> None:
+                nonlocal done
+                done = True
+                tool_context.cancel()
+                task.cancel()
+
+            return Disposable(dispose)
+
+        return Observable(subscribe)
+
+
+class _ToolRaisedTimeout(Exception):
+    """The tool itself raised TimeoutError (not our deadline): an ordinary tool error."""
+
+
+def _call_interceptor(
+    interceptor: ToolInterceptor, runtime: RuntimeContext, inner: ToolCallNext, invocation: ToolInvocation
+) -> Observable[ToolEvent]:
+    return interceptor(invocation, runtime, inner)

@@ -1,0 +1,349 @@
+"""The toolkit (every registered tool) and the per-run view of it (what one run may see and call).
+
+The registry is copy-on-write: every change replaces an immutable snapshot, so registering, removing,
+enabling or disabling tools while runs are in flight never breaks them; a run resolves a tool against the
+current snapshot each time it prepares a request or executes a call, so a tool disabled mid-run is
+refused from the next call on.
+
+Group activation and per-run presets live on the :class:`ToolView`, never on the shared toolkit: one
+session activating a group changes no other session's view.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any, Literal
+
+from rxagent.model.types import ToolSchema
+from rxagent.tools._tool import FunctionTool, Tool, tool
+
+__all__ = ["ResolvedTool", "ToolGroup", "ToolView", "Toolkit", "Unavailable"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolGroup:
+    """A named set of tools that is switched on or off per run (tools join it with ``@tool(groups=...)``)."""
+
+    name: str
+    description: str = ""
+    active_by_default: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    tool: Tool
+    preset: Mapping[str, Any]
+    enabled: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedTool:
+    """A tool as one run sees it: the tool and the presets (registration's and the run's) it gets."""
+
+    tool: Tool
+    presets: Mapping[str, Any]
+
+    @property
+    def hidden(self) -> frozenset[str]:
+        """The preset parameter names (absent from the model-visible schema)."""
+        return frozenset(self.presets)
+
+
+@dataclass(frozen=True, slots=True)
+class Unavailable:
+    """Why a tool name cannot be called in this run."""
+
+    name: str
+    why: Literal["unknown", "disabled", "group_inactive"]
+    available: tuple[str, ...]
+
+    @property
+    def message(self) -> str:
+        """Text for the model: what was wrong and which tools it can call instead."""
+        reasons = {
+            "unknown": "there is no such tool",
+            "disabled": "it is currently disabled",
+            "group_inactive": "its tool group is not active",
+        }
+        options = ", ".join(self.available) or "none"
+        return f"Tool '{self.name}' cannot be called: {reasons[self.why]}. Available tools: {options}."
+
+
+class Toolkit:
+    """Every tool an application offers, with their registration-time presets, and the tool groups.
+
+    Example:
+        >>> kit = Toolkit()
+        >>> @tool
+        ... def now() -> str:
+        ...     '''The current time.'''
+        ...     return "12:00"
+        >>> _ = kit.register(now)
+        >>> [s.name for s in kit.view().schemas()]
+        ['now']
+    """
+
+    def __init__(
+        self, tools: Iterable[Tool | Callable[..., Any]] = (), *, max_argument_chars: int = 1_000_000
+    ) -> None:
+        self._entries: Mapping[str, _Entry] = MappingProxyType({})
+        self._groups: Mapping[str, ToolGroup] = MappingProxyType({})
+        self.max_argument_chars = max_argument_chars
+        """Argument text longer than this is refused before parsing (a model stuck in a loop can write
+        megabytes); the call gets an error result."""
+        self._closers: list[Callable[[], Any]] = []
+        for item in tools:
+            self.register(item)
+
+    # ---- registration --------------------------------------------------------------------------------
+
+    def register(
+        self,
+        item: Tool | Callable[..., Any] | object,
+        *,
+        preset: Mapping[str, Any] | None = None,
+        name: str | None = None,
+        enabled: bool = True,
+    ) -> Tool:
+        """Register a tool, a plain function (made a tool), or every ``@tool`` method of an object.
+
+        Args:
+            item: a :class:`Tool`, a function, or an object whose class has ``@tool`` methods.
+            preset: parameter values bound now, hidden from the model, injected at execution.
+            name: register under another name.
+            enabled: whether it starts enabled.
+
+        Returns:
+            The registered tool (for an object, the last of its tools).
+
+        Raises:
+            ValueError: the name is taken, a preset names no parameter, or an object has no tools.
+            TypeError: a method tool taken from the class instead of an instance.
+        """
+        if not isinstance(item, Tool):
+            if not (inspect.isfunction(item) or inspect.ismethod(item)):
+                return self._register_object(item, preset=preset, enabled=enabled)
+            item = tool(item)
+        if isinstance(item, FunctionTool) and not item.is_bound:
+            raise TypeError(f"tool {item.name!r} is a method: register it from an instance (obj.{item.name})")
+        if name is not None and name != item.name:
+            item = _renamed(item, name)
+        preset = dict(preset or {})
+        unknown = set(preset) - item.parameter_names
+        if unknown:
+            raise ValueError(f"preset for tool {item.name!r} names no parameter of it: {sorted(unknown)}")
+        item.schema(
+            frozenset(preset)
+        )  # build the schema now: a type with no JSON schema fails here, not mid-run
+        if item.name in self._entries:
+            raise ValueError(f"a tool named {item.name!r} is already registered")
+        self._entries = MappingProxyType(
+            {**self._entries, item.name: _Entry(item, MappingProxyType(preset), enabled)}
+        )
+        return item
+
+    def _register_object(self, obj: object, *, preset: Mapping[str, Any] | None, enabled: bool) -> Tool:
+        methods = _tool_methods(obj)
+        if not methods:
+            raise ValueError(f"{obj!r} is not a tool, a function, or an object with @tool methods")
+        registered: Tool | None = None
+        for method in methods:
+            own = {k: v for k, v in (preset or {}).items() if k in method.parameter_names}
+            registered = self.register(method, preset=own, enabled=enabled)
+        assert registered is not None
+        return registered
+
+    def unregister(self, name: str) -> None:
+        """Remove a tool; runs in flight get an error result if they call it afterwards."""
+        if name not in self._entries:
+            raise KeyError(f"no tool named {name!r}")
+        self._entries = MappingProxyType({k: v for k, v in self._entries.items() if k != name})
+
+    def enable(self, name: str) -> None:
+        """Make a disabled tool callable again."""
+        self._set_enabled(name, True)
+
+    def disable(self, name: str) -> None:
+        """Hide a tool from every run and refuse calls of it, until enabled again."""
+        self._set_enabled(name, False)
+
+    def _set_enabled(self, name: str, enabled: bool) -> None:
+        entry = self._entries.get(name)
+        if entry is None:
+            raise KeyError(f"no tool named {name!r}")
+        self._entries = MappingProxyType({**self._entries, name: replace(entry, enabled=enabled)})
+
+    def create_group(self, name: str, description: str = "", *, active_by_default: bool = False) -> ToolGroup:
+        """Declare a tool group (tools join it with ``@tool(groups=[name])``)."""
+        group = ToolGroup(name, description, active_by_default)
+        self._groups = MappingProxyType({**self._groups, name: group})
+        return group
+
+    def add_closer(self, close: Callable[[], Any]) -> None:
+        """Run ``close()`` (sync or async) when the toolkit closes (MCP sessions use this)."""
+        self._closers.append(close)
+
+    async def aclose(self) -> None:
+        """Close what registered sources hold (MCP sessions), newest first."""
+        while self._closers:
+            result = self._closers.pop()()
+            if inspect.isawaitable(result):
+                await result
+
+    async def __aenter__(self) -> Toolkit:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.aclose()
+
+    # ---- reading ---------------------------------------------------------------------------------------
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Names of all registered tools, enabled or not."""
+        return tuple(self._entries)
+
+    @property
+    def groups(self) -> Mapping[str, ToolGroup]:
+        """The declared tool groups."""
+        return self._groups
+
+    def get(self, name: str) -> Tool | None:
+        """The registered tool of that name, if any."""
+        entry = self._entries.get(name)
+        return entry.tool if entry is not None else None
+
+    def view(
+        self,
+        *,
+        allow: Iterable[str] | None = None,
+        active_groups: Iterable[str] | None = None,
+        presets: Mapping[str, Mapping[str, Any]] | None = None,
+        shared_presets: Mapping[str, Any] | None = None,
+    ) -> ToolView:
+        """A per-run view of this toolkit.
+
+        Args:
+            allow: the only tool names this run may see and call (``None``: all).
+            active_groups: groups active at the start (``None``: those active by default).
+            presets: per-tool preset values for this run (``{"search": {"tenant": "acme"}}``); they win
+                over registration presets and over anything the model sends.
+            shared_presets: values preset for every tool that has a parameter of that name
+                (``{"user_id": ctx.user_id}``).
+        """
+        if active_groups is None:
+            active_groups = [g.name for g in self._groups.values() if g.active_by_default]
+        return ToolView(
+            self,
+            allow=frozenset(allow) if allow is not None else None,
+            active_groups=set(active_groups),
+            presets={k: dict(v) for k, v in (presets or {}).items()},
+            shared_presets=dict(shared_presets or {}),
+        )
+
+    def _snapshot(self) -> Mapping[str, _Entry]:
+        return self._entries
+
+
+def _tool_methods(obj: object) -> list[Tool]:
+    found: list[Tool] = []
+    for attribute in dir(type(obj)):
+        if isinstance(inspect.getattr_static(type(obj), attribute, None), Tool):
+            bound = getattr(obj, attribute)
+            if isinstance(bound, Tool):
+                found.append(bound)
+    return found
+
+
+def _renamed(item: Tool, name: str) -> Tool:
+    if isinstance(item, FunctionTool):
+        return FunctionTool(
+            item.function,
+            name=name,
+            description=item.description,
+            concurrency_safe=item.concurrency_safe,
+            return_direct=item.return_direct,
+            timeout=item.timeout,
+            groups=item.groups,
+            external=item.external,
+            permission=item.permission,
+            _spec=item._spec,
+            _bound_to=item._bound_to,
+        )
+    raise TypeError(f"cannot rename a {type(item).__name__}; give it the name when creating it")
+
+
+@dataclass(eq=False)
+class ToolView:
+    """What one run sees of a toolkit: an allow-list, its own active groups, and its presets.
+
+    Create with :meth:`Toolkit.view`. Group activation here changes this view only.
+    """
+
+    toolkit: Toolkit
+    allow: frozenset[str] | None
+    active_groups: set[str]
+    presets: dict[str, dict[str, Any]] = field(default_factory=lambda: {})
+    shared_presets: dict[str, Any] = field(default_factory=lambda: {})
+
+    def activate_group(self, name: str) -> None:
+        """Make the group's tools visible in this view."""
+        if name not in self.toolkit.groups:
+            raise KeyError(f"no tool group named {name!r}")
+        self.active_groups.add(name)
+
+    def deactivate_group(self, name: str) -> None:
+        """Hide the group's tools in this view (tools also in another active group stay visible)."""
+        self.active_groups.discard(name)
+
+    def _why_unavailable(
+        self, entry: _Entry | None, name: str
+    ) -> Literal["unknown", "disabled", "group_inactive"] | None:
+        # A tool outside the allow-list is "unknown": a run must not learn what it cannot see.
+        if entry is None or (self.allow is not None and name not in self.allow):
+            return "unknown"
+        if not entry.enabled:
+            return "disabled"
+        if entry.tool.groups and not entry.tool.groups & self.active_groups:
+            return "group_inactive"
+        return None
+
+    def _resolved(self, entry: _Entry) -> ResolvedTool:
+        tool_ = entry.tool
+        presets: dict[str, Any] = dict(entry.preset)
+        if self.shared_presets:
+            presets.update((k, v) for k, v in self.shared_presets.items() if k in tool_.parameter_names)
+        run_presets = self.presets.get(tool_.name)
+        if run_presets:
+            unknown = set(run_presets) - tool_.parameter_names
+            if unknown:
+                raise ValueError(
+                    f"run preset for tool {tool_.name!r} names no parameter of it: {sorted(unknown)}"
+                )
+            presets.update(run_presets)
+        return ResolvedTool(tool_, MappingProxyType(presets))
+
+    def tools(self) -> tuple[ResolvedTool, ...]:
+        """The tools this run may call now, with their presets."""
+        return tuple(
+            self._resolved(entry)
+            for name, entry in self.toolkit._snapshot().items()
+            if self._why_unavailable(entry, name) is None
+        )
+
+    def schemas(self) -> tuple[ToolSchema, ...]:
+        """The schemas to send to the model now (presets removed)."""
+        return tuple(resolved.tool.schema(resolved.hidden) for resolved in self.tools())
+
+    def resolve(self, name: str) -> ResolvedTool | Unavailable:
+        """The tool a call names, or why this run cannot call it."""
+        snapshot = self.toolkit._snapshot()
+        entry = snapshot.get(name)
+        why = self._why_unavailable(entry, name)
+        if why is None and entry is not None:
+            return self._resolved(entry)
+        available = tuple(r.tool.name for r in self.tools())
+        return Unavailable(name, why or "unknown", available)
