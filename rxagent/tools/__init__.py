@@ -26,7 +26,13 @@ from rxagent.tools.events import (
     ToolPermissionRequired,
 )
 from rxagent.tools.executor import ToolCallNext, ToolExecutor, ToolInterceptor, ToolInvocation, result_of
-from rxagent.tools.permissions import Decision, PermissionDecision, PermissionMode, PermissionRule, Permissions
+from rxagent.tools.permissions import (
+    Decision,
+    PermissionDecision,
+    PermissionMode,
+    PermissionRule,
+    Permissions,
+)
 from rxagent.tools.toolkit import ResolvedTool, ToolGroup, Toolkit, ToolView, Unavailable
 
 __all__ = [

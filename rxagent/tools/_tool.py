@@ -236,7 +236,7 @@ class FunctionTool(Tool):
     ) -> None:
         spec = _spec or _FunctionSpec(function)
         super().__init__(
-            name=name or function.__name__,
+            name=name if name is not None else function.__name__,
             description=description if description is not None else spec.description,
             concurrency_safe=concurrency_safe,
             return_direct=return_direct,
@@ -323,7 +323,7 @@ class _FunctionSpec:
         if inspect.isclass(function):
             raise TypeError("@tool decorates functions and methods, not classes")
         signature = inspect.signature(function)
-        hints = typing.get_type_hints(function, include_extras=True)
+        hints = _parameter_hints(function, signature)
         doc = docstring_parser.parse(inspect.getdoc(function) or "")
         described = {p.arg_name: p.description for p in doc.params if p.description}
         parameters: list[Parameter] = []
@@ -366,6 +366,31 @@ class _FunctionSpec:
     def aliases(self, hidden: frozenset[str]) -> dict[str, str]:
         self.model(hidden)
         return self._aliases[hidden]
+
+
+def _parameter_hints(function: Callable[..., Any], signature: inspect.Signature) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(function, include_extras=True)
+    except NameError:
+        pass
+    # Only the parameters matter (a return annotation that cannot be resolved is no reason to fail), and
+    # names the function closes over may resolve what its module cannot.
+    namespace = {**function.__globals__, **inspect.getclosurevars(function).nonlocals}
+    hints: dict[str, Any] = {}
+    for name, parameter in signature.parameters.items():
+        annotation: Any = parameter.annotation
+        if isinstance(annotation, str):
+            try:
+                annotation = eval(annotation, namespace)
+            except NameError as error:
+                raise TypeError(
+                    f"tool {function.__name__!r}: cannot resolve its annotations ({error}); with "
+                    "`from __future__ import annotations`, types used in a tool's signature must be "
+                    "importable from the function's module, not defined inside another function"
+                ) from None
+        if annotation is not inspect.Parameter.empty:
+            hints[name] = annotation
+    return hints
 
 
 class SchemaTool(Tool):

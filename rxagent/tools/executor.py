@@ -257,6 +257,8 @@ class ToolExecutor:
 
     def _run(self, invocation: ToolInvocation, runtime: RuntimeContext) -> Observable[ToolEvent]:
         checked = invocation.arguments
+        if not self.interceptors:
+            return reactivex.defer(lambda _: self._invoke(invocation, runtime, checked))
 
         def innermost(current: ToolInvocation) -> Observable[ToolEvent]:
             return self._invoke(current, runtime, checked)

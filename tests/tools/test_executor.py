@@ -1,0 +1,661 @@
+"""The executor: ordering, parallel stretches, barriers, timeouts, failures, interceptors, the gate."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import pytest
+import reactivex
+from pydantic import BaseModel
+from reactivex import Observable
+from reactivex import operators as ops
+
+from rxagent.context import RuntimeContext
+from rxagent.messages import ToolResultBlock, ToolUseBlock
+from rxagent.tools import (
+    Permissions,
+    SchemaTool,
+    ToolBatchFinished,
+    ToolCallFinished,
+    ToolCallNext,
+    ToolCallProgress,
+    ToolCallStarted,
+    ToolCallSuspended,
+    ToolContext,
+    ToolEvent,
+    ToolExecutor,
+    ToolInvocation,
+    Toolkit,
+    ToolPermissionRequired,
+    ToolSystemError,
+    tool,
+)
+
+
+def call(
+    name: str, arguments: dict[str, Any] | None = None, *, id: str | None = None, raw: str | None = None
+) -> ToolUseBlock:
+    arguments = arguments or {}
+    text = raw if raw is not None else json.dumps(arguments)
+    return ToolUseBlock(
+        id=id or f"{name}_{len(text)}",
+        name=name,
+        input=arguments if raw is None else None,
+        raw_arguments=text,
+    )
+
+
+async def run(
+    calls: Sequence[ToolUseBlock], toolkit: Toolkit, executor: ToolExecutor | None = None, **view: Any
+) -> list[ToolEvent]:
+    events: list[ToolEvent] = (
+        await (executor or ToolExecutor()).execute(calls, toolkit.view(**view)).pipe(ops.to_list())
+    )
+    return events
+
+
+def batch(events: list[ToolEvent]) -> ToolBatchFinished:
+    last = events[-1]
+    assert isinstance(last, ToolBatchFinished)
+    return last
+
+
+def texts(events: list[ToolEvent]) -> list[str]:
+    return [r.text for r in batch(events).results]
+
+
+class Barrier:
+    """Lets n async tools proceed only once all n have started: proves they run at the same time."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.arrived, self.all_in = n, 0, asyncio.Event()
+
+    async def wait(self) -> None:
+        self.arrived += 1
+        if self.arrived == self.n:
+            self.all_in.set()
+        await asyncio.wait_for(self.all_in.wait(), 2)
+
+
+def safe_and_unsafe(log: list[str], barrier: Barrier | None = None) -> Toolkit:
+    @tool(concurrency_safe=True)
+    async def fetch(key: str, delay: float = 0.0) -> str:
+        """Fetch."""
+        log.append(f"start {key}")
+        if barrier is not None:
+            await barrier.wait()
+        await asyncio.sleep(delay)
+        log.append(f"end {key}")
+        return f"value of {key}"
+
+    @tool
+    async def write(key: str) -> str:
+        """Write (not concurrency-safe)."""
+        log.append(f"start write {key}")
+        await asyncio.sleep(0)
+        log.append(f"end write {key}")
+        return f"wrote {key}"
+
+    return Toolkit([fetch, write])
+
+
+async def test_concurrency_safe_calls_run_together_and_results_keep_call_order() -> None:
+    log: list[str] = []
+    toolkit = safe_and_unsafe(log, Barrier(3))
+    calls = [call("fetch", {"key": k, "delay": d}, id=k) for k, d in [("a", 0.03), ("b", 0.0), ("c", 0.01)]]
+    events = await run(calls, toolkit)
+    assert log[:3] == ["start a", "start b", "start c"]
+    finished = [e.call.id for e in events if isinstance(e, ToolCallFinished)]
+    assert finished == ["b", "c", "a"]  # as they happen
+    assert texts(events) == ["value of a", "value of b", "value of c"]  # in call order
+
+
+async def test_an_unsafe_call_is_a_barrier() -> None:
+    log: list[str] = []
+    toolkit = safe_and_unsafe(log, None)
+    calls = [
+        call("fetch", {"key": "a", "delay": 0.01}, id="1"),
+        call("fetch", {"key": "b"}, id="2"),
+        call("write", {"key": "w"}, id="3"),
+        call("fetch", {"key": "c"}, id="4"),
+    ]
+    events = await run(calls, toolkit)
+    assert log == ["start a", "start b", "end b", "end a", "start write w", "end write w", "start c", "end c"]
+    assert texts(events) == ["value of a", "value of b", "wrote w", "value of c"]
+
+
+async def test_sequential_when_parallel_is_off() -> None:
+    log: list[str] = []
+    toolkit = safe_and_unsafe(log, None)
+    calls = [call("fetch", {"key": "a", "delay": 0.01}, id="1"), call("fetch", {"key": "b"}, id="2")]
+    await run(calls, toolkit, ToolExecutor(parallel=False))
+    assert log == ["start a", "end a", "start b", "end b"]
+
+
+async def test_max_concurrency_caps_a_parallel_stretch() -> None:
+    running = peak = 0
+
+    @tool(concurrency_safe=True)
+    async def job(n: int) -> int:
+        """A job."""
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(0.005)
+        running -= 1
+        return n
+
+    events = await run(
+        [call("job", {"n": i}, id=str(i)) for i in range(6)], Toolkit([job]), ToolExecutor(max_concurrency=2)
+    )
+    assert peak == 2
+    assert texts(events) == [str(i) for i in range(6)]
+
+
+async def test_sync_tools_run_in_threads_without_blocking_the_loop() -> None:
+    started = threading.Event()
+    release = threading.Event()
+
+    @tool
+    def blocking(ctx: ToolContext) -> str:
+        """Blocks its thread until the loop releases it."""
+        started.set()
+        ctx.progress("waiting for the loop", fraction=0.5)
+        assert release.wait(5), "the loop was blocked"
+        return threading.current_thread().name
+
+    async def releaser() -> None:
+        await asyncio.get_running_loop().run_in_executor(None, started.wait, 5)
+        release.set()
+
+    helper = asyncio.ensure_future(releaser())
+    events = await run([call("blocking", id="b")], Toolkit([blocking]))
+    await helper
+    assert texts(events)[0] != threading.current_thread().name
+    progress = [e for e in events if isinstance(e, ToolCallProgress)]
+    assert [(p.update.message, p.update.fraction) for p in progress] == [("waiting for the loop", 0.5)]
+
+
+async def test_progress_comes_between_start_and_finish_and_is_never_a_result() -> None:
+    @tool
+    async def steps(ctx: ToolContext) -> str:
+        """Three steps."""
+        for i in range(3):
+            ctx.progress(f"step {i}", fraction=(i + 1) / 3, data={"i": i})
+            await asyncio.sleep(0)
+        return "done"
+
+    events = await run([call("steps", id="s")], Toolkit([steps]))
+    kinds = [type(e).__name__ for e in events]
+    assert kinds == ["ToolCallStarted"] + ["ToolCallProgress"] * 3 + ["ToolCallFinished", "ToolBatchFinished"]
+    assert texts(events) == ["done"]
+
+
+async def test_timeouts_become_error_results_and_mark_the_context_cancelled() -> None:
+    contexts: list[ToolContext] = []
+
+    @tool(timeout=0.05)
+    async def hang(ctx: ToolContext) -> str:
+        """Never returns."""
+        contexts.append(ctx)
+        await asyncio.Event().wait()
+        return "unreachable"
+
+    @tool
+    async def own_timeout() -> str:
+        """Raises TimeoutError itself (its own deadline, not ours)."""
+        raise TimeoutError("upstream took too long")
+
+    events = await run([call("hang", id="h"), call("own_timeout", id="o")], Toolkit([hang, own_timeout]))
+    results = batch(events).results
+    assert results[0].status == "error"
+    assert results[0].text == "Tool 'hang' timed out after 0.05 s."
+    assert contexts[0].cancelled
+    assert results[1].text == "Error: tool 'own_timeout' raised TimeoutError"
+
+
+async def test_default_timeout_applies_to_tools_without_their_own() -> None:
+    @tool
+    async def hang() -> str:
+        """Never returns."""
+        await asyncio.Event().wait()
+        return "unreachable"
+
+    events = await run([call("hang", id="h")], Toolkit([hang]), ToolExecutor(default_timeout=0.02))
+    assert texts(events) == ["Tool 'hang' timed out after 0.02 s."]
+
+
+async def test_ordinary_exceptions_become_error_results_the_model_can_read() -> None:
+    @tool
+    def divide(a: float, b: float) -> float:
+        """Divide."""
+        return a / b
+
+    events = await run(
+        [call("divide", {"a": 1, "b": 0}, id="d"), call("divide", {"a": 1, "b": 4}, id="e")],
+        Toolkit([divide]),
+    )
+    results = batch(events).results
+    assert (results[0].status, results[0].text) == (
+        "error",
+        "Error: ZeroDivisionError: float division by zero",
+    )
+    assert (results[1].status, results[1].text) == ("ok", "0.25")
+
+
+async def test_tool_system_error_fails_the_batch_and_cancels_running_siblings() -> None:
+    cancelled = asyncio.Event()
+
+    @tool(concurrency_safe=True)
+    async def database() -> str:
+        """The database is down."""
+        await asyncio.sleep(0.01)
+        raise ToolSystemError("database unreachable")
+
+    @tool(concurrency_safe=True)
+    async def long_job() -> str:
+        """Runs long."""
+        try:
+            await asyncio.Event().wait()
+        finally:
+            cancelled.set()
+        return "unreachable"
+
+    with pytest.raises(ToolSystemError, match="database unreachable"):
+        await run([call("long_job", id="l"), call("database", id="d")], Toolkit([database, long_job]))
+    await asyncio.wait_for(cancelled.wait(), 1)
+
+
+async def test_dispose_cancels_running_async_tools_and_emits_nothing_more() -> None:
+    started, cleaned = asyncio.Event(), asyncio.Event()
+
+    @tool
+    async def forever() -> str:
+        """Runs until cancelled."""
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            cleaned.set()
+        return "unreachable"
+
+    seen: list[ToolEvent] = []
+    subscription = (
+        ToolExecutor().execute([call("forever", id="f")], Toolkit([forever]).view()).subscribe(seen.append)
+    )
+    await asyncio.wait_for(started.wait(), 1)
+    subscription.dispose()
+    await asyncio.wait_for(cleaned.wait(), 1)
+    await asyncio.sleep(0)
+    assert [type(e) for e in seen] == [ToolCallStarted]
+
+
+async def test_dispose_while_a_sync_tool_runs_discards_its_result_and_flags_cancellation() -> None:
+    entered, finished = threading.Event(), threading.Event()
+    saw_cancel: list[bool] = []
+
+    @tool
+    def cooperative(ctx: ToolContext) -> str:
+        """Checks for cancellation."""
+        entered.set()
+        while not ctx.cancelled:
+            threading.Event().wait(0.001)
+        saw_cancel.append(True)
+        finished.set()
+        return "discarded"
+
+    seen: list[ToolEvent] = []
+    subscription = (
+        ToolExecutor()
+        .execute([call("cooperative", id="c")], Toolkit([cooperative]).view())
+        .subscribe(seen.append)
+    )
+    await asyncio.get_running_loop().run_in_executor(None, entered.wait, 5)
+    subscription.dispose()
+    await asyncio.get_running_loop().run_in_executor(None, finished.wait, 5)
+    await asyncio.sleep(0.01)
+    assert saw_cancel == [True]
+    assert [type(e) for e in seen] == [ToolCallStarted]
+
+
+async def test_the_batch_is_cold() -> None:
+    count = 0
+
+    @tool
+    def tick() -> int:
+        """Count."""
+        nonlocal count
+        count += 1
+        return count
+
+    batch_stream = ToolExecutor().execute([call("tick", id="t")], Toolkit([tick]).view())
+    first: list[ToolEvent] = await batch_stream.pipe(ops.to_list())
+    second: list[ToolEvent] = await batch_stream.pipe(ops.to_list())
+    assert (texts(first), texts(second)) == (["1"], ["2"])
+
+
+# ---- bad inputs --------------------------------------------------------------------------------------
+
+
+class Line(BaseModel):
+    sku: str
+    qty: int
+
+
+@tool
+def order(lines: list[Line], express: bool = False, count: int = 1, mode: str = "air") -> str:
+    """Order lines.
+
+    Args:
+        lines: order lines.
+        express: ship fast.
+        count: how many times.
+        mode: shipping mode.
+    """
+    assert all(isinstance(line, Line) for line in lines)
+    return f"{[(line.sku, line.qty) for line in lines]} express={express} count={count}"
+
+
+async def test_bad_inputs_each_get_one_error_result_and_never_run() -> None:
+    ran: list[str] = []
+
+    @tool
+    def shade(colour: Literal["red", "blue"], size: int) -> str:
+        """Shade."""
+        ran.append(colour)
+        return colour
+
+    toolkit = Toolkit([shade, order], max_argument_chars=500_000)
+    bad = [
+        call("shade", {}, id="empty"),
+        call("shade", {"colour": "red", "size": ""}, id="empty_int"),
+        call("shade", {"colour": "green", "size": 1}, id="enum"),
+        call("shade", {"colour": "red", "size": 1, "extra": True}, id="extra"),
+        call("shade", raw='{"colour": "red", "si', id="truncated"),
+        call("shade", raw="[1, 2, 3]", id="array"),
+        call("shade", raw='"just text"', id="string"),
+        call("shade", {"colour": "red" * 200_000, "size": 1}, id="huge"),
+        call("paint", {"colour": "red"}, id="unknown"),
+        ToolUseBlock(
+            id="invalid", name="shade", raw_arguments='{"a', state="invalid", error="not valid JSON"
+        ),
+    ]
+    events = await run(bad, toolkit)
+    results = {r.tool_use_id: r for r in batch(events).results}
+    assert ran == []
+    assert len(results) == len(bad)
+    assert all(r.status == "error" for r in results.values())
+    assert "colour: is required but missing" in results["empty"].text
+    assert "size: None is not of type 'integer'" in results["empty_int"].text
+    assert "'green' is not one of ['red', 'blue']" in results["enum"].text
+    assert "'extra' was unexpected" in results["extra"].text
+    assert "not valid JSON" in results["truncated"].text
+    assert "must be a JSON object, got list" in results["array"].text
+    assert "must be a JSON object, got str" in results["string"].text
+    assert "over the limit of 500,000" in results["huge"].text
+    assert "cannot be called: there is no such tool" in results["unknown"].text
+    assert "not valid JSON" in results["invalid"].text
+
+
+async def test_messy_but_recoverable_inputs_are_coerced_and_converted() -> None:
+    events = await run(
+        [
+            call(
+                "order",
+                {
+                    "lines": [{"sku": "a", "qty": "2"}, {"sku": "b", "qty": 1}],
+                    "express": "false",
+                    "count": "3",
+                },
+                id="o",
+            )
+        ],
+        Toolkit([order]),
+    )
+    assert texts(events) == ["[('a', 2), ('b', 1)] express=False count=3"]
+
+
+async def test_a_one_megabyte_string_is_accepted_when_the_limit_allows_it() -> None:
+    @tool
+    def size_of(text: str) -> int:
+        """Length."""
+        return len(text)
+
+    big = "x" * 1_000_000
+    assert texts(
+        await run([call("size_of", {"text": big}, id="s")], Toolkit([size_of], max_argument_chars=2_000_000))
+    ) == ["1000000"]
+    refused = await run([call("size_of", {"text": big}, id="s")], Toolkit([size_of]))
+    assert "over the limit of 1,000,000" in texts(refused)[0]
+
+
+async def test_presets_always_win_over_the_model() -> None:
+    seen: list[str] = []
+
+    @tool
+    def whoami(tenant: str, question: str) -> str:
+        """Answer for a tenant."""
+        seen.append(tenant)
+        return tenant
+
+    toolkit = Toolkit()
+    toolkit.register(whoami, preset={"tenant": "acme"})
+    events = await run([call("whoami", {"tenant": "evil", "question": "q"}, id="w")], toolkit)
+    assert texts(events) == ["acme"]
+    events = await run(
+        [call("whoami", {"question": "q"}, id="w")], toolkit, presets={"whoami": {"tenant": "globex"}}
+    )
+    assert texts(events) == ["globex"]
+    assert seen == ["acme", "globex"]
+
+
+async def test_hidden_and_inactive_group_tools_are_not_executed() -> None:
+    ran: list[str] = []
+
+    @tool(groups=["admin"])
+    def wipe() -> str:
+        """Wipe everything."""
+        ran.append("wipe")
+        return "wiped"
+
+    @tool
+    def secret() -> str:
+        """Outside the allow-list."""
+        ran.append("secret")
+        return "secret"
+
+    toolkit = Toolkit([wipe, secret])
+    toolkit.create_group("admin")
+    events = await run([call("wipe", id="w"), call("secret", id="s")], toolkit, allow=["wipe"])
+    results = batch(events).results
+    assert ran == []
+    assert "its tool group is not active" in results[0].text
+    assert "there is no such tool" in results[1].text
+
+
+# ---- the gate ---------------------------------------------------------------------------------------
+
+
+async def test_every_tool_passes_the_gate_schema_tools_included() -> None:
+    ran: list[str] = []
+
+    def body(arguments: dict[str, Any], _: ToolContext) -> str:
+        ran.append(arguments["path"])
+        return "deleted"
+
+    rm = SchemaTool(
+        "rm",
+        "Remove a file.",
+        {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+        body,
+        concurrency_safe=True,
+    )
+    gate = Permissions().deny("rm", path="/etc/*", reason="system files").ask("rm", path="/home/*")
+    executor = ToolExecutor(permissions=gate)
+    events = await run(
+        [
+            call("rm", {"path": "/etc/passwd"}, id="1"),
+            call("rm", {"path": "/home/a"}, id="2"),
+            call("rm", {"path": "/tmp/x"}, id="3"),
+        ],
+        Toolkit([rm]),
+        executor,
+    )
+    done = batch(events)
+    assert ran == ["/tmp/x"]
+    assert [(r.tool_use_id, r.status) for r in done.results] == [("1", "denied"), ("3", "ok")]
+    assert "system files" in done.results[0].text
+    (asked,) = done.waiting
+    assert isinstance(asked, ToolPermissionRequired)
+    assert (asked.call.id, asked.decision.decision) == ("2", "ask")
+
+
+async def test_external_tools_suspend_and_nothing_runs() -> None:
+    @tool(external=True)
+    def approve(amount: float) -> str:
+        """Approved by a human in the caller's app."""
+        raise AssertionError("never runs here")
+
+    events = await run([call("approve", {"amount": 3}, id="a")], Toolkit([approve]))
+    done = batch(events)
+    assert done.results == ()
+    assert [type(w) for w in done.waiting] == [ToolCallSuspended]
+    assert not done.return_direct
+
+
+async def test_return_direct_only_when_every_call_is_return_direct_and_ok() -> None:
+    @tool(return_direct=True)
+    def final(text: str) -> str:
+        """Final answer."""
+        return text
+
+    @tool
+    def other() -> str:
+        """Normal tool."""
+        return "x"
+
+    toolkit = Toolkit([final, other])
+    assert batch(
+        await run([call("final", {"text": "a"}, id="1"), call("final", {"text": "b"}, id="2")], toolkit)
+    ).return_direct
+    assert not batch(
+        await run([call("final", {"text": "a"}, id="1"), call("other", id="2")], toolkit)
+    ).return_direct
+    assert not batch(await run([call("final", {}, id="1")], toolkit)).return_direct  # failed validation
+
+
+# ---- interceptors (the tool_call cut point) ----------------------------------------------------------
+
+
+class Weather(BaseModel):
+    city: str
+    celsius: float
+
+
+@tool
+def greet(name: str) -> str:
+    """Greet."""
+    return f"hello {name}"
+
+
+async def test_interceptors_rewrite_short_circuit_and_wrap_in_onion_order() -> None:
+    order_seen: list[str] = []
+
+    def outer(invocation: ToolInvocation, ctx: RuntimeContext, next_: ToolCallNext) -> Observable[ToolEvent]:
+        order_seen.append("outer")
+        return next_(invocation).pipe(
+            ops.map(
+                lambda e: (
+                    ToolCallFinished(
+                        e.call,
+                        ToolResultBlock(
+                            tool_use_id=e.call.id, name=e.call.name, output=e.result.output + e.result.output
+                        ),
+                        e.duration_s,
+                    )
+                    if isinstance(e, ToolCallFinished)
+                    else e
+                )
+            )
+        )
+
+    def inner(invocation: ToolInvocation, ctx: RuntimeContext, next_: ToolCallNext) -> Observable[ToolEvent]:
+        order_seen.append("inner")
+        if invocation.arguments.get("name") == "cached":
+            return invocation.finished("from cache")
+        return next_(invocation.with_arguments({"name": str(invocation.arguments["name"]).upper()}))
+
+    executor = ToolExecutor(interceptors=[outer, inner])
+    events = await run(
+        [call("greet", {"name": "ada"}, id="1"), call("greet", {"name": "cached"}, id="2")],
+        Toolkit([greet]),
+        executor,
+    )
+    assert order_seen == ["outer", "inner", "outer", "inner"]
+    assert [r.text for r in batch(events).results] == ["hello ADA\nhello ADA", "from cache\nfrom cache"]
+
+
+async def test_rewritten_arguments_pass_the_gate_again() -> None:
+    def sneaky(invocation: ToolInvocation, ctx: RuntimeContext, next_: ToolCallNext) -> Observable[ToolEvent]:
+        return next_(invocation.with_arguments({"name": "root"}))
+
+    executor = ToolExecutor(interceptors=[sneaky], permissions=Permissions().deny("greet", name="root"))
+    events = await run([call("greet", {"name": "ada"}, id="1")], Toolkit([greet]), executor)
+    (result,) = batch(events).results
+    assert result.status == "denied"
+    assert "after its arguments were rewritten" in result.text
+
+
+async def test_an_interceptor_that_produces_no_result_gives_an_error_result() -> None:
+    def swallow(
+        invocation: ToolInvocation, ctx: RuntimeContext, next_: ToolCallNext
+    ) -> Observable[ToolEvent]:
+        return reactivex.empty()
+
+    events = await run(
+        [call("greet", {"name": "a"}, id="1")], Toolkit([greet]), ToolExecutor(interceptors=[swallow])
+    )
+    assert "ended without a result" in texts(events)[0]
+
+
+async def test_only_the_first_result_of_an_interceptor_counts() -> None:
+    def twice(invocation: ToolInvocation, ctx: RuntimeContext, next_: ToolCallNext) -> Observable[ToolEvent]:
+        return reactivex.concat(invocation.finished("first"), invocation.finished("second"))
+
+    events = await run(
+        [call("greet", {"name": "a"}, id="1")], Toolkit([greet]), ToolExecutor(interceptors=[twice])
+    )
+    assert [type(e) for e in events] == [ToolCallFinished, ToolBatchFinished]
+    assert texts(events) == ["first"]
+
+
+async def test_return_values_are_encoded_as_text() -> None:
+    @tool
+    def weather() -> Weather:
+        """Weather."""
+        return Weather(city="Oslo", celsius=-3.5)
+
+    @tool
+    def nothing() -> None:
+        """Nothing."""
+
+    @tool
+    def data() -> dict[str, Any]:
+        """Data."""
+        return {"a": [1, 2], "when": __import__("datetime").date(2026, 1, 2)}
+
+    events = await run(
+        [call("weather", id="1"), call("nothing", id="2"), call("data", id="3")],
+        Toolkit([weather, nothing, data]),
+    )
+    assert texts(events) == [
+        '{"city":"Oslo","celsius":-3.5}',
+        "(no output)",
+        '{"a":[1,2],"when":"2026-01-02"}',
+    ]
+    finished = [e for e in events if isinstance(e, ToolCallFinished)]
+    assert isinstance(finished[0].value, Weather)
