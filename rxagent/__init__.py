@@ -50,8 +50,14 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     # Backends load on first use so that `import rxagent` stays light.
-    if name in {"OpenAIChatModel", "Timeouts", "FunctionModel", "ScriptedModel", "ScriptedResponse",
-                "ScriptedToolCall"}:
+    if name in {
+        "OpenAIChatModel",
+        "Timeouts",
+        "FunctionModel",
+        "ScriptedModel",
+        "ScriptedResponse",
+        "ScriptedToolCall",
+    }:
         import rxagent.model
 
         return getattr(rxagent.model, name)

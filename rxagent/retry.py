@@ -60,7 +60,9 @@ class RetryPolicy:
         if not 0 <= self.jitter <= 1:
             raise ValueError("jitter must be between 0 and 1")
 
-    def delay(self, retry_number: int, error: BaseException, rng: random.Random | None = None) -> float | None:
+    def delay(
+        self, retry_number: int, error: BaseException, rng: random.Random | None = None
+    ) -> float | None:
         """Seconds to wait before retry number ``retry_number`` (1-based) after ``error``.
 
         Returns ``None`` when the server asked for a wait longer than ``max_retry_after``.

@@ -1,4 +1,4 @@
-"""The model contract: what goes into a model (:class:`ChatRequest`) and what streams out (:class:`ChatChunk`).
+"""The model contract: what goes into a model (:class:`ChatRequest`), what streams out (:class:`ChatChunk`).
 
 Chunks are the hot path (one per streamed token or fragment), so they are plain slotted classes built
 without validation; requests are built once per call and are frozen dataclasses that middleware derives
@@ -105,9 +105,7 @@ class ToolSchema:
 
     name: str
     description: str
-    parameters: Mapping[str, JsonValue] = field(
-        default_factory=lambda: {"type": "object", "properties": {}}
-    )
+    parameters: Mapping[str, JsonValue] = field(default_factory=lambda: {"type": "object", "properties": {}})
     strict: bool = False
 
 

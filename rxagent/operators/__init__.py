@@ -8,11 +8,12 @@ source is loop-bound: it subscribes inside a running asyncio loop and disposing 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Literal, TypeAlias, TypeVar
 
 from reactivex import Observable
 
+from rxagent.operators._flow_control import BufferOverflowError
 from rxagent.operators._outcome import Outcome
 from rxagent.operators._typing import Operator
 
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from rxagent.retry import RetryBudget, RetryPolicy
 
 __all__ = [
+    "BufferOverflowError",
     "Operator",
     "Outcome",
     "OverflowPolicy",
@@ -126,17 +128,22 @@ def to_async_iterator(
     max_buffer: int = 256,
     low_watermark: int | None = None,
     overflow: OverflowPolicy = "block",
-) -> AsyncIterator[_T]:
+) -> AsyncGenerator[_T, None]:
     """Consume an observable with ``async for`` through a bounded buffer.
 
-    The buffer holds at most ``max_buffer`` items. ``overflow="block"`` pauses rxagent's own sources at
-    ``max_buffer`` and resumes them at ``low_watermark`` (default ``max_buffer // 4``); a source that cannot
-    pause (a synchronous one) that overruns ``max_buffer`` fails the iteration with ``BufferOverflowError``.
-    ``"drop_oldest"`` discards the oldest buffered item; ``"error"`` fails at once.
+    ``overflow="block"`` pauses rxagent's own sources when ``max_buffer`` items are buffered and resumes
+    them at ``low_watermark`` (default ``max_buffer // 4``). Items already in flight when it paused are
+    still accepted up to a hard cap of ``2 * max_buffer``; a source that cannot pause (a synchronous one)
+    and overruns that cap fails the iteration with :class:`BufferOverflowError`. ``"drop_oldest"`` keeps
+    the newest ``max_buffer`` items; ``"error"`` fails with ``BufferOverflowError`` as soon as an item
+    arrives while ``max_buffer`` are buffered. An overflow failure discards the buffer and is raised by
+    the next ``__anext__``; a source error is raised after the items buffered before it.
 
     Lifecycle:
-        Subscribes when iteration starts; leaving the ``async for`` early (``break``, an exception, or the
-        consuming task being cancelled) or calling ``aclose()`` disposes the subscription.
+        Subscribes on the first ``__anext__``. Cancelling the consuming task or calling ``aclose()``
+        disposes the subscription at once; leaving the ``async for`` early (``break``, an exception)
+        disposes it when the abandoned async generator is finalized (on CPython, the loop's next turn;
+        ``contextlib.aclosing`` makes it deterministic).
     """
     from rxagent.operators._to_async_iterator import to_async_iterator as impl
 

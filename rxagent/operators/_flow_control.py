@@ -5,10 +5,11 @@ it. rxagent's sources are asyncio tasks, though, and a task *can* wait between i
 buffers (``to_async_iterator``) installs a :class:`FlowGate` in a context variable while it subscribes;
 every rxagent source subscribed in that call (and every source subscribed later from within those
 sources' tasks, which inherit the context) captures the gate and awaits it before pulling its next item.
-The consumer closes the gate above its high watermark and opens it below its low watermark, so the
-producer's own buffers (the socket, aiohttp's reader) hold the rest and memory stays flat however long
-the stream runs. Synchronous sources (``reactivex.from_iterable`` and the like) cannot wait; for them the
-consumer's overflow policy applies.
+The consumer closes the gate when its buffer reaches its high watermark and opens it again when the
+buffer has drained to its low watermark, so the producer's own buffers (the socket, aiohttp's reader)
+hold the rest and memory stays flat however long the stream runs. Synchronous sources
+(``reactivex.from_iterable`` and the like) cannot wait; for them the consumer's overflow policy applies,
+and :class:`BufferOverflowError` is how a bounded consumer says it had to give up.
 """
 
 from __future__ import annotations
@@ -16,7 +17,15 @@ from __future__ import annotations
 import asyncio
 from contextvars import ContextVar
 
-__all__ = ["FlowGate", "current_gate"]
+__all__ = ["BufferOverflowError", "FlowGate", "current_gate"]
+
+
+class BufferOverflowError(RuntimeError):
+    """A bounded consumer received more items than its overflow policy lets it hold.
+
+    Raised by ``to_async_iterator`` with ``overflow="error"`` when its buffer is full, and with
+    ``overflow="block"`` when a source that cannot pause overruns the buffer's hard cap.
+    """
 
 
 class FlowGate:

@@ -1,7 +1,9 @@
+"""Async iterator → Observable: the bridge every loop-bound rxagent source is built on."""
+
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 from reactivex import Observable, abc
@@ -9,9 +11,12 @@ from reactivex.disposable import Disposable
 
 from rxagent.operators._flow_control import current_gate
 
-__all__ = ["from_async_iterable", "running_loop"]
+__all__ = ["from_async_iterable", "running_loop", "start_task"]
 
 _T = TypeVar("_T")
+
+_running_tasks: set[asyncio.Task[None]] = set()
+"""Strong references to the tasks rxagent starts: the loop itself keeps only weak ones."""
 
 
 def running_loop(what: str) -> asyncio.AbstractEventLoop:
@@ -25,6 +30,20 @@ def running_loop(what: str) -> asyncio.AbstractEventLoop:
         ) from None
 
 
+def start_task(
+    loop: asyncio.AbstractEventLoop, coroutine: Coroutine[Any, Any, None], name: str
+) -> asyncio.Task[None]:
+    """Run ``coroutine`` as a task on ``loop``, referenced until it is done.
+
+    asyncio holds tasks weakly; a task waiting on a future that nothing else references could otherwise
+    be garbage-collected mid-flight ("Task was destroyed but it is pending").
+    """
+    task = loop.create_task(coroutine, name=name)
+    _running_tasks.add(task)
+    task.add_done_callback(_running_tasks.discard)
+    return task
+
+
 def from_async_iterable(factory: Callable[[], AsyncIterator[_T]]) -> Observable[_T]:
     """Turn an async iterator factory into a cold observable.
 
@@ -34,56 +53,74 @@ def from_async_iterable(factory: Callable[[], AsyncIterator[_T]]) -> Observable[
         observable:        a ── b ── c ──|
 
     Each subscription calls ``factory()`` for a fresh iterator and drives it in an asyncio task on the
-    running loop, so subscription must happen inside a running loop. Before every item the task checks
+    running loop, so subscription must happen inside a running loop. After every item the task checks
     whether the subscription was disposed (so ``take(3)`` pulls three items, not the whole iterator) and
-    waits while a buffering consumer's :class:`~rxagent.operators._flow_control.FlowGate` is closed.
+    waits while a buffering consumer's :class:`~rxagent.operators._flow_control.FlowGate` is closed, so
+    it pulls the next item only when the consumer has room for it.
 
     Args:
-        factory: called once per subscription; returns the async iterator to drive.
+        factory: called once per subscription, inside the driving task; returns the async iterator.
 
     Returns:
         An observable emitting the iterator's items, completing when it is exhausted and erroring with
-        whatever it raises.
+        whatever it raises (or whatever a downstream ``on_next`` raises).
 
     Lifecycle:
         complete: the iterator is exhausted, then ``on_completed``.
-        error: the iterator raised (or ``factory`` did), then ``on_error``.
+        error: the iterator raised (or ``factory`` did), its ``aclose()`` runs, then ``on_error``.
         cancel: disposing cancels the task; the iterator's ``aclose()`` runs (its ``finally`` blocks and
-        ``async with`` exits release what it holds); nothing more is emitted.
+        ``async with`` exits release what it holds); nothing more is emitted. Disposed from inside
+        ``on_next`` (a downstream ``take``), the task is not cancelled but stops before the next pull,
+        so the iterator's cleanup is not interrupted.
         re-subscribe: a new iterator from ``factory()``; nothing is shared between subscriptions.
+
+    Example:
+        >>> import asyncio, itertools
+        >>> from reactivex import operators as ops
+        >>> from rxagent.operators import to_list
+        >>> async def naturals():
+        ...     for number in itertools.count():
+        ...         yield number
+        >>> asyncio.run(to_list(from_async_iterable(naturals).pipe(ops.take(3))))
+        [0, 1, 2]
     """
 
-    def subscribe(observer: abc.ObserverBase[_T], scheduler: abc.SchedulerBase | None = None) -> abc.DisposableBase:
+    def subscribe(
+        observer: abc.ObserverBase[_T], scheduler: abc.SchedulerBase | None = None
+    ) -> abc.DisposableBase:
         loop = running_loop("this rxagent source")
         gate = current_gate.get()
         disposed = False
 
         async def drive() -> None:
             iterator: AsyncIterator[_T] | None = None
+            failure: Exception | None = None
             try:
                 iterator = factory()
                 async for item in iterator:
                     if disposed:
                         return
                     observer.on_next(item)
-                    if gate is not None and not gate.is_open:
-                        await gate.wait_open()
                     if disposed:
                         return
-            except asyncio.CancelledError:
-                raise
-            except Exception as error:  # the iterator's error is the stream's error
-                if not disposed:
-                    observer.on_error(error)
-                return
+                    if gate is not None and not gate.is_open:
+                        await gate.wait_open()
+            except Exception as error:  # the iterator's (or a downstream on_next's) error ends the stream
+                failure = error
             finally:
-                aclose: Any = getattr(iterator, "aclose", None)
-                if aclose is not None:
-                    await aclose()
-            if not disposed:
+                if iterator is not None:
+                    try:
+                        await _close(iterator)
+                    except Exception as error:  # a failing cleanup fails a stream that had not failed
+                        failure = failure or error
+            if disposed:
+                return
+            if failure is None:
                 observer.on_completed()
+            else:
+                observer.on_error(failure)
 
-        task = loop.create_task(drive())
+        task = start_task(loop, drive(), name="rxagent.from_async_iterable")
 
         def dispose() -> None:
             nonlocal disposed
@@ -96,3 +133,10 @@ def from_async_iterable(factory: Callable[[], AsyncIterator[_T]]) -> Observable[
         return Disposable(dispose)
 
     return Observable(subscribe)
+
+
+async def _close(iterator: AsyncIterator[Any]) -> None:
+    """Run the iterator's ``aclose()`` if it has one (async generators do; plain iterators may not)."""
+    aclose: Callable[[], Awaitable[object]] | None = getattr(iterator, "aclose", None)
+    if aclose is not None:
+        await aclose()

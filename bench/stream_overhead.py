@@ -1,0 +1,199 @@
+"""Client CPU per streamed text delta: rxagent's OpenAI client vs. a hand-written aiohttp + json.loads loop.
+
+A loopback server in a separate process streams 20 000 OpenAI-style text deltas (one ``write`` per event,
+as a real server emits tokens), then a finish chunk, a usage chunk and ``[DONE]``. In this process, with
+``time.process_time`` around each run, alternating:
+
+(a) raw: ``async for line in response.content``, ``json.loads`` of each ``data:`` line, the text
+    appended to a list and joined;
+(b) rxagent: ``OpenAIChatModel.stream(request).pipe(fold_message())`` awaited to the final ``Msg``.
+
+Prints the medians in µs per delta and, as the last line, ``ratio: X`` (rxagent ÷ raw).
+
+Run: ``.venv/bin/python bench/stream_overhead.py [--deltas N] [--repeats N] [--pace-us µs]``. With
+``--pace-us`` the server pauses between events, so most reads carry a single event (a model generating
+tokens slower than the network); the default streams flat out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+import aiohttp
+from aiohttp import web
+
+from rxagent.messages import Msg
+from rxagent.model.openai import OpenAIChatModel
+from rxagent.model.types import ChatRequest
+from rxagent.operators import fold_message
+
+__all__ = ["main"]
+
+DELTA_TEXT = "tok"
+
+
+def _events(deltas: int) -> list[bytes]:
+    events = [
+        b"data: "
+        + json.dumps(
+            {
+                "id": "chatcmpl-bench",
+                "object": "chat.completion.chunk",
+                "created": 1,
+                "model": "bench",
+                "choices": [{"index": 0, "delta": {"content": DELTA_TEXT}, "finish_reason": None}],
+            },
+            separators=(",", ":"),
+        ).encode()
+        + b"\n\n"
+        for _ in range(deltas)
+    ]
+    events.append(
+        b'data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","choices":'
+        b'[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n'
+    )
+    events.append(
+        b'data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","choices":[],'
+        b'"usage":{"prompt_tokens":10,"completion_tokens":%d,"total_tokens":%d}}\n\n' % (deltas, deltas + 10)
+    )
+    events.append(b"data: [DONE]\n\n")
+    return events
+
+
+def serve(deltas: int, pace: float) -> None:
+    """The server process: prints its port on stdout, serves until stdin closes."""
+    events = _events(deltas)
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for event in events[:-1]:
+            await response.write(event)
+            if pace:
+                await asyncio.sleep(pace)
+        # [DONE] and the end of the body go out together, as real servers send them.
+        await response.write(events[-1])
+        await response.write_eof()
+        return response
+
+    async def run() -> None:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", completions)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        server = site._server  # pyright: ignore[reportPrivateUsage]
+        assert isinstance(server, asyncio.Server)
+        print(server.sockets[0].getsockname()[1], flush=True)
+        # Stop when the parent closes our stdin (also when the parent dies).
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+        await runner.cleanup()
+
+    asyncio.run(run())
+
+
+async def raw_run(session: aiohttp.ClientSession, url: str) -> str:
+    """(a) the hand-written loop."""
+    body = {"model": "bench", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    parts: list[str] = []
+    async with session.post(url, json=body) as response:
+        async for line in response.content:
+            if not line.startswith(b"data: "):
+                continue
+            payload = line[6:].strip()
+            if payload == b"[DONE]":
+                break
+            for choice in json.loads(payload)["choices"]:
+                content = choice["delta"].get("content")
+                if content:
+                    parts.append(content)
+    return "".join(parts)
+
+
+async def rxagent_run(model: OpenAIChatModel, request: ChatRequest) -> str:
+    """(b) rxagent's client folded to the final message."""
+    message: Msg = await model.stream(request).pipe(fold_message())
+    return message.text
+
+
+async def measure(port: int, deltas: int, repeats: int) -> tuple[list[float], list[float]]:
+    base_url = f"http://127.0.0.1:{port}/v1"
+    expected = DELTA_TEXT * deltas
+    request = ChatRequest((Msg.user("hi"),))
+    raw_times: list[float] = []
+    rx_times: list[float] = []
+    async with aiohttp.ClientSession() as session, OpenAIChatModel("bench", base_url=base_url) as model:
+        url = f"{base_url}/chat/completions"
+        # Warm-up: connections, imports, caches.
+        assert await raw_run(session, url) == expected
+        assert await rxagent_run(model, request) == expected
+        for _ in range(repeats):
+            start = time.process_time()
+            text = await raw_run(session, url)
+            raw_times.append(time.process_time() - start)
+            assert text == expected
+            start = time.process_time()
+            text = await rxagent_run(model, request)
+            rx_times.append(time.process_time() - start)
+            assert text == expected
+    return raw_times, rx_times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description="Client CPU per streamed text delta, rxagent vs raw aiohttp."
+    )
+    parser.add_argument("--deltas", type=int, default=20_000)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument(
+        "--pace-us",
+        type=float,
+        default=0,
+        help="server pause between events (µs); 0 streams flat out, so reads carry many events",
+    )
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        serve(args.deltas, args.pace_us / 1e6)
+        return
+    server = subprocess.Popen(
+        [sys.executable, __file__, "--serve", "--deltas", str(args.deltas), "--pace-us", str(args.pace_us)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline())
+        raw_times, rx_times = asyncio.run(measure(port, args.deltas, args.repeats))
+    finally:
+        if server.stdin is not None:
+            server.stdin.close()
+        try:
+            server.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+    raw = statistics.median(raw_times) / args.deltas * 1e6
+    rx = statistics.median(rx_times) / args.deltas * 1e6
+    print(
+        f"deltas per run: {args.deltas}, repeats: {args.repeats}, server pace: {args.pace_us:g} µs "
+        "(alternating runs, medians of client CPU)"
+    )
+    print(
+        f"raw aiohttp + json.loads: {raw:.2f} µs/delta  (runs: {', '.join(f'{t:.3f}' for t in raw_times)} s)"
+    )
+    print(f"rxagent stream + fold:    {rx:.2f} µs/delta  (runs: {', '.join(f'{t:.3f}' for t in rx_times)} s)")
+    print(f"ratio: {rx / raw:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,476 @@
+"""The OpenAI chat-completions wire format: request bodies out, chunks in, and compatible servers' quirks.
+
+Two layers, kept apart so each stays small:
+
+* **Encoding** (:class:`MessageWireCache`, :func:`encode_body`): a :class:`~rxagent.messages.Msg` becomes
+  one or more wire messages. Messages are frozen, so each message's encoded bytes are computed once and
+  reused by every later request of the conversation; a request body is those cached bytes joined, which
+  keeps the cost of a request proportional to what is new in it.
+* **Decoding** (:class:`StreamParser`, :func:`chunks_from_completion`): a decoded JSON chunk becomes a
+  :class:`~rxagent.model.types.ChatChunk` built directly (no validation per chunk: this runs once per
+  streamed token). Provider quirks are small functions of their own, called only when the field they fix
+  is present: ``reasoning_content``/``reasoning`` deltas, tool-call fragments without ``index``, ids sent
+  as ``""``, ids and names repeated on every fragment, arguments sent as a JSON object, usage on its own
+  final chunk or on every chunk, finish-reason spellings, and ``{"error": …}`` objects inside the stream.
+
+JSON arrives as ``Any``. Shapes are checked where a value is used (``isinstance`` on strings and
+numbers); a container of the wrong type fails with ``TypeError``/``AttributeError``/… which the parser
+reports as :class:`~rxagent.model.errors.MalformedStreamError`, so nothing untyped leaves this module.
+"""
+
+from __future__ import annotations
+
+import json
+import weakref
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeAlias, TypeGuard
+
+from pydantic import JsonValue
+
+from rxagent.messages import Msg, TextBlock, ToolResultBlock, ToolUseBlock
+from rxagent.model.errors import MalformedStreamError, ModelError
+from rxagent.model.sse import SSEEvent
+from rxagent.model.types import (
+    ChatChunk,
+    ChatRequest,
+    FinishReason,
+    ForceTool,
+    JsonSchemaFormat,
+    ToolCallDelta,
+    ToolSchema,
+    Usage,
+)
+
+__all__ = [
+    "MessageWireCache",
+    "StreamParser",
+    "WireDict",
+    "arguments_text",
+    "call_id_of",
+    "chunks_from_completion",
+    "dumps",
+    "encode_body",
+    "finish_reason_of",
+    "message_to_wire",
+    "stream_error_of",
+    "text_of",
+    "thinking_of",
+    "tool_to_wire",
+    "usage_of",
+]
+
+WireDict: TypeAlias = dict[str, JsonValue]
+"""One JSON object as sent to the server."""
+
+_NO_FIELDS: Mapping[str, Any] = {}
+"""Stands in for an absent or ``null`` JSON object (``delta or _NO_FIELDS``); never mutated."""
+
+_NO_ITEMS: tuple[Any, ...] = ()
+"""Stands in for an absent or ``null`` JSON array."""
+
+_SHAPE_ERRORS = (TypeError, AttributeError, KeyError, IndexError, ValueError)
+"""What indexing JSON of an unexpected shape raises; reported as a malformed stream."""
+
+
+def _is_object(value: object) -> TypeGuard[dict[str, Any]]:
+    return isinstance(value, dict)
+
+
+def dumps(value: object) -> bytes:
+    """Compact UTF-8 JSON, as sent on the wire."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+# ---- encoding: Msg → wire ----------------------------------------------------------------------------
+
+
+def message_to_wire(msg: Msg, *, send_reasoning: bool = False) -> list[WireDict]:
+    """The wire messages for ``msg``: usually one; a tool message gives one ``role: "tool"`` per result.
+
+    Args:
+        msg: the message.
+        send_reasoning: send thinking blocks back as ``reasoning_content`` on assistant messages (only
+            for providers that accept it; most reject or ignore it).
+    """
+    texts: list[str] = []
+    thinking: list[str] = []
+    calls: list[WireDict] = []
+    wire: list[WireDict] = []
+    for block in msg.content:
+        if isinstance(block, TextBlock):
+            texts.append(block.text)
+        elif isinstance(block, ToolResultBlock):
+            wire.append(_tool_result_to_wire(block))
+        elif isinstance(block, ToolUseBlock):
+            calls.append(_tool_call_to_wire(block))
+        else:
+            thinking.append(block.thinking)
+    if msg.role == "tool":
+        return wire
+    text = "".join(texts)
+    if msg.role == "assistant":
+        message: WireDict = {"role": "assistant", "content": text if text or not calls else None}
+        if calls:
+            message["tool_calls"] = list[JsonValue](calls)
+        if send_reasoning and thinking:
+            message["reasoning_content"] = "".join(thinking)
+    else:
+        message = {"role": msg.role, "content": text}
+    if msg.name:
+        message["name"] = msg.name
+    # Results first: a tool answer must directly follow the assistant message that called the tool.
+    wire.append(message)
+    return wire
+
+
+def _tool_call_to_wire(block: ToolUseBlock) -> WireDict:
+    # Arguments that never parsed go back exactly as the model wrote them, so the model sees its mistake.
+    if block.state == "complete" and block.input is not None:
+        arguments = json.dumps(block.input, ensure_ascii=False, separators=(",", ":"))
+    else:
+        arguments = block.raw_arguments
+    return {"id": block.id, "type": "function", "function": {"name": block.name, "arguments": arguments}}
+
+
+def _tool_result_to_wire(block: ToolResultBlock) -> WireDict:
+    text = block.text
+    if block.status != "ok" and not text:
+        text = f"(tool call {block.status})"
+    return {"role": "tool", "tool_call_id": block.tool_use_id, "content": text}
+
+
+class MessageWireCache:
+    """Encoded wire bytes per message object, computed once and dropped when the message is collected.
+
+    Keyed by ``id(msg)`` with a weak reference whose callback evicts the entry: the cache never keeps a
+    message alive and never stores anything on the message itself (pydantic would compare it in ``==``).
+    """
+
+    __slots__ = ("_entries", "_send_reasoning")
+
+    def __init__(self, *, send_reasoning: bool = False) -> None:
+        self._send_reasoning = send_reasoning
+        self._entries: dict[int, tuple[weakref.ref[Msg], bytes]] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def encoded(self, msg: Msg) -> bytes:
+        """The comma-joined JSON of ``msg``'s wire messages (empty for a message that sends nothing)."""
+        key = id(msg)
+        entry = self._entries.get(key)
+        if entry is not None and entry[0]() is msg:
+            return entry[1]
+        encoded = b",".join(dumps(m) for m in message_to_wire(msg, send_reasoning=self._send_reasoning))
+        entries = self._entries
+
+        def evict(ref: weakref.ref[Msg]) -> None:
+            # Only our own entry: a new message may already have been cached under a reused id.
+            current = entries.get(key)
+            if current is not None and current[0] is ref:
+                del entries[key]
+
+        entries[key] = (weakref.ref(msg, evict), encoded)
+        return encoded
+
+
+def tool_to_wire(tool: ToolSchema) -> WireDict:
+    """A tool schema as an OpenAI ``tools`` entry."""
+    function: WireDict = {
+        "name": tool.name,
+        "description": tool.description,
+        "parameters": dict(tool.parameters),
+    }
+    if tool.strict:
+        function["strict"] = True
+    return {"type": "function", "function": function}
+
+
+def _options(request: ChatRequest) -> WireDict:
+    options: WireDict = {"stream": request.stream}
+    if request.stream:
+        options["stream_options"] = {"include_usage": True}
+    if request.temperature is not None:
+        options["temperature"] = request.temperature
+    if request.top_p is not None:
+        options["top_p"] = request.top_p
+    if request.max_tokens is not None:
+        options["max_tokens"] = request.max_tokens
+    if request.stop:
+        options["stop"] = list[JsonValue](request.stop)
+    if request.seed is not None:
+        options["seed"] = request.seed
+    choice = request.tool_choice
+    if isinstance(choice, ForceTool):
+        options["tool_choice"] = {"type": "function", "function": {"name": choice.name}}
+    elif choice is not None:
+        options["tool_choice"] = choice
+    if request.parallel_tool_calls is not None:
+        options["parallel_tool_calls"] = request.parallel_tool_calls
+    response_format = request.response_format
+    if isinstance(response_format, JsonSchemaFormat):
+        options["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {
+                "name": response_format.name,
+                "schema": dict(response_format.schema),
+                "strict": response_format.strict,
+            },
+        }
+    elif response_format is not None:
+        options["response_format"] = {"type": response_format}
+    options.update(request.extra)
+    return options
+
+
+def encode_body(model: str, request: ChatRequest, messages: Iterable[bytes], tools: bytes | None) -> bytes:
+    """The request body: ``model``, the messages' cached bytes, the tools' bytes, then the options.
+
+    Args:
+        model: model name.
+        request: the request (its options and ``extra``; its messages come pre-encoded).
+        messages: each message's encoded bytes (:meth:`MessageWireCache.encoded`), in order.
+        tools: the encoded ``tools`` array, or ``None`` for no tools.
+    """
+    options = _options(request)
+    joined = b",".join(part for part in messages if part)
+    if "model" in options or "messages" in options:
+        # `extra` replaces a field we would splice in: fall back to one plain dictionary.
+        body: dict[str, object] = {"model": model, "messages": json.loads(b"[" + joined + b"]")}
+        if tools is not None:
+            body["tools"] = json.loads(tools)
+        body.update(options)
+        return dumps(body)
+    parts = [b'{"model":', dumps(model), b',"messages":[', joined, b"]"]
+    if tools is not None and "tools" not in options:
+        parts += [b',"tools":', tools]
+    parts += [b",", dumps(options)[1:]]
+    return b"".join(parts)
+
+
+# ---- decoding: wire → ChatChunk ----------------------------------------------------------------------
+
+_FINISH_REASONS: Mapping[str, FinishReason] = {
+    "stop": "stop",
+    "tool_calls": "tool_calls",
+    "length": "length",
+    "content_filter": "content_filter",
+    "error": "error",
+    # Older or other spellings seen from compatible servers.
+    "function_call": "tool_calls",
+    "tool_use": "tool_calls",
+    "eos": "stop",
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+}
+
+
+def finish_reason_of(value: object) -> FinishReason:
+    """Our :data:`FinishReason` for a provider's; unknown ones become ``"stop"`` (the raw chunk keeps it)."""
+    return _FINISH_REASONS.get(value, "stop") if isinstance(value, str) else "stop"
+
+
+def thinking_of(delta: Any) -> str:
+    """Reasoning text of a delta or message: ``reasoning_content`` (DeepSeek, vLLM) or ``reasoning``."""
+    value = delta.get("reasoning_content") or delta.get("reasoning")
+    return value if isinstance(value, str) else ""
+
+
+def text_of(content: Any) -> str:
+    """Text of a ``content`` field: a string, ``null``, or a list of ``{"type": "text", "text": …}`` parts."""
+    if isinstance(content, str):
+        return content
+    if content is None:
+        return ""
+    return "".join(part["text"] for part in content if part.get("type") == "text")
+
+
+def arguments_text(value: Any) -> str:
+    """Argument text of a tool-call fragment; a JSON object sent instead of a string is re-encoded."""
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return ""
+    return json.dumps(value, ensure_ascii=False)
+
+
+def call_id_of(value: Any) -> str | None:
+    """A tool-call id, with ``""`` (sent by some servers on every fragment) treated as absent."""
+    return value if isinstance(value, str) and value else None
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def usage_of(raw: Any) -> Usage:
+    """Usage from an OpenAI ``usage`` object (also accepting ``input_tokens``/``output_tokens``)."""
+    prompt_details = raw.get("prompt_tokens_details") or _NO_FIELDS
+    completion_details = raw.get("completion_tokens_details") or _NO_FIELDS
+    return Usage(
+        input_tokens=_count(raw.get("prompt_tokens", raw.get("input_tokens"))),
+        output_tokens=_count(raw.get("completion_tokens", raw.get("output_tokens"))),
+        cache_read_tokens=_count(prompt_details.get("cached_tokens")),
+        reasoning_tokens=_count(completion_details.get("reasoning_tokens")),
+    )
+
+
+def stream_error_of(error: Any, redact: Callable[[str], str]) -> ModelError:
+    """The error for an ``{"error": {...}}`` object sent by the server instead of a chunk."""
+    message = error.get("message") if _is_object(error) else error
+    text = message if isinstance(message, str) else json.dumps(error, ensure_ascii=False, default=str)
+    return ModelError(f"the model server reported an error: {redact(text)}")
+
+
+class StreamParser:
+    """Turns one streamed response's SSE events into chunks. One parser per attempt.
+
+    Usage is held back and emitted once, by :meth:`usage_chunk` at the end: OpenAI sends it on a final
+    chunk with empty ``choices``, but some servers repeat a running total on every chunk, and summing
+    those would count tokens many times over.
+
+    Attributes:
+        done: ``[DONE]`` arrived.
+        finished: a finish reason arrived (the answer is complete even if ``[DONE]`` never comes).
+    """
+
+    __slots__ = ("_names", "_redact", "_usage", "done", "finished")
+
+    def __init__(self, redact: Callable[[str], str] = str) -> None:
+        self._redact = redact
+        self._usage: Usage | None = None
+        self._names: dict[str | int, str] = {}
+        self.done = False
+        self.finished = False
+
+    def feed(self, event: SSEEvent) -> ChatChunk | None:
+        """The chunk carried by ``event``, or ``None`` for events that carry no delta."""
+        data = event.data
+        if data == "[DONE]":
+            self.done = True
+            return None
+        if event.event != "message":
+            if event.event == "error":
+                raise ModelError(f"the model server reported an error: {self._redact(data)}")
+            return None
+        # The error is raised outside the `except` blocks: the decoder's exception holds the server's text
+        # (which may quote the API key) and would ride along as __context__.
+        try:
+            decoded = json.loads(data)
+        except ValueError as error:
+            problem = f"malformed JSON in the event stream ({error})"
+        else:
+            if not _is_object(decoded):
+                problem = "stream data is not a JSON object"
+            else:
+                try:
+                    return self._chunk(decoded)
+                except _SHAPE_ERRORS as error:
+                    problem = f"unexpected chunk shape ({type(error).__name__}: {self._redact(str(error))})"
+        raise MalformedStreamError(problem, line=event.line, data=self._redact(data))
+
+    def usage_chunk(self) -> ChatChunk | None:
+        """The final usage as a chunk of its own, if the server sent any."""
+        return ChatChunk(usage=self._usage) if self._usage is not None else None
+
+    def _chunk(self, obj: dict[str, Any]) -> ChatChunk | None:
+        usage = obj.get("usage")
+        if usage:
+            self._usage = usage_of(usage)
+        choices = obj.get("choices")
+        if not choices:
+            error = obj.get("error")
+            if error is not None:
+                raise stream_error_of(error, self._redact)
+            return None
+        choice = choices[0]
+        if choice.get("index") not in (0, None):
+            return None  # n > 1: rxagent follows the first choice only
+        delta = choice.get("delta") or _NO_FIELDS
+        text = delta.get("content")
+        if text is not None and not isinstance(text, str):
+            text = text_of(text)
+        thinking = thinking_of(delta)
+        calls = delta.get("tool_calls")
+        deltas = self._tool_call_deltas(calls) if calls else ()
+        finish = choice.get("finish_reason")
+        reason = None
+        if finish is not None:
+            reason = finish_reason_of(finish)
+            self.finished = True
+        if not (text or thinking or deltas or reason):
+            return None  # the role-only first delta, keep-alive chunks, usage-only chunks
+        return ChatChunk(text or "", thinking, deltas, None, reason, obj)
+
+    def _tool_call_deltas(self, calls: Any) -> tuple[ToolCallDelta, ...]:
+        deltas: list[ToolCallDelta] = []
+        for position, call in enumerate(calls):
+            index = call.get("index")
+            if not isinstance(index, int):
+                index = position  # some servers leave out `index`: the fragment's position stands in
+            call_id = call_id_of(call.get("id"))
+            function = call.get("function") or _NO_FIELDS
+            name = function.get("name")
+            name = self._new_name(call_id if call_id is not None else index, name) if name else None
+            deltas.append(ToolCallDelta(index, call_id, name, arguments_text(function.get("arguments"))))
+        return tuple(deltas)
+
+    def _new_name(self, key: str | int, name: Any) -> str | None:
+        # Some servers repeat the name on every fragment; pass it on once per call so nothing joins it.
+        if not isinstance(name, str) or self._names.get(key) == name:
+            return None
+        self._names[key] = name
+        return name
+
+
+def chunks_from_completion(obj: Any, redact: Callable[[str], str] = str) -> list[ChatChunk]:
+    """The chunks for a whole (non-streamed) completion: the message, then its usage.
+
+    Raises:
+        MalformedStreamError: the body is not a completion.
+        ModelError: the body is an ``{"error": …}`` object.
+    """
+    if not _is_object(obj):
+        raise MalformedStreamError("the response body is not a JSON object", data=redact(str(obj)))
+    try:
+        return _completion_chunks(obj, redact)
+    except _SHAPE_ERRORS as error:
+        problem = f"unexpected completion shape ({type(error).__name__}: {redact(str(error))})"
+    raise MalformedStreamError(problem, data=redact(json.dumps(obj)[:200]))
+
+
+def _completion_chunks(obj: dict[str, Any], redact: Callable[[str], str]) -> list[ChatChunk]:
+    choices = obj.get("choices")
+    if not choices:
+        error = obj.get("error")
+        if error is not None:
+            raise stream_error_of(error, redact)
+        raise MalformedStreamError("the completion has no choices", data=redact(json.dumps(obj)[:200]))
+    choice = choices[0]
+    message = choice.get("message") or _NO_FIELDS
+    calls: list[ToolCallDelta] = []
+    for position, call in enumerate(message.get("tool_calls") or _NO_ITEMS):
+        function = call.get("function") or _NO_FIELDS
+        name = function.get("name")
+        calls.append(
+            ToolCallDelta(
+                position,
+                call_id_of(call.get("id")),
+                name if isinstance(name, str) and name else None,
+                arguments_text(function.get("arguments")),
+            )
+        )
+    chunks = [
+        ChatChunk(
+            text=text_of(message.get("content")),
+            thinking=thinking_of(message),
+            tool_calls=tuple(calls),
+            finish_reason=finish_reason_of(choice.get("finish_reason")),
+            raw=obj,
+        )
+    ]
+    usage = obj.get("usage")
+    if usage:
+        chunks.append(ChatChunk(usage=usage_of(usage)))
+    return chunks

@@ -1,0 +1,428 @@
+"""A client for OpenAI-compatible chat-completions servers (OpenAI, vLLM, llama.cpp, Ollama, …) on aiohttp.
+
+:class:`OpenAIChatModel` implements :class:`~rxagent.model.types.ChatModel`. Each subscription to
+``stream(request)`` is one call::
+
+    from_async_iterable(one attempt)           POST, SSE bytes → events → chunks
+      .pipe(retry_backoff(policy, budget),     retry before the first chunk only
+            timeout_total(timeouts.total))     the whole call, retries and waits included
+
+One attempt is an async generator that holds the response in ``async with``: disposing the subscription
+cancels its task, which closes the response and returns the connection to the pool. Errors are mapped to
+:mod:`rxagent.model.errors`: an error status to :class:`ModelHTTPError` (with ``Retry-After``), a failed
+connection to :class:`ModelConnectionError`, the connect and idle-read timeouts to
+:class:`ModelTimeoutError`, and any transport failure after the first chunk to
+:class:`ModelStreamInterrupted` (never retried: a retry would repeat deltas already emitted). A stream that
+ends with neither ``[DONE]`` nor a finish reason is an error, never a silently short answer.
+
+The API key is held as a :class:`pydantic.SecretStr`; it is put into the ``Authorization`` header of each
+request and nowhere else. No error raised here holds request headers: aiohttp's ``ClientResponseError``
+(which does, through ``request_info``) is never chained, and server text quoted in errors has the key
+masked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from types import TracebackType
+from urllib.parse import urlsplit
+
+import aiohttp
+from pydantic import SecretStr
+from reactivex import Observable
+
+from rxagent.model._openai_wire import (
+    MessageWireCache,
+    StreamParser,
+    chunks_from_completion,
+    dumps,
+    encode_body,
+    tool_to_wire,
+)
+from rxagent.model.errors import (
+    MalformedStreamError,
+    ModelConnectionError,
+    ModelError,
+    ModelHTTPError,
+    ModelStreamInterrupted,
+    ModelTimeoutError,
+)
+from rxagent.model.sse import SSEDecoder, SSEEvent
+from rxagent.model.types import ChatChunk, ChatRequest, ModelCapabilities, ToolSchema
+from rxagent.operators import from_async_iterable, retry_backoff, timeout_total
+from rxagent.retry import RetryPolicy
+
+__all__ = ["OpenAIChatModel", "Timeouts", "parse_retry_after"]
+
+_NOT_JSON = object()
+
+_ERROR_BODY_LIMIT = 64 * 1024
+"""Bytes of an error response kept for the error message; a huge error page is not worth more."""
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """How long a model call may take, in seconds.
+
+    Attributes:
+        connect: establishing the TCP (and TLS) connection. Short: a server that cannot be reached
+            should fail fast and be retried.
+        idle_read: the longest silence on the socket, per read: before the response starts and between
+            streamed bytes (SSE keep-alive comments count as activity). ``None``: no limit.
+        total: the whole call, retries and their waits included. ``None``: no limit.
+    """
+
+    connect: float = 10.0
+    idle_read: float | None = 60.0
+    total: float | None = 600.0
+
+    def __post_init__(self) -> None:
+        for name in ("connect", "idle_read", "total"):
+            value: float | None = getattr(self, name)
+            if value is not None and not (value > 0 and math.isfinite(value)):
+                raise ValueError(f"Timeouts.{name} must be a positive number of seconds, got {value!r}")
+
+
+def parse_retry_after(value: str | None, *, now: datetime | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header: delay-seconds or an HTTP-date; ``None`` if absent/bad.
+
+    Example:
+        >>> parse_retry_after("3")
+        3.0
+        >>> parse_retry_after("Wed, 21 Oct 2015 07:28:10 GMT", now=datetime(2015, 10, 21, 7, 28, tzinfo=UTC))
+        10.0
+        >>> parse_retry_after("soon") is None
+        True
+    """
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        pass
+    else:
+        return max(0.0, seconds) if math.isfinite(seconds) else None
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+
+
+class OpenAIChatModel:
+    """A chat model served over the OpenAI chat-completions API.
+
+    One ``aiohttp.ClientSession`` per model, created on first use on the running loop (the model is
+    bound to that loop from then on) and closed by :meth:`aclose` or by leaving ``async with``.
+
+    Args:
+        model: the model name the server knows.
+        base_url: the API root, e.g. ``"http://127.0.0.1:8000/v1"``; requests go to
+            ``{base_url}/chat/completions``.
+        api_key: the key sent as ``Authorization: Bearer …``; ``None`` reads ``api_key_env``.
+        api_key_env: environment variable to read the key from when ``api_key`` is ``None``
+            (``None``: don't). A missing key sends no ``Authorization`` header (local servers).
+        timeouts: connect, idle-read and total timeouts.
+        retry: how one call retries (a run's shared budget comes with each request).
+        capabilities: what the model accepts (tools, forced tool choice, JSON schema output, thinking).
+        headers: extra HTTP headers sent with every request.
+        connection_limit: most simultaneous connections to the server.
+        send_reasoning: send thinking blocks back as ``reasoning_content`` (only for providers that
+            accept it).
+
+    Example:
+        >>> model = OpenAIChatModel("gpt-4o-mini", base_url="http://127.0.0.1:8000/v1", api_key="sk-secret")
+        >>> model
+        OpenAIChatModel(model='gpt-4o-mini', base_url='http://127.0.0.1:8000/v1', api_key='**********')
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str = "https://api.openai.com/v1",
+        api_key: str | SecretStr | None = None,
+        api_key_env: str | None = "OPENAI_API_KEY",
+        timeouts: Timeouts | None = None,
+        retry: RetryPolicy | None = None,
+        capabilities: ModelCapabilities | None = None,
+        headers: Mapping[str, str] | None = None,
+        connection_limit: int = 100,
+        send_reasoning: bool = False,
+    ) -> None:
+        if connection_limit < 1:
+            raise ValueError("connection_limit must be at least 1")
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"base_url must be an absolute http(s) URL, got {base_url!r}")
+        if api_key is None and api_key_env:
+            api_key = os.environ.get(api_key_env) or None
+        self._model = model
+        self._base_url = base_url.rstrip("/")
+        self._url = f"{self._base_url}/chat/completions"
+        self._api_key: SecretStr | None = SecretStr(api_key) if isinstance(api_key, str) else api_key
+        self._timeouts = timeouts or Timeouts()
+        self._retry = retry or RetryPolicy()
+        self._capabilities = capabilities or ModelCapabilities()
+        self._headers = dict(headers or {})
+        self._connection_limit = connection_limit
+        self._wire = MessageWireCache(send_reasoning=send_reasoning)
+        self._tools_key: tuple[ToolSchema, ...] | None = None  # the tuple whose encoding is cached
+        self._tools_wire: bytes = b""
+        self._session: aiohttp.ClientSession | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
+
+    def __repr__(self) -> str:
+        key = "'**********'" if self._api_key is not None else "None"
+        return f"{type(self).__name__}(model={self._model!r}, base_url={self._base_url!r}, api_key={key})"
+
+    # ---- the ChatModel protocol ---------------------------------------------------------------------
+
+    @property
+    def model_name(self) -> str:
+        """The model name sent to the server."""
+        return self._model
+
+    @property
+    def capabilities(self) -> ModelCapabilities:
+        """What this model accepts."""
+        return self._capabilities
+
+    @property
+    def timeouts(self) -> Timeouts:
+        """The connect, idle-read and total timeouts."""
+        return self._timeouts
+
+    def stream(self, request: ChatRequest) -> Observable[ChatChunk]:
+        """The answer to ``request`` as a cold stream of chunks (streamed over SSE, or fetched whole).
+
+        Each subscription is one call, retried per the model's policy (drawing on
+        ``request.retry_budget`` when given) and bounded by ``timeouts.total``.
+
+        Returns:
+            An observable of :class:`ChatChunk`: text/thinking/tool-call deltas, a chunk with the finish
+            reason, then one with the usage; it errors with a :class:`ModelError`, or with
+            :class:`~rxagent.retry.RetryExhausted` when a retryable error could not be retried.
+
+        Raises:
+            RuntimeError: the model was closed.
+
+        Lifecycle:
+            complete: after ``[DONE]`` (or the end of a body that carried a finish reason).
+            error: mapped as described in the module; retried before the first chunk only.
+            cancel: the attempt's task is cancelled: the response is closed and its connection freed.
+            re-subscribe: a new call (the request body is encoded once and reused).
+        """
+        self._check_open()
+        body: bytes | None = None
+
+        def attempt() -> AsyncIterator[ChatChunk]:
+            nonlocal body
+            if body is None:
+                body = self.encode_request(request)
+            return self._attempt(body, request.stream)
+
+        chunks = from_async_iterable(attempt).pipe(retry_backoff(self._retry, request.retry_budget))
+        total = self._timeouts.total
+        if total is not None:
+            chunks = chunks.pipe(timeout_total(total, lambda: ModelTimeoutError("total", total)))
+        return chunks
+
+    # ---- lifecycle ----------------------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Close the HTTP session and its connections. The model cannot be used afterwards. Idempotent."""
+        self._closed = True
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+
+    async def __aenter__(self) -> OpenAIChatModel:
+        self._check_open()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"{self!r} was closed by aclose(); create a new model to make more calls")
+
+    def _session_on_running_loop(self) -> aiohttp.ClientSession:
+        self._check_open()
+        loop = asyncio.get_running_loop()
+        if self._session is None:
+            timeouts = self._timeouts
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self._connection_limit),
+                # No `connect`/`total` here: waiting for a free pooled connection is not a connect
+                # timeout, and the whole call is bounded by timeout_total around the retries.
+                timeout=aiohttp.ClientTimeout(
+                    total=None, connect=None, sock_connect=timeouts.connect, sock_read=timeouts.idle_read
+                ),
+            )
+            self._loop = loop
+        elif self._loop is not loop:
+            raise RuntimeError(
+                f"{self!r} is bound to the event loop it was first used on; create one model per loop"
+            )
+        return self._session
+
+    # ---- one call -------------------------------------------------------------------------------------
+
+    def encode_request(self, request: ChatRequest) -> bytes:
+        """The JSON body this model sends for ``request`` (for inspection and tests; ``stream`` uses it).
+
+        Each message's encoding is cached for as long as the message object lives, so a conversation that
+        grows by one message per turn costs one message's encoding per request, not the whole history's.
+        """
+        tools: bytes | None = None
+        if request.tools:
+            if request.tools is not self._tools_key:
+                self._tools_wire = dumps([tool_to_wire(tool) for tool in request.tools])
+                self._tools_key = request.tools
+            tools = self._tools_wire
+        messages = [self._wire.encoded(msg) for msg in request.messages]
+        return encode_body(self._model, request, messages, tools)
+
+    def _request_headers(self, streaming: bool) -> dict[str, str]:
+        headers = {
+            "Content-Type": "application/json",
+            "Accept": "text/event-stream" if streaming else "application/json",
+            **self._headers,
+        }
+        if self._api_key is not None:
+            headers["Authorization"] = f"Bearer {self._api_key.get_secret_value()}"
+        return headers
+
+    def _redact(self, text: str) -> str:
+        """``text`` with the API key masked (servers sometimes quote the key in an error)."""
+        if self._api_key is not None:
+            secret = self._api_key.get_secret_value()
+            if secret and secret in text:
+                return text.replace(secret, "**********")
+        return text
+
+    async def _attempt(self, body: bytes, streaming: bool) -> AsyncIterator[ChatChunk]:
+        """One POST: yields the chunks of one response, raising only :class:`ModelError` (or cancelled)."""
+        session = self._session_on_running_loop()
+        emitted = 0
+        failure: ModelError | None = None
+        cause: BaseException | None = None
+        try:
+            async with session.post(
+                self._url, data=body, headers=self._request_headers(streaming), allow_redirects=False
+            ) as response:
+                if not 200 <= response.status < 300:
+                    raise await self._http_error(response)
+                if not streaming or response.content_type == "application/json":
+                    # Asked for a stream, some servers still answer with a whole completion (or an error
+                    # object) as plain JSON: read it as such rather than as an empty event stream.
+                    for chunk in self._completion_chunks(await response.read()):
+                        emitted += 1
+                        yield chunk
+                    return
+                parser = StreamParser(self._redact)
+                decoder = SSEDecoder()
+                async for data in response.content.iter_any():
+                    for event in decoder.feed(data):
+                        chunk = parser.feed(event)
+                        if chunk is not None:
+                            emitted += 1
+                            yield chunk
+                        elif parser.done:
+                            break  # whatever follows [DONE] is not part of the answer
+                    if parser.done:
+                        break
+                else:
+                    # The body ended. An event without its closing blank line is only acceptable as a
+                    # complete one (a server that closes right after `data: [DONE]\n`).
+                    tail = decoder.end()
+                    if tail is not None and not parser.done:
+                        chunk = self._tail_chunk(parser, tail, emitted)
+                        if chunk is not None:
+                            emitted += 1
+                            yield chunk
+                    if not (parser.done or parser.finished):
+                        raise self._cut_short(emitted, decoder.line, "")
+                usage = parser.usage_chunk()
+                if usage is not None:
+                    emitted += 1
+                    yield usage
+        except ModelError:
+            raise
+        except aiohttp.ClientResponseError as error:
+            # Holds request_info, headers included: keep only its status and message, never the object.
+            failure = ModelConnectionError(f"invalid HTTP response from the model server: {error.message}")
+        except aiohttp.ConnectionTimeoutError as error:
+            failure, cause = ModelTimeoutError("connect", self._timeouts.connect), error
+        except TimeoutError as error:  # aiohttp's sock_read timeout: nothing arrived for idle_read seconds
+            failure, cause = ModelTimeoutError("idle", self._timeouts.idle_read or 0.0), error
+        except (aiohttp.ClientError, OSError) as error:
+            failure, cause = (
+                ModelConnectionError(f"{type(error).__name__}: {self._redact(str(error))}"),
+                error,
+            )
+        if failure is not None:
+            # Raised outside the `except` blocks so that no aiohttp exception rides along as __context__.
+            if emitted:
+                interrupted = ModelStreamInterrupted(emitted, str(failure))
+                failure.__cause__ = cause
+                raise interrupted from failure
+            raise failure from cause
+
+    def _tail_chunk(self, parser: StreamParser, tail: SSEEvent, emitted: int) -> ChatChunk | None:
+        if tail.data == "[DONE]":
+            parser.done = True
+            return None
+        try:
+            return parser.feed(tail)
+        except MalformedStreamError:
+            pass  # the last line was cut off; raised below, without the parse error as its context
+        raise self._cut_short(emitted, tail.line, tail.data)
+
+    def _completion_chunks(self, payload: bytes) -> list[ChatChunk]:
+        try:
+            decoded = json.loads(payload)
+        except ValueError:
+            decoded = _NOT_JSON  # raised below: the decode error holds the body, which may quote the key
+        if decoded is _NOT_JSON:
+            text = self._redact(payload[:200].decode("utf-8", "replace"))
+            raise MalformedStreamError("the response body is not JSON", data=text)
+        return chunks_from_completion(decoded, self._redact)
+
+    def _cut_short(self, emitted: int, line: int, data: str) -> ModelError:
+        where = (
+            f" in the middle of line {line}: {self._redact(data)[:200]!r}" if data else f" after line {line}"
+        )
+        reason = f"the server ended the stream without [DONE] or a finish reason{where}"
+        if emitted:
+            return ModelStreamInterrupted(emitted, reason)
+        return ModelConnectionError(reason)
+
+    async def _http_error(self, response: aiohttp.ClientResponse) -> ModelHTTPError:
+        body = bytearray()
+        async for piece in response.content.iter_any():
+            body += piece
+            if len(body) >= _ERROR_BODY_LIMIT:
+                break
+        headers = response.headers
+        retry_after_ms = parse_retry_after(headers.get("retry-after-ms"))
+        retry_after = retry_after_ms / 1000 if retry_after_ms is not None else None
+        if retry_after is None:
+            retry_after = parse_retry_after(headers.get("Retry-After"))
+        text = self._redact(bytes(body).decode("utf-8", "replace"))
+        return ModelHTTPError(response.status, text, retry_after=retry_after, url=self._url)

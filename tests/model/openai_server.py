@@ -1,0 +1,263 @@
+"""A scriptable OpenAI-compatible server on 127.0.0.1 for the model client's tests.
+
+Each test scripts the replies, one per request, in order: a status, headers, and a body written as a
+list of frames — raw byte frames (each one ``write``; :class:`Pause` between two frames makes the
+client read them separately), :class:`Stall` (send nothing more until the client goes away) and
+:class:`Cut` (drop the connection mid-body). The server records every request (path, headers, JSON body)
+and notices when a client disconnects in the middle of a reply (the handler is cancelled).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Self
+
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from rxagent.messages import Msg
+from rxagent.model.openai import OpenAIChatModel
+from rxagent.model.types import ChatRequest
+from rxagent.retry import RetryPolicy
+
+__all__ = [
+    "API_KEY",
+    "DONE",
+    "FAST_RETRY",
+    "Cut",
+    "OpenAIServer",
+    "Pause",
+    "RecordedRequest",
+    "Reply",
+    "Stall",
+    "ask",
+    "chunk",
+    "event",
+    "finish_chunk",
+    "make_model",
+    "text_chunk",
+    "tool_chunk",
+    "usage_chunk",
+]
+
+DONE = b"data: [DONE]\n\n"
+
+
+@dataclass(frozen=True)
+class Pause:
+    """Wait before the next frame (so the client sees separate reads)."""
+
+    seconds: float = 0.02
+
+
+@dataclass(frozen=True)
+class Stall:
+    """Send nothing more and hold the connection until the client goes away."""
+
+
+@dataclass(frozen=True)
+class Cut:
+    """Drop the connection now, in the middle of the body."""
+
+
+Frame = bytes | Pause | Stall | Cut
+
+
+@dataclass
+class Reply:
+    """One scripted response."""
+
+    frames: list[Frame] = field(default_factory=lambda: [])
+    status: int = 200
+    headers: Mapping[str, str] = field(default_factory=lambda: {})
+    content_type: str = "text/event-stream"
+    hold_headers: bool = False
+    """Send nothing at all, not even the status line, until the client goes away."""
+
+    @classmethod
+    def sse(cls, *frames: Frame, headers: Mapping[str, str] | None = None) -> Reply:
+        """A ``200 text/event-stream`` reply made of ``frames``."""
+        return cls(list(frames), headers=headers or {})
+
+    @classmethod
+    def json(cls, body: object, status: int = 200, headers: Mapping[str, str] | None = None) -> Reply:
+        """A JSON reply (a whole completion, or an error body)."""
+        return cls([json.dumps(body).encode()], status, headers or {}, "application/json")
+
+    @classmethod
+    def error(cls, status: int, text: str = "", headers: Mapping[str, str] | None = None) -> Reply:
+        """An error status with a plain-text body."""
+        return cls([text.encode()], status, headers or {}, "text/plain")
+
+
+@dataclass
+class RecordedRequest:
+    """What the server received."""
+
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+    received_at: float
+    client_port: int
+    """The client's port: the same port on two requests means the connection was reused."""
+
+
+def event(data: str) -> bytes:
+    """One SSE event with a single ``data:`` line."""
+    return f"data: {data}\n\n".encode()
+
+
+def chunk(delta: Mapping[str, Any] | None = None, *, finish_reason: str | None = None, **extra: Any) -> bytes:
+    """An OpenAI ``chat.completion.chunk`` event with one choice."""
+    body = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "test-model",
+        "choices": [{"index": 0, "delta": dict(delta or {}), "finish_reason": finish_reason}],
+        **extra,
+    }
+    return event(json.dumps(body))
+
+
+def text_chunk(text: str) -> bytes:
+    """A chunk whose delta is ``text``."""
+    return chunk({"content": text})
+
+
+def finish_chunk(reason: str = "stop") -> bytes:
+    """A chunk with an empty delta and ``finish_reason``."""
+    return chunk({}, finish_reason=reason)
+
+
+def usage_chunk(prompt: int = 5, completion: int = 7) -> bytes:
+    """The ``include_usage`` final chunk: empty ``choices`` and a ``usage`` object."""
+    body: dict[str, Any] = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "choices": [],
+        "usage": {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        },
+    }
+    return event(json.dumps(body))
+
+
+def tool_chunk(
+    index: int | None, call_id: str | None = None, name: str | None = None, arguments: object = None
+) -> bytes:
+    """A chunk carrying one tool-call fragment (``index=None`` leaves the field out, as some servers do)."""
+    call: dict[str, Any] = {}
+    if index is not None:
+        call["index"] = index
+    if call_id is not None:
+        call["id"] = call_id
+        call["type"] = "function"
+    function: dict[str, Any] = {}
+    if name is not None:
+        function["name"] = name
+    if arguments is not None:
+        function["arguments"] = arguments
+    call["function"] = function
+    return chunk({"tool_calls": [call]})
+
+
+class OpenAIServer:
+    """The loopback server. Use ``async with OpenAIServer() as server`` and ``server.script(...)``."""
+
+    def __init__(self) -> None:
+        self.replies: deque[Reply] = deque()
+        self.requests: list[RecordedRequest] = []
+        self.disconnects = 0
+        self.disconnected = asyncio.Event()
+        """Set when a client went away in the middle of a reply."""
+        self.stalled = asyncio.Event()
+        """Set when a reply reaches a :class:`Stall` (everything before it has been written)."""
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._handle)
+        self._server = TestServer(app, host="127.0.0.1", port=0)
+
+    @property
+    def base_url(self) -> str:
+        """The API root to give the client."""
+        return str(self._server.make_url("/v1"))
+
+    def script(self, *replies: Reply) -> None:
+        """Queue replies for the next requests, one each."""
+        self.replies.extend(replies)
+
+    async def __aenter__(self) -> Self:
+        await self._server.start_server()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self._server.close()
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
+        self.requests.append(
+            RecordedRequest(
+                request.path,
+                dict(request.headers),
+                json.loads(raw) if raw else {},
+                asyncio.get_running_loop().time(),
+                request.transport.get_extra_info("peername")[1] if request.transport else -1,
+            )
+        )
+        reply = self.replies.popleft() if self.replies else Reply.error(500, "no reply scripted")
+        response = web.StreamResponse(status=reply.status, headers=reply.headers)
+        response.content_type = reply.content_type
+        try:
+            if reply.hold_headers:
+                self.stalled.set()
+                await asyncio.Event().wait()  # until the client disconnects (the handler is cancelled)
+            await response.prepare(request)
+            for frame in reply.frames:
+                if isinstance(frame, bytes):
+                    await response.write(frame)
+                elif isinstance(frame, Pause):
+                    await asyncio.sleep(frame.seconds)
+                elif isinstance(frame, Stall):
+                    self.stalled.set()
+                    await asyncio.Event().wait()  # until the client disconnects (the handler is cancelled)
+                else:
+                    assert request.transport is not None
+                    request.transport.abort()
+                    return response
+            await response.write_eof()
+        except (asyncio.CancelledError, ConnectionResetError):
+            self.disconnects += 1
+            self.disconnected.set()
+            raise
+        return response
+
+
+API_KEY = "sk-test-3f9a1c-DO-NOT-LEAK"
+"""The key the test models send; no error, repr or traceback may contain it."""
+
+FAST_RETRY = RetryPolicy(max_attempts=3, base_delay=0.01, jitter=0)
+
+
+def make_model(server: OpenAIServer | str, **options: Any) -> OpenAIChatModel:
+    """A model talking to ``server`` (or a base URL) with quick retries and :data:`API_KEY`.
+
+    ``options`` override the constructor's arguments.
+    """
+    base_url = server if isinstance(server, str) else server.base_url
+    settings: dict[str, Any] = {"base_url": base_url, "api_key": API_KEY, "retry": FAST_RETRY}
+    settings.update(options)
+    return OpenAIChatModel("test-model", **settings)
+
+
+def ask(text: str = "hi", **options: Any) -> ChatRequest:
+    """A one-message request."""
+    return ChatRequest((Msg.user(text),), **options)
