@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeAlias
@@ -41,7 +41,7 @@ from reactivex.disposable import Disposable
 
 from rxagent.context import RuntimeContext
 from rxagent.messages import TextBlock, ToolResultBlock, ToolResultStatus, ToolUseBlock
-from rxagent.operators._from_async_iterable import running_loop
+from rxagent.operators._from_async_iterable import running_loop, start_task
 from rxagent.tools._tool import ProgressUpdate, Tool, ToolContext, ToolSystemError
 from rxagent.tools.arguments import ArgumentProblem, ToolArgumentError, parse_arguments
 from rxagent.tools.events import (
@@ -148,9 +148,17 @@ class ToolExecutor:
             raise ValueError("max_concurrency must be at least 1")
 
     def execute(
-        self, calls: Sequence[ToolUseBlock], view: ToolView, context: RuntimeContext | None = None
+        self,
+        calls: Sequence[ToolUseBlock],
+        view: ToolView,
+        context: RuntimeContext | None = None,
+        *,
+        approved: Collection[str] = (),
     ) -> Observable[ToolEvent]:
         """Run ``calls`` (see the module docstring); cold: each subscription runs the batch again.
+
+        ``approved`` names calls a human already allowed: for them an *ask* decision counts as allow (a
+        *deny* still refuses). This is how a run resumes after ``PERMISSION_ASKING``.
 
         Lifecycle:
             complete: after :class:`ToolBatchFinished`. error: a :class:`ToolSystemError` (or a bug in an
@@ -183,7 +191,7 @@ class ToolExecutor:
                     parallel_group.clear()
 
             for index, call in enumerate(batch):
-                planned = self._plan(index, call, view, runtime)
+                planned = self._plan(index, call, view, runtime, call.id in approved)
                 if isinstance(planned, _Runnable):
                     tool = planned.invocation.tool
                     direct.append(tool.return_direct)
@@ -216,7 +224,7 @@ class ToolExecutor:
     # ---- before anything runs ----------------------------------------------------------------------
 
     def _plan(
-        self, index: int, call: ToolUseBlock, view: ToolView, runtime: RuntimeContext
+        self, index: int, call: ToolUseBlock, view: ToolView, runtime: RuntimeContext, approved: bool
     ) -> _Runnable | ToolEvent:
         def reject(text: str, status: ToolResultStatus = "error") -> ToolCallFinished:
             return ToolCallFinished(call, result_of(call, text, status), 0.0)
@@ -238,7 +246,7 @@ class ToolExecutor:
         decision = self.permissions.decide(tool, {**arguments, **resolved.presets}, runtime)
         if decision.decision == "deny":
             return reject(f"Permission denied for tool '{tool.name}': {decision.reason}", "denied")
-        if decision.decision == "ask":
+        if decision.decision == "ask" and not approved:
             return ToolPermissionRequired(call, decision)
         if tool.external:
             return ToolCallSuspended(call)
@@ -313,6 +321,11 @@ class ToolExecutor:
             values = tool.prepare(invocation.arguments, invocation.presets)
         except ToolArgumentError as error:
             return reactivex.of(finished(str(error), "error", time.perf_counter()))
+        except Exception as error:
+            # e.g. a schema whose $ref cannot be resolved: this call fails, not the whole batch
+            kind = type(error).__name__
+            text = f"Error: the arguments of tool '{tool.name}' could not be checked: {kind}: {error}"
+            return reactivex.of(finished(text, "error", time.perf_counter()))
         timeout = tool.timeout if tool.timeout is not None else self.default_timeout
         pool = self.thread_pool
 
@@ -367,7 +380,7 @@ class ToolExecutor:
                 observer.on_next(event)
                 observer.on_completed()
 
-            task = loop.create_task(body())
+            task = start_task(loop, body(), f"rxagent.tool:{tool.name}")
 
             def dispose() -> None:
                 nonlocal done

@@ -187,11 +187,21 @@ class Toolkit:
         self._closers.append(close)
 
     async def aclose(self) -> None:
-        """Close what registered sources hold (MCP sessions), newest first."""
+        """Close what registered sources hold (MCP sessions), newest first; every closer runs.
+
+        Raises:
+            ExceptionGroup: the closers that failed (after all of them ran).
+        """
+        failures: list[Exception] = []
         while self._closers:
-            result = self._closers.pop()()
-            if inspect.isawaitable(result):
-                await result
+            try:
+                result = self._closers.pop()()
+                if inspect.isawaitable(result):
+                    await result
+            except Exception as error:  # one failing closer must not leave the others open
+                failures.append(error)
+        if failures:
+            raise ExceptionGroup("closing the toolkit's sources failed", failures)
 
     async def __aenter__(self) -> Toolkit:
         return self

@@ -1,0 +1,519 @@
+"""MCP tools: the tools of a Model Context Protocol server, registered as ordinary rxagent tools.
+
+:func:`add_mcp_server` connects to a server over **stdio** (:class:`StdioServer`: the server runs as a
+subprocess) or **streamable HTTP** (:class:`HttpServer`), lists its tools (every page), and registers
+each one in a :class:`~rxagent.tools.Toolkit` as a :class:`~rxagent.tools.SchemaTool` whose parameters
+are the server's ``inputSchema``. From there an MCP tool is like any other: the executor validates the
+model's arguments against that schema before anything is sent, the permission gate decides on it by
+name and arguments, timeouts and cancellation apply. Needs the extra: ``pip install 'rxagent[mcp]'``
+(the official ``mcp`` SDK, 2.x).
+
+What a call returns:
+    The text blocks of the MCP result, joined with newlines; other blocks are summarised
+    (``[image: image/png]``, ``[audio: audio/wav]``, ``[resource: file:///a.txt, text/plain]``), an
+    embedded text resource gives its text, and a result with only structured content gives that as JSON.
+    An ``isError`` result, or a JSON-RPC error the server answers with, raises :class:`MCPToolError`, which
+    the executor turns into an ``error`` result the model can read. A connection that is closed or broken
+    (the server process died, the HTTP server went away) raises
+    :class:`~rxagent.tools.ToolSystemError`: the infrastructure is down, which is not the model's to fix.
+
+Lifecycle:
+    The SDK's transports and session are anyio context managers that must be entered and exited by one
+    task, so each connection has a dedicated task that opens them, waits until it is told to stop, and
+    closes them. Tool calls are sent from the callers' own tasks (the SDK correlates concurrent requests
+    on one session by id). ``await toolkit.aclose()`` (or :meth:`MCPConnection.aclose`) unregisters the
+    connection's tools and stops that task, which ends the session: a stdio server gets its stdin
+    closed and is terminated if it does not exit, an HTTP session is deleted. Close the toolkit before
+    the event loop ends (``async with Toolkit() as toolkit:``): a connection task cancelled by the loop's
+    shutdown cannot be relied on to stop a subprocess.
+
+Cancellation:
+    Disposing a running call (or its timeout) cancels the task that awaits the SDK's request; the SDK
+    then tells the server (``notifications/cancelled`` on stdio and 2025-era HTTP sessions; on 2026-era
+    HTTP sessions, by closing the request's response stream) and drops the late response. The session
+    stays open for the next call.
+
+Also:
+    Progress notifications of a call become :class:`~rxagent.tools.ToolCallProgress` events. The tool
+    list is read once, at connect (``notifications/tools/list_changed`` is not followed). Requests from
+    the server (sampling, elicitation, roots) are answered with the SDK's default refusal.
+
+Example:
+    >>> from rxagent.tools.mcp import StdioServer
+    >>> StdioServer("uvx", ["mcp-server-fetch"]).args
+    ('mcp-server-fetch',)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import re
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any, cast
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+
+from rxagent.tools._tool import SchemaTool, ToolContext, ToolSystemError
+from rxagent.tools.toolkit import Toolkit
+
+try:
+    import anyio
+    import httpx2
+    from mcp import Client, StdioServerParameters, types
+    from mcp.client.stdio import stdio_client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared.exceptions import MCPError
+except ImportError as error:  # the extra is missing, or an mcp 1.x is installed
+    raise ImportError(
+        "rxagent.tools.mcp needs the official MCP SDK (mcp 2.x): pip install 'rxagent[mcp]'"
+    ) from error
+
+__all__ = ["HttpServer", "MCPConnection", "MCPToolError", "StdioServer", "add_mcp_server"]
+
+_log = logging.getLogger("rxagent")
+
+_MAX_PAGES = 1000
+"""A server that keeps returning a next cursor cannot keep the connection listing forever."""
+
+_TRANSPORT_ERRORS = (OSError, httpx2.TransportError, anyio.BrokenResourceError, anyio.ClosedResourceError)
+"""Failures below the protocol (a pipe or socket gone): the connection is lost, not the call wrong."""
+
+_NAME = re.compile(r"[A-Za-z0-9_-]+")
+_NOT_A_NAME_CHARACTER = re.compile(r"[^A-Za-z0-9_-]")
+
+
+@dataclass(frozen=True, slots=True)
+class StdioServer:
+    """An MCP server that runs as a subprocess and talks over its stdin and stdout.
+
+    Attributes:
+        command: the executable (``"uvx"``, ``"npx"``, ``sys.executable``).
+        args: its arguments.
+        env: extra environment variables. The subprocess does not inherit the whole environment, only
+            the SDK's safe set (``HOME``, ``PATH``, ``SHELL``, ``TERM``, ``USER``, ``LOGNAME``) plus these.
+        cwd: working directory (``None``: this process's).
+    """
+
+    command: str
+    args: Sequence[str] = ()
+    env: Mapping[str, str] | None = None
+    cwd: str | os.PathLike[str] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.command:
+            raise ValueError("StdioServer needs a command")
+        if isinstance(self.args, str):
+            raise TypeError("StdioServer args must be a sequence of strings, not one string")
+        object.__setattr__(self, "args", tuple(self.args))
+
+    @property
+    def label(self) -> str:
+        """How messages name this server before it has told its own name."""
+        return " ".join([self.command, *self.args])
+
+
+@dataclass(frozen=True, slots=True)
+class HttpServer:
+    """An MCP server reached over streamable HTTP.
+
+    Attributes:
+        url: the MCP endpoint (``http://127.0.0.1:8000/mcp``).
+        headers: sent with every request (``{"Authorization": "Bearer …"}``).
+    """
+
+    url: str
+    headers: Mapping[str, str] = field(default_factory=lambda: {})
+
+    def __post_init__(self) -> None:
+        if not self.url.startswith(("http://", "https://")):
+            raise ValueError(f"HttpServer url must be http:// or https://, got {self.url!r}")
+
+    @property
+    def label(self) -> str:
+        """How messages name this server before it has told its own name."""
+        return self.url
+
+
+class MCPToolError(Exception):
+    """An MCP tool failed: an ``isError`` result, or an error the server answered the call with.
+
+    Raised from the tool's body, it becomes an ``error`` result carrying the message, for the model to
+    read and adapt to (unlike :class:`~rxagent.tools.ToolSystemError`).
+    """
+
+
+class MCPConnection:
+    """One session with an MCP server, and the tools registered from it.
+
+    Created by :func:`add_mcp_server`; the toolkit closes it when it closes.
+
+    Attributes:
+        server: where the server is.
+        name: the server's own name (from its ``serverInfo``), else its command line or URL.
+        tools: the tools registered from it, in the server's order.
+        skipped: the server's tools that were not registered, and why (an invalid input schema).
+    """
+
+    def __init__(self, server: StdioServer | HttpServer, toolkit: Toolkit) -> None:
+        self.server = server
+        self.name = server.label
+        self.tools: tuple[SchemaTool, ...] = ()
+        self.skipped: Mapping[str, str] = {}
+        self._toolkit = toolkit
+        self._client: Client | None = None
+        self._protocol_version: str | None = None
+        self._stop = asyncio.Event()
+        self._abort: anyio.CancelScope | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._closed_here = False
+        self._lost: BaseException | None = None
+
+    @property
+    def protocol_version(self) -> str | None:
+        """The MCP protocol version the session negotiated (``None`` until it is open)."""
+        return self._protocol_version
+
+    @property
+    def closed(self) -> bool:
+        """True once the session is over: closed with :meth:`aclose`, or found broken.
+
+        A broken connection is found when a call (or the transport) fails with it: a stdio server that
+        exited between two calls is noticed at the next call.
+        """
+        task = self._task
+        return task is None or task.done() or self._closed_here or self._lost is not None
+
+    async def aclose(self) -> None:
+        """Unregister this connection's tools and end the session (idempotent; never raises).
+
+        Calls still running get :class:`~rxagent.tools.ToolSystemError`. A stdio server has its stdin
+        closed, and is terminated if it does not exit within the SDK's grace period (2 s); an HTTP session
+        is deleted on the server.
+        """
+        for registered in self.tools:
+            if self._toolkit.get(registered.name) is registered:
+                self._toolkit.unregister(registered.name)
+        self._closed_here = True
+        await self._stop_task()
+
+    async def _stop_task(self) -> None:
+        self._stop.set()
+        task = self._task
+        if task is not None and not task.done():
+            # The task owns the SDK's context managers and exits them itself; waiting only orders the
+            # shutdown. Were this wait cancelled, the task would still finish the shutdown on its own.
+            await asyncio.wait({task})
+
+    # ---- the task that owns the session -------------------------------------------------------------
+
+    async def _connect(self) -> None:
+        """Start the owning task and wait until the session is open.
+
+        Raises:
+            ConnectionError: the server could not be started, reached or initialised.
+        """
+        loop = asyncio.get_running_loop()
+        connected: asyncio.Future[Client] = loop.create_future()
+        self._task = loop.create_task(self._own(connected), name=f"rxagent MCP session {self.name}")
+        try:
+            client = await connected
+        except asyncio.CancelledError:
+            await self._give_up(connected)
+            raise
+        except Exception as error:
+            await asyncio.wait({self._task})
+            reason = _reason(error)
+            raise ConnectionError(f"could not connect to MCP server {self.name!r}: {reason}") from error
+        self._client = client
+        self._protocol_version = client.protocol_version
+        info = client.server_info
+        if info is not None and info.name:
+            self.name = info.name
+
+    async def _give_up(self, connected: asyncio.Future[Client]) -> None:
+        """Stop a session whose opener was cancelled, and wait until it has stopped."""
+        self._closed_here = True
+        handed_over = connected.done() and not connected.cancelled()
+        if not handed_over:  # still connecting: interrupt it
+            if self._abort is not None:
+                self._abort.cancel()  # an anyio cancel: the stdio transport's shielded shutdown still runs
+            elif self._task is not None:
+                self._task.cancel()  # it has not started: nothing was opened
+        await self._stop_task()
+
+    async def _own(self, connected: asyncio.Future[Client]) -> None:
+        """Enter the transport and the session, hand the client over, wait for stop, exit them."""
+        try:
+            with anyio.CancelScope() as abort:
+                self._abort = abort
+                async with AsyncExitStack() as stack:
+                    client = await _open_client(stack, self.server)
+                    if connected.done():  # the opener went away meanwhile
+                        return
+                    connected.set_result(client)
+                    await self._stop.wait()
+        except Exception as error:  # the transport failed (anyio reports it as an exception group)
+            if not connected.done():
+                connected.set_exception(error)
+            else:
+                self._lost = self._lost or error
+                _log.warning("MCP session with %r ended: %s", self.name, _reason(error))
+        finally:
+            self._abort = None
+            if not connected.done():
+                connected.cancel()
+
+    # ---- tools --------------------------------------------------------------------------------------
+
+    async def _list_tools(self) -> list[types.Tool]:
+        """Every page of the server's tools.
+
+        Raises:
+            ConnectionError: the server failed to list them, or its pages never end.
+        """
+        client = self._client
+        assert client is not None, "connect first"
+        listed: list[types.Tool] = []
+        cursor: str | None = None
+        seen: set[str] = set()
+        for _ in range(_MAX_PAGES):
+            try:
+                page = await client.list_tools(cursor=cursor)
+            except (MCPError, *_TRANSPORT_ERRORS) as error:
+                message = f"MCP server {self.name!r} could not list its tools: {_reason(error)}"
+                raise ConnectionError(message) from error
+            listed.extend(page.tools)
+            cursor = page.next_cursor
+            if cursor is None:
+                return listed
+            if cursor in seen:
+                raise ConnectionError(f"MCP server {self.name!r} repeated the tools/list cursor {cursor!r}")
+            seen.add(cursor)
+        raise ConnectionError(f"MCP server {self.name!r} listed more than {_MAX_PAGES} pages of tools")
+
+    def _build_tools(
+        self,
+        listed: Iterable[types.Tool],
+        *,
+        prefix: str | None,
+        concurrency_safe: bool,
+        timeout: float | None,
+        groups: tuple[str, ...],
+    ) -> tuple[list[SchemaTool], dict[str, str]]:
+        built: list[SchemaTool] = []
+        skipped: dict[str, str] = {}
+        for remote in listed:
+            try:
+                Draft202012Validator.check_schema(remote.input_schema)
+            except SchemaError as error:
+                # Validation would fail on every call; better the model never sees the tool.
+                skipped[remote.name] = f"invalid input schema: {error.message}"
+                _log.warning("MCP server %r: tool %r skipped: %s", self.name, remote.name, error.message)
+                continue
+            local_name = _NOT_A_NAME_CHARACTER.sub("_", remote.name)
+            built.append(
+                SchemaTool(
+                    f"{prefix}_{local_name}" if prefix else local_name,
+                    remote.description or remote.title or "",
+                    remote.input_schema,
+                    self._caller(remote.name),
+                    concurrency_safe=concurrency_safe,
+                    timeout=timeout,
+                    groups=groups,
+                )
+            )
+        return built, skipped
+
+    def _caller(self, remote_name: str) -> Callable[[dict[str, Any], ToolContext], Awaitable[str | None]]:
+        async def call(arguments: dict[str, Any], context: ToolContext) -> str | None:
+            return await self._call(remote_name, arguments, context)
+
+        return call
+
+    async def _call(self, remote_name: str, arguments: dict[str, Any], context: ToolContext) -> str | None:
+        """Call the tool in the calling task; see the module docstring for results and errors."""
+        client = self._client
+        if client is None or self.closed:
+            raise ToolSystemError(self._gone())
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            fraction = progress / total if total else None
+            context.progress(message or "", fraction=fraction, data={"progress": progress, "total": total})
+
+        try:
+            result = await client.call_tool(remote_name, arguments, progress_callback=on_progress)
+        except MCPError as error:
+            if error.code == types.CONNECTION_CLOSED:
+                raise ToolSystemError(self._lose(error)) from error
+            # An error response to this call (unknown tool, invalid params, a crash in the server's
+            # handler): an answer about the call, which the model may be able to act on.
+            raise MCPToolError(
+                f"the MCP server failed the call (error {error.code}): {error.message}"
+            ) from error
+        except _TRANSPORT_ERRORS as error:
+            raise ToolSystemError(self._lose(error)) from error
+        text = _result_text(result)
+        if result.is_error:
+            raise MCPToolError(text or "the MCP tool reported an error without a message")
+        return text
+
+    def _lose(self, error: BaseException) -> str:
+        """Record that the connection is broken, release it, and say so."""
+        if not self._closed_here:
+            self._lost = self._lost or error
+            self._stop.set()  # the owning task exits the session now (a dead stdio server is reaped)
+        return self._gone()
+
+    def _gone(self) -> str:
+        if self._closed_here:
+            return f"the connection to MCP server {self.name!r} is closed"
+        detail = f": {_reason(self._lost)}" if self._lost is not None else ""
+        return f"the connection to MCP server {self.name!r} was lost{detail}"
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "open"
+        return f"<MCPConnection {self.name!r} {state}, {len(self.tools)} tools>"
+
+
+async def add_mcp_server(
+    toolkit: Toolkit,
+    server: StdioServer | HttpServer,
+    *,
+    prefix: str | None = None,
+    concurrency_safe: bool = False,
+    timeout: float | None = None,  # noqa: ASYNC109 - the tools' timeout, as in @tool(timeout=...)
+    groups: Iterable[str] = (),
+) -> MCPConnection:
+    """Connect to an MCP server and register its tools in ``toolkit``, which closes the session.
+
+    Each tool keeps the server's name (characters other than letters, digits, ``_`` and ``-`` become
+    ``_``; calls use the original), description and input schema. Tools whose input schema is not a
+    valid JSON Schema are left out with a warning (see :attr:`MCPConnection.skipped`). The list is read
+    once: tools the server adds later are not seen.
+
+    Args:
+        toolkit: where the tools are registered; :meth:`~rxagent.tools.Toolkit.aclose` closes the session.
+        server: a :class:`StdioServer` or an :class:`HttpServer`.
+        prefix: registered names become ``{prefix}_{name}`` (for two servers that both have ``search``).
+        concurrency_safe: the tools may run alongside other concurrency-safe calls of a batch (the session
+            carries concurrent requests).
+        timeout: seconds before a call is abandoned and cancelled on the server (``None``: the
+            executor's ``default_timeout``).
+        groups: tool groups the tools belong to.
+
+    Returns:
+        The open connection, holding the registered tools.
+
+    Raises:
+        ConnectionError: the server could not be started, reached, initialised or listed.
+        ValueError: a bad ``prefix`` or ``timeout``, or a tool name already taken in the toolkit (then
+            nothing is registered).
+        TypeError: ``server`` is neither a :class:`StdioServer` nor an :class:`HttpServer` (a bare URL).
+
+    Lifecycle:
+        On any failure, including cancellation, the tools registered so far are removed and the session
+        is closed before the error propagates. The session ends with the toolkit (``await
+        toolkit.aclose()``) or :meth:`MCPConnection.aclose`, from any task.
+
+    Example:
+        Inside a coroutine::
+
+            async with Toolkit() as toolkit:
+                await add_mcp_server(toolkit, StdioServer("uvx", ["mcp-server-fetch"]), prefix="web")
+                events = ToolExecutor().execute(calls, toolkit.view())
+    """
+    if not isinstance(server, StdioServer | HttpServer):  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise TypeError(f"server must be a StdioServer or an HttpServer, not {type(server).__name__}")
+    if prefix is not None and not _NAME.fullmatch(prefix):
+        raise ValueError(f"prefix {prefix!r} must be non-empty letters, digits, '_' or '-'")
+    if timeout is not None and timeout <= 0:
+        raise ValueError("timeout must be positive")
+    connection = MCPConnection(server, toolkit)
+    await connection._connect()
+    registered: list[SchemaTool] = []
+    try:
+        listed = await connection._list_tools()
+        built, skipped = connection._build_tools(
+            listed, prefix=prefix, concurrency_safe=concurrency_safe, timeout=timeout, groups=tuple(groups)
+        )
+        for tool_ in built:
+            toolkit.register(tool_)
+            registered.append(tool_)
+    except BaseException:
+        for tool_ in registered:
+            toolkit.unregister(tool_.name)
+        await connection.aclose()
+        raise
+    connection.tools = tuple(registered)
+    connection.skipped = skipped
+    toolkit.add_closer(connection.aclose)
+    return connection
+
+
+async def _open_client(stack: AsyncExitStack, server: StdioServer | HttpServer) -> Client:
+    """Enter the transport and the SDK client for ``server`` on ``stack`` (in the calling task)."""
+    if isinstance(server, StdioServer):
+        parameters = StdioServerParameters(
+            command=server.command,
+            args=list(server.args),
+            env=dict(server.env) if server.env is not None else None,
+            cwd=os.fspath(server.cwd) if server.cwd is not None else None,
+        )
+        transport = stdio_client(parameters)
+    else:
+        http = await stack.enter_async_context(
+            httpx2.AsyncClient(headers=dict(server.headers), timeout=httpx2.Timeout(30.0, read=300.0))
+        )
+        transport = streamable_http_client(server.url, http_client=http)
+    client = Client(transport, cache=None, client_info=_client_info())
+    return await stack.enter_async_context(client)
+
+
+def _client_info() -> types.Implementation:
+    try:
+        version = metadata.version("rxagent")
+    except metadata.PackageNotFoundError:
+        version = "0"
+    return types.Implementation(name="rxagent", version=version)
+
+
+def _reason(error: BaseException) -> str:
+    """The innermost readable cause (anyio wraps transport failures in exception groups)."""
+    while isinstance(error, BaseExceptionGroup):
+        error = cast("BaseExceptionGroup[BaseException]", error).exceptions[0]
+    text = str(error)
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def _result_text(result: types.CallToolResult) -> str | None:
+    parts = [_block_text(block) for block in result.content]
+    if not parts and result.structured_content is not None:
+        parts.append(json.dumps(result.structured_content, ensure_ascii=False))
+    text = "\n".join(parts)
+    return text or None
+
+
+def _block_text(block: types.ContentBlock) -> str:
+    if isinstance(block, types.TextContent):
+        return block.text
+    if isinstance(block, types.ImageContent):
+        return f"[image: {block.mime_type}]"
+    if isinstance(block, types.AudioContent):
+        return f"[audio: {block.mime_type}]"
+    if isinstance(block, types.ResourceLink):
+        return _resource_summary(str(block.uri), block.mime_type)
+    contents = block.resource
+    if isinstance(contents, types.TextResourceContents):
+        return contents.text
+    return _resource_summary(str(contents.uri), contents.mime_type)
+
+
+def _resource_summary(uri: str, mime_type: str | None) -> str:
+    return f"[resource: {uri}, {mime_type}]" if mime_type else f"[resource: {uri}]"
