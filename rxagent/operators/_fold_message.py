@@ -107,6 +107,11 @@ class MessageFold:
         self.finish_reason: FinishReason | None = None
         self.chunks = 0
 
+    @property
+    def call_count(self) -> int:
+        """How many tool calls have started so far."""
+        return len(self._calls)
+
     def add(self, chunk: ChatChunk) -> None:
         """Take one chunk into the message."""
         self.chunks += 1

@@ -1,0 +1,196 @@
+"""Middleware: operator insertion at the agent's named cut points.
+
+A middleware overrides any of six hooks. Each hook receives the cut point's input, the run's context and
+``next`` (the rest of the pipeline from that point inwards), and returns an observable, so it can
+rewrite the input, pipe operators onto ``next(input)``, short-circuit without calling ``next``, call
+``next`` again to retry, or stop the run by failing with :class:`StopRun`.
+
+=============  ==========================  ==========================================================
+cut point      input                       output
+=============  ==========================  ==========================================================
+``agent``      :class:`RunInput`           every event of the run
+``reasoning``  :class:`ReasoningStep`      the events of one reasoning step
+``request``    the final ``ChatRequest``   the request to send (one item; the context budget lives here)
+``model_call`` the ``ChatRequest``         the model's ``ChatChunk`` stream
+``acting``     :class:`ActingStep`         the events of one batch of tool calls
+``tool_call``  ``ToolInvocation``          the tool events of one call
+=============  ==========================  ==========================================================
+
+Order: the agent's middleware list is an onion, first = outermost. For the same cut point, the first
+middleware sees the input first and the output last.
+
+What a rewrite changes: the assistant message is folded from the ``model_call`` output, so text
+rewritten at ``model_call`` is what the history keeps and the next request sends. The ``reasoning`` and
+``agent`` outputs are events for subscribers; rewriting them changes only what subscribers see.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypeAlias, TypeVar, cast
+
+from reactivex import Observable
+
+from rxagent.context import RuntimeContext
+from rxagent.events import AgentEvent
+from rxagent.messages import Msg, ToolUseBlock
+from rxagent.model.types import ChatChunk, ChatRequest
+from rxagent.operators._typing import Operator
+from rxagent.tools.events import ToolEvent
+from rxagent.tools.executor import ToolInvocation
+
+__all__ = [
+    "ActingStep",
+    "CutPoint",
+    "Middleware",
+    "ReasoningStep",
+    "RunInput",
+    "StopRun",
+    "chain",
+    "insert",
+]
+
+CutPoint: TypeAlias = Literal["agent", "reasoning", "request", "model_call", "acting", "tool_call"]
+"""The names of the places middleware can wrap."""
+
+_I = TypeVar("_I")
+_O = TypeVar("_O")
+
+
+class StopRun(Exception):
+    """Fail a hook's stream with this to end the run with reason ``STOPPED`` (and ``detail=reason``)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class RunInput:
+    """The ``agent`` cut point's input: the new messages (or the decisions on pending calls) of a run."""
+
+    messages: tuple[Msg, ...]
+    decisions: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningStep:
+    """The ``reasoning`` cut point's input: which step, and whether it is the tool-less summarising turn."""
+
+    iteration: int
+    summarising: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ActingStep:
+    """The ``acting`` cut point's input: the calls of one assistant message."""
+
+    iteration: int
+    calls: tuple[ToolUseBlock, ...]
+
+
+class Middleware:
+    """Base class: override the hooks you need; the others pass through untouched (and cost nothing)."""
+
+    def agent(
+        self, run: RunInput, ctx: RuntimeContext, next: Callable[[RunInput], Observable[AgentEvent]]
+    ) -> Observable[AgentEvent]:
+        """Wrap a whole run."""
+        return next(run)
+
+    def reasoning(
+        self,
+        step: ReasoningStep,
+        ctx: RuntimeContext,
+        next: Callable[[ReasoningStep], Observable[AgentEvent]],
+    ) -> Observable[AgentEvent]:
+        """Wrap one reasoning step (request, model call, fold)."""
+        return next(step)
+
+    def request(
+        self,
+        request: ChatRequest,
+        ctx: RuntimeContext,
+        next: Callable[[ChatRequest], Observable[ChatRequest]],
+    ) -> Observable[ChatRequest]:
+        """Rewrite the final request before it is sent."""
+        return next(request)
+
+    def model_call(
+        self, request: ChatRequest, ctx: RuntimeContext, next: Callable[[ChatRequest], Observable[ChatChunk]]
+    ) -> Observable[ChatChunk]:
+        """Wrap one model call's chunk stream."""
+        return next(request)
+
+    def acting(
+        self, step: ActingStep, ctx: RuntimeContext, next: Callable[[ActingStep], Observable[AgentEvent]]
+    ) -> Observable[AgentEvent]:
+        """Wrap one batch of tool calls."""
+        return next(step)
+
+    def tool_call(
+        self,
+        invocation: ToolInvocation,
+        ctx: RuntimeContext,
+        next: Callable[[ToolInvocation], Observable[ToolEvent]],
+    ) -> Observable[ToolEvent]:
+        """Wrap one tool call (the executor's interceptor chain)."""
+        return next(invocation)
+
+
+def _overrides(middleware: Middleware, cut_point: CutPoint) -> bool:
+    return getattr(type(middleware), cut_point) is not getattr(Middleware, cut_point)
+
+
+def chain(
+    middlewares: Sequence[Middleware],
+    cut_point: CutPoint,
+    ctx: RuntimeContext,
+    innermost: Callable[[_I], Observable[_O]],
+) -> Callable[[_I], Observable[_O]]:
+    """Compose the ``cut_point`` hooks of ``middlewares`` around ``innermost`` (first = outermost)."""
+    composed = innermost
+    for middleware in reversed([m for m in middlewares if _overrides(m, cut_point)]):
+        hook = cast(
+            "Callable[[_I, RuntimeContext, Callable[[_I], Observable[_O]]], Observable[_O]]",
+            getattr(middleware, cut_point),
+        )
+        composed = _bind(hook, ctx, composed)
+    return composed
+
+
+def _bind(
+    hook: Callable[[_I, RuntimeContext, Callable[[_I], Observable[_O]]], Observable[_O]],
+    ctx: RuntimeContext,
+    inner: Callable[[_I], Observable[_O]],
+) -> Callable[[_I], Observable[_O]]:
+    return lambda value: hook(value, ctx, inner)
+
+
+class _Inserted(Middleware):
+    def __init__(self, cut_point: CutPoint, operator: Operator[Any, Any]) -> None:
+        self.cut_point = cut_point
+        self.operator = operator
+
+    def __repr__(self) -> str:
+        return f"insert({self.cut_point!r}, {self.operator!r})"
+
+
+def insert(cut_point: CutPoint, operator: Operator[Any, Any]) -> Middleware:
+    """A middleware that pipes ``operator`` onto the output of ``cut_point``: the common case.
+
+    Example:
+        >>> from reactivex import operators as ops
+        >>> shout = insert("model_call", ops.map(lambda c: replace(c, text=c.text.upper())))  # doctest: +SKIP
+    """
+    hooks: dict[str, Any] = {}
+
+    def hook(
+        self: _Inserted, value: Any, ctx: RuntimeContext, next: Callable[[Any], Observable[Any]]
+    ) -> Observable[Any]:
+        return next(value).pipe(self.operator)
+
+    hooks[cut_point] = hook
+    subclass = type(f"Insert_{cut_point}", (_Inserted,), hooks)
+    return cast("Middleware", subclass(cut_point, operator))

@@ -1,0 +1,939 @@
+"""The ReAct agent: reason, act, observe, as one composed observable.
+
+A run is assembled from named steps, each an observable, chained with ``defer``/``concat``:
+
+::
+
+    lifecycle(using_resource: session lock + state load … state save + unlock)
+      └─ agent cut point
+           └─ RunStarted · entry routing · loop
+                loop = reasoning step · then: answer → finish
+                                            tool calls → acting step · loop
+                                            no answer → re-prompt once · loop
+                                            iteration limit → summarising step (no tools) · finish
+
+Nothing runs until subscription; disposing the subscription cancels the model call or the tools in
+flight and releases the session without saving (cancel is cleanup only). ``stream_events`` is the one
+pipeline; ``call`` and ``call_observable`` are it filtered to the :class:`~rxagent.events.AgentResult`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeAlias
+
+import reactivex
+from pydantic import BaseModel, JsonValue
+from reactivex import Observable, abc
+from reactivex import operators as ops
+from reactivex.disposable import CompositeDisposable, Disposable
+from reactivex.subject import BehaviorSubject
+
+from rxagent.agent.middleware import (
+    ActingStep,
+    Middleware,
+    ReasoningStep,
+    RunInput,
+    StopRun,
+    chain,
+)
+from rxagent.agent.structured import OUTPUT_TOOL, OutputSpec
+from rxagent.agent.transcript import repair_transcript
+from rxagent.context import RuntimeContext
+from rxagent.events import (
+    AgentEvent,
+    AgentResult,
+    ErrorEvent,
+    MessageCompleted,
+    ModelCallFinished,
+    ModelCallStarted,
+    Phase,
+    PhaseChanged,
+    RepeatGuardTriggered,
+    RetryScheduled,
+    RunReason,
+    RunStarted,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallArgumentsDelta,
+    ToolCallCompleted,
+    ToolCallStarted,
+    ToolExecutionStarted,
+    ToolPermissionAsked,
+    ToolProgress,
+    ToolResult,
+    ToolSuspended,
+    UsageTotals,
+)
+from rxagent.messages import Msg, ToolResultBlock, ToolResultStatus, ToolUseBlock, new_id
+from rxagent.model.errors import ModelHTTPError
+from rxagent.model.types import ChatChunk, ChatModel, ChatRequest, ForceTool, ToolChoice, ToolSchema, Usage
+from rxagent.operators._fold_message import MessageFold
+from rxagent.operators._map_many import map_many
+from rxagent.operators._outcome import Outcome
+from rxagent.operators._serialize_on_key import KeyedSerializer
+from rxagent.operators._using_resource import using_resource
+from rxagent.retry import RetryAttempt, RetryBudget
+from rxagent.state import AgentState, InMemoryStateStore, PendingCall, SessionKey, StateStore
+from rxagent.tools._tool import ToolSystemError
+from rxagent.tools.events import (
+    ToolBatchFinished,
+    ToolCallFinished,
+    ToolCallProgress,
+    ToolCallSuspended,
+    ToolEvent,
+    ToolPermissionRequired,
+)
+from rxagent.tools.events import ToolCallStarted as ToolBodyStarted
+from rxagent.tools.executor import ToolExecutor, ToolInterceptor, result_of
+from rxagent.tools.permissions import Permissions
+from rxagent.tools.toolkit import Toolkit
+
+__all__ = [
+    "AgentInput",
+    "AgentOptions",
+    "ExternalResult",
+    "PendingToolCallsError",
+    "ReActAgent",
+    "RunControl",
+    "ToolDecision",
+]
+
+DEFAULT_SESSION = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolDecision:
+    """A human's answer to a call that asked for permission: allow runs the *same* call, deny refuses it."""
+
+    call_id: str
+    allow: bool
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ExternalResult:
+    """The caller's result for an external (suspended) tool call."""
+
+    call_id: str
+    output: str
+    status: ToolResultStatus = "ok"
+
+
+AgentInput: TypeAlias = (
+    str | Msg | Sequence[Msg] | ToolDecision | ExternalResult | Sequence[ToolDecision | ExternalResult] | None
+)
+"""What a run starts from: user text, messages, or decisions/results for the session's pending calls."""
+
+
+class PendingToolCallsError(RuntimeError):
+    """New input arrived while tool calls wait for decisions or results (and recovery is off)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AgentOptions:
+    """How the loop behaves.
+
+    Attributes:
+        max_iters: reasoning steps before the tool-less summarising turn (reason ``MAX_ITERATIONS``).
+        parallel_tools: run consecutive concurrency-safe calls together.
+        max_tool_concurrency: most calls running at once.
+        tool_timeout: seconds for tools without their own timeout.
+        repeat_guard: same call, same arguments, same result this many times in a row injects a hint to
+            change strategy (0 disables).
+        recover_pending: new user input while calls are pending gives those calls ``interrupted``
+            results instead of failing (an asking call is never run by recovery).
+        structured_mode: ``auto`` (native if the model supports it, else tool), ``native`` or ``tool``.
+        structured_retries: attempts the model gets to fix invalid structured output.
+        retry_budget: model-call retries allowed per run, shared by all its calls.
+        temperature, max_tokens: request options.
+    """
+
+    max_iters: int = 10
+    parallel_tools: bool = True
+    max_tool_concurrency: int = 8
+    tool_timeout: float | None = None
+    repeat_guard: int = 3
+    recover_pending: bool = False
+    structured_mode: Literal["auto", "native", "tool"] = "auto"
+    structured_retries: int = 2
+    retry_budget: int = 8
+    temperature: float | None = None
+    max_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_iters < 1:
+            raise ValueError("max_iters must be at least 1")
+        if self.repeat_guard < 0 or self.structured_retries < 0 or self.retry_budget < 0:
+            raise ValueError("repeat_guard, structured_retries and retry_budget must be >= 0")
+
+
+class RunControl:
+    """Lets the caller interrupt a run: the model stream or the running tools stop, dangling calls get
+    ``interrupted`` results, and the run ends with reason ``INTERRUPTED`` (unlike dispose, which only
+    cleans up)."""
+
+    def __init__(self) -> None:
+        self._interrupted = BehaviorSubject(False)
+
+    def interrupt(self) -> None:
+        """Interrupt the run at once."""
+        if not self._interrupted.value:
+            self._interrupted.on_next(True)
+
+    @property
+    def interrupted(self) -> bool:
+        """True once :meth:`interrupt` was called."""
+        return self._interrupted.value
+
+    @property
+    def signal(self) -> Observable[bool]:
+        """Emits once when interrupted (immediately on subscription if already)."""
+        return self._interrupted.pipe(ops.filter(bool), ops.take(1))
+
+
+_NO_ANSWER_PROMPT = Msg.user(
+    "Your last reply contained no answer text. Answer the question directly, in plain text.",
+    metadata={"rxagent": "no_answer_reprompt"},
+)
+_SUMMARY_PROMPT = (
+    "You have used all {n} reasoning steps you are allowed. Do not call any tool. Summarise what you found "
+    "so far and give the best answer you can."
+)
+_STRUCTURED_AUTO_PROMPT = f"When you have the final answer, call the `{OUTPUT_TOOL}` tool with it."
+
+
+class ReActAgent:
+    """An agent that reasons with a model and acts with tools, as a composition of observables.
+
+    Args:
+        model: any :class:`~rxagent.model.ChatModel`.
+        toolkit: the tools it may use (``None``: none).
+        system_prompt: instructions sent first in every request.
+        name: shown in events.
+        options: loop behaviour.
+        middleware: hooks at the cut points (first = outermost).
+        permissions: the gate every tool call passes.
+        output_type: a pydantic model (or JSON schema) for structured output.
+        store: where session state lives between runs (default: in memory).
+
+    Example:
+        >>> from rxagent import ScriptedModel
+        >>> agent = ReActAgent(ScriptedModel(["Hello!"]), system_prompt="Be brief.")
+        >>> # result = await agent.call("Hi")   ->   result.text == "Hello!"
+    """
+
+    def __init__(
+        self,
+        model: ChatModel,
+        toolkit: Toolkit | None = None,
+        *,
+        system_prompt: str | None = None,
+        name: str = "agent",
+        options: AgentOptions | None = None,
+        middleware: Sequence[Middleware] = (),
+        permissions: Permissions | None = None,
+        output_type: type[BaseModel] | Mapping[str, JsonValue] | None = None,
+        store: StateStore | None = None,
+    ) -> None:
+        self.model = model
+        self.toolkit = toolkit or Toolkit()
+        self.name = name
+        self.options = options or AgentOptions()
+        self.middleware = tuple(middleware)
+        self.permissions = permissions or Permissions()
+        self.output = OutputSpec(output_type) if output_type is not None else None
+        self.store: StateStore = store or InMemoryStateStore()
+        self._system = Msg.system(system_prompt) if system_prompt else None
+        self._sessions = KeyedSerializer()
+
+    # ---- public entry points ---------------------------------------------------------------------
+
+    def stream_events(
+        self, input: AgentInput, ctx: RuntimeContext | None = None, *, control: RunControl | None = None
+    ) -> Observable[AgentEvent]:
+        """Run the agent and emit every event; the last is the :class:`AgentResult`.
+
+        Runs on the same ``(user_id, session_id)`` wait for each other; other sessions run in parallel.
+        ``ctx=None`` (or no ``session_id``) uses the session ``"default"``.
+
+        Lifecycle:
+            complete: after the ``AgentResult``; the session state is saved first.
+            error: the state is saved, then the error passes (a failing save is attached to it as a note).
+            cancel: the model call or tools in flight are cancelled, the session is released unsaved,
+            nothing more is emitted.
+            re-subscribe: a new run.
+        """
+        context = ctx or RuntimeContext(session_id=DEFAULT_SESSION)
+        key: SessionKey = (context.user_id, context.session_id or DEFAULT_SESSION)
+        run_input = _normalise(input)
+        run_control = control or RunControl()
+
+        async def acquire() -> _Lease:
+            lock = self._sessions.lock_for(key)
+            await lock.acquire()
+            try:
+                state = await self.store.load(key) or AgentState()
+            except BaseException:
+                lock.release()
+                raise
+            return _Lease(lock, state)
+
+        def use(lease: _Lease) -> Observable[AgentEvent]:
+            run = _Run(self, context, key, lease.state, run_control)
+            whole = chain(self.middleware, "agent", context, run.execute)
+            return reactivex.defer(lambda _: whole(run_input)).pipe(ops.catch(run.stopped))
+
+        async def release(lease: _Lease, outcome: Outcome) -> None:
+            try:
+                if outcome.kind != "cancelled":
+                    await self.store.save(key, lease.state)
+            finally:
+                lease.lock.release()
+
+        def stamped(_: abc.SchedulerBase | None) -> Observable[AgentEvent]:
+            counter = itertools.count()
+
+            def stamp(event: AgentEvent) -> AgentEvent:
+                event.seq = next(counter)
+                return event
+
+            return using_resource(acquire, use, release).pipe(ops.map(stamp))
+
+        return reactivex.defer(stamped)
+
+    def call_observable(
+        self, input: AgentInput, ctx: RuntimeContext | None = None, *, control: RunControl | None = None
+    ) -> Observable[AgentResult]:
+        """The same pipeline as :meth:`stream_events`, filtered to the final :class:`AgentResult`."""
+        results: Observable[AgentResult] = self.stream_events(input, ctx, control=control).pipe(
+            ops.filter(lambda event: isinstance(event, AgentResult))  # type: ignore[arg-type]
+        )
+        return results
+
+    async def call(
+        self, input: AgentInput, ctx: RuntimeContext | None = None, *, control: RunControl | None = None
+    ) -> AgentResult:
+        """Run the agent and return its :class:`AgentResult` (cancelling the await cancels the run)."""
+        from rxagent.operators._awaitables import last_value
+
+        return await last_value(self.call_observable(input, ctx, control=control))
+
+    async def state(self, ctx: RuntimeContext | None = None) -> AgentState:
+        """The stored state of a session (a fresh one if it has none)."""
+        context = ctx or RuntimeContext(session_id=DEFAULT_SESSION)
+        return await self.store.load((context.user_id, context.session_id or DEFAULT_SESSION)) or AgentState()
+
+    def tool_interceptors(self) -> list[ToolInterceptor]:
+        """The ``tool_call`` hooks of the middleware, as executor interceptors (outermost first)."""
+        return [m.tool_call for m in self.middleware if type(m).tool_call is not Middleware.tool_call]
+
+    def request_base(self) -> tuple[Msg, ...]:
+        """The fixed head of every request: the system message (if any)."""
+        return (self._system,) if self._system is not None else ()
+
+
+@dataclass(slots=True)
+class _Lease:
+    lock: Any
+    state: AgentState
+
+
+def _normalise(value: AgentInput) -> RunInput:
+    if value is None:
+        return RunInput(())
+    if isinstance(value, str):
+        return RunInput((Msg.user(value),))
+    if isinstance(value, Msg):
+        return RunInput((value,))
+    if isinstance(value, ToolDecision | ExternalResult):
+        return RunInput((), (value,))
+    items = list(value)
+    messages = tuple(item for item in items if isinstance(item, Msg))
+    decisions = tuple(item for item in items if isinstance(item, ToolDecision | ExternalResult))
+    if len(messages) + len(decisions) != len(items):
+        raise TypeError("agent input must be text, messages, ToolDecision or ExternalResult values")
+    return RunInput(messages, decisions)
+
+
+def _just(*events: AgentEvent) -> Observable[AgentEvent]:
+    return reactivex.from_iterable(events)
+
+
+_FINAL_PHASE: dict[RunReason, Phase] = {"ERROR": "ERROR"}
+
+
+@dataclass(eq=False)
+class _Run:
+    """Everything one run knows; created per subscription, so runs never share it."""
+
+    agent: ReActAgent
+    ctx: RuntimeContext
+    key: SessionKey
+    state: AgentState
+    control: RunControl
+    run_id: str = field(default_factory=lambda: new_id("run"))
+    iteration: int = 0
+    usage: UsageTotals = field(default_factory=UsageTotals)
+    last_message: Msg | None = None
+    reprompted: bool = False
+    structured_attempts: int = 0
+    tool_choice_rung: int = 0
+    ending: AgentResult | None = None
+    repeat_key: tuple[str, str, str] | None = None
+    repeat_count: int = 0
+    phase: Phase | None = None
+    budget: RetryBudget = field(init=False)
+    head: dict[str, Any] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.budget = RetryBudget(max_retries=self.agent.options.retry_budget)
+        self.head = {
+            "run_id": self.run_id,
+            "session_id": self.key[1],
+            "trace_id": self.ctx.trace_id,
+            "seq": 0,
+        }
+        groups = self.state.active_groups
+        self.view = self.agent.toolkit.view(active_groups=groups)
+        self.executor = ToolExecutor(
+            parallel=self.agent.options.parallel_tools,
+            max_concurrency=self.agent.options.max_tool_concurrency,
+            permissions=self.agent.permissions,
+            interceptors=self.agent.tool_interceptors(),
+            default_timeout=self.agent.options.tool_timeout,
+        )
+
+    # ---- events ------------------------------------------------------------------------------------
+
+    def phase_to(self, phase: Phase) -> list[AgentEvent]:
+        if phase == self.phase:
+            return []
+        self.phase = phase
+        return [PhaseChanged(**self.head, phase=phase, iteration=self.iteration)]
+
+    def finish(self, reason: RunReason, message: Msg | None, **extra: Any) -> Observable[AgentEvent]:
+        """The closing events: the final phase, then the one AgentResult."""
+
+        def build(_: abc.SchedulerBase | None) -> Observable[AgentEvent]:
+            result = AgentResult(
+                **self.head,
+                message=message,
+                reason=reason,
+                usage=self.usage,
+                iterations=self.iteration,
+                pending=[p.call for p in self.state.pending],
+                **extra,
+            )
+            return _just(*self.phase_to(_FINAL_PHASE.get(reason, "FINISHED")), result)
+
+        return reactivex.defer(build)
+
+    def stopped(self, error: Exception, _: Observable[AgentEvent]) -> Observable[AgentEvent]:
+        """A middleware's StopRun ends the run with reason STOPPED; any other error passes."""
+        if isinstance(error, StopRun):
+            return self.finish("STOPPED", self.last_message, detail=error.reason)
+        return reactivex.throw(error)
+
+    # ---- the run -----------------------------------------------------------------------------------
+
+    def execute(self, run_input: RunInput) -> Observable[AgentEvent]:
+        started = RunStarted(**self.head, agent=self.agent.name, input=list(run_input.messages))
+        return reactivex.concat(_just(started), reactivex.defer(lambda _: self.route(run_input)))
+
+    def route(self, run_input: RunInput) -> Observable[AgentEvent]:
+        """Entry routing: pending calls decide the path."""
+        if self.state.pending:
+            if run_input.decisions:
+                return self.resume(run_input.decisions, run_input.messages)
+            if not self.agent.options.recover_pending:
+                waiting = ", ".join(f"{p.call.name} ({p.call.id}, {p.kind})" for p in self.state.pending)
+                raise PendingToolCallsError(
+                    f"this session has tool calls waiting for a decision or a result: {waiting}. Send "
+                    "ToolDecision / ExternalResult values, or enable AgentOptions.recover_pending"
+                )
+            for pending in self.state.pending:
+                text = "The user moved on without deciding on this call; it was not run."
+                self.state.partial_results.append(result_of(pending.call, text, "interrupted"))
+            self.state.pending.clear()
+            closing = self.close_tool_batch()
+            self.state.messages.extend(run_input.messages)
+            return reactivex.concat(_just(*closing), self.loop())
+        if run_input.decisions:
+            raise PendingToolCallsError("this session has no tool calls waiting; there is nothing to decide")
+        self.state.messages.extend(run_input.messages)
+        return self.loop()
+
+    def resume(self, decisions: Sequence[Any], messages: Sequence[Msg]) -> Observable[AgentEvent]:
+        by_id = {p.call.id: p for p in self.state.pending}
+        approved: list[ToolUseBlock] = []
+        for decision in decisions:
+            pending = by_id.get(decision.call_id)
+            if pending is None:
+                raise PendingToolCallsError(f"no pending tool call with id {decision.call_id!r}")
+            if isinstance(decision, ExternalResult):
+                if pending.kind != "external":
+                    raise PendingToolCallsError(
+                        f"call {decision.call_id!r} asks for permission, not a result"
+                    )
+                self.state.partial_results.append(result_of(pending.call, decision.output, decision.status))
+            elif pending.kind != "ask":
+                raise PendingToolCallsError(f"call {decision.call_id!r} is external: send an ExternalResult")
+            elif decision.allow:
+                approved.append(pending.call)
+            else:
+                why = f": {decision.reason}" if decision.reason else ""
+                self.state.partial_results.append(
+                    result_of(pending.call, f"The user denied this call{why}.", "denied")
+                )
+            del by_id[decision.call_id]
+        self.state.pending = list(by_id.values())
+        if messages:
+            self.state.messages.extend(messages)
+        if approved:
+            step = ActingStep(self.iteration, tuple(approved))
+            return reactivex.concat(
+                self.acting(step, approved_ids={c.id for c in approved}),
+                reactivex.defer(lambda _: self.after_acting()),
+            )
+        return self.after_acting()
+
+    def loop(self) -> Observable[AgentEvent]:
+        def step(_: abc.SchedulerBase | None) -> Observable[AgentEvent]:
+            if self.control.interrupted:
+                return self.interrupted_end()
+            if self.iteration >= self.agent.options.max_iters:
+                summary = self.reasoning(summarising=True)
+                return reactivex.concat(
+                    summary,
+                    reactivex.defer(lambda _: self.finish("MAX_ITERATIONS", self.last_message)),
+                )
+            return reactivex.concat(
+                self.reasoning(summarising=False), reactivex.defer(lambda _: self.after_reasoning())
+            )
+
+        return reactivex.defer(step)
+
+    # ---- reasoning -----------------------------------------------------------------------------------
+
+    def reasoning(self, *, summarising: bool) -> Observable[AgentEvent]:
+        step = ReasoningStep(self.iteration + 1, summarising)
+        hooked = chain(self.agent.middleware, "reasoning", self.ctx, self.reasoning_inner)
+        return reactivex.defer(lambda _: hooked(step))
+
+    def reasoning_inner(self, step: ReasoningStep) -> Observable[AgentEvent]:
+        self.iteration = step.iteration
+        self.last_message = None
+        request = self.build_request(step.summarising)
+        prepare = chain(self.agent.middleware, "request", self.ctx, reactivex.just)
+        return prepare(request).pipe(
+            ops.last(),
+            ops.flat_map(lambda prepared: self.model_call(prepared, step)),
+        )
+
+    def build_request(self, summarising: bool) -> ChatRequest:
+        options = self.agent.options
+        messages = [*self.agent.request_base(), *repair_transcript(self.state.messages)]
+        tools: tuple[ToolSchema, ...] = ()
+        tool_choice: ToolChoice | None = None
+        response_format = None
+        if summarising:
+            messages.append(Msg.system(_SUMMARY_PROMPT.format(n=options.max_iters)))
+        else:
+            tools = self.view.schemas()
+            output = self.agent.output
+            if output is not None:
+                if self.structured_path() == "native":
+                    response_format = output.response_format()
+                else:
+                    tools = (*tools, output.tool_schema())
+                    tool_choice = self.output_tool_choice(len(tools))
+                    if tool_choice == "auto":
+                        messages.append(Msg.system(_STRUCTURED_AUTO_PROMPT))
+        return ChatRequest(
+            messages=tuple(messages),
+            tools=tools,
+            tool_choice=tool_choice,
+            response_format=response_format,
+            temperature=options.temperature,
+            max_tokens=options.max_tokens,
+            retry_budget=self.budget,
+        )
+
+    def structured_path(self) -> Literal["native", "tool"]:
+        mode = self.agent.options.structured_mode
+        if mode == "auto":
+            return "native" if self.agent.model.capabilities.json_schema_output else "tool"
+        return mode
+
+    def output_tool_choice(self, tool_count: int) -> ToolChoice:
+        ladder: list[ToolChoice] = []
+        if tool_count == 1 and self.agent.model.capabilities.forced_tool_choice:
+            ladder.append(ForceTool(OUTPUT_TOOL))
+        if self.agent.model.capabilities.forced_tool_choice:
+            ladder.append("required")
+        ladder.append("auto")
+        return ladder[min(self.tool_choice_rung, len(ladder) - 1)]
+
+    def model_call(self, request: ChatRequest, step: ReasoningStep) -> Observable[AgentEvent]:
+        model = self.agent.model
+        call = chain(self.agent.middleware, "model_call", self.ctx, model.stream)
+        fold = MessageFold()
+        started_at = time.perf_counter()
+        head = self.head
+
+        def items(
+            observer: abc.ObserverBase[ChatChunk | RetryAttempt], scheduler: abc.SchedulerBase | None = None
+        ) -> abc.DisposableBase:
+            # Retries happen inside the model's stream; the budget's listener lets them surface as events
+            # in order, between the attempts, without a Subject in the middle of the hot path.
+            remove = self.budget.add_listener(observer.on_next)
+            subscription = (
+                call(request)
+                .pipe(ops.take_until(self.control.signal))
+                .subscribe(observer, scheduler=scheduler)
+            )
+            return CompositeDisposable(subscription, Disposable(remove))
+
+        def on_item(item: ChatChunk | RetryAttempt) -> list[AgentEvent]:
+            if isinstance(item, RetryAttempt):
+                return [
+                    RetryScheduled(
+                        **head,
+                        retry_number=item.retry_number,
+                        delay_s=item.delay,
+                        error=str(item.error),
+                        budget_remaining=item.budget_remaining,
+                    )
+                ]
+            calls_before = fold.call_count
+            fold.add(item)
+            events: list[AgentEvent] = []
+            if item.thinking:
+                events.append(ThinkingDelta(**head, text=item.thinking))
+            if item.text:
+                events.append(TextDelta(**head, text=item.text))
+            for delta in item.tool_calls:
+                if fold.call_count > calls_before:
+                    calls_before += 1
+                    events.append(
+                        ToolCallStarted(**head, index=delta.index, call_id=delta.id, name=delta.name)
+                    )
+                if delta.arguments:
+                    events.append(
+                        ToolCallArgumentsDelta(
+                            **head, index=delta.index, call_id=delta.id, fragment=delta.arguments
+                        )
+                    )
+            return events
+
+        def on_done(_: abc.SchedulerBase | None) -> Observable[AgentEvent]:
+            message = fold.message()
+            usage = fold.usage
+            self.usage.add(usage)
+            self.last_message = message
+            self.state.messages.append(message)
+            finished = ModelCallFinished(
+                **head,
+                iteration=step.iteration,
+                usage=usage if usage is not None else Usage(),
+                latency_s=time.perf_counter() - started_at,
+                finish_reason=fold.finish_reason,
+            )
+            completed = [ToolCallCompleted(**head, call=c) for c in message.tool_calls]
+            return _just(finished, *completed, MessageCompleted(**head, message=message))
+
+        opening = [
+            *self.phase_to("THINKING"),
+            ModelCallStarted(
+                **head,
+                iteration=step.iteration,
+                model=model.model_name,
+                messages=len(request.messages),
+                tools=[t.name for t in request.tools],
+            ),
+        ]
+        streamed: Observable[AgentEvent] = Observable(items).pipe(map_many(on_item))
+        body = reactivex.concat(_just(*opening), streamed, reactivex.defer(on_done))
+        if request.tool_choice is None:
+            return body
+        return body.pipe(ops.catch(lambda error, _: self.step_down_tool_choice(error, request, step)))
+
+    def step_down_tool_choice(
+        self, error: Exception, request: ChatRequest, step: ReasoningStep
+    ) -> Observable[AgentEvent]:
+        """The model rejected the forced tool choice (400): retry this step one rung lower on the ladder."""
+        if not isinstance(error, ModelHTTPError) or error.status != 400:
+            return reactivex.throw(error)
+        self.tool_choice_rung += 1
+        lower = self.output_tool_choice(len(request.tools))
+        if lower == request.tool_choice:
+            return reactivex.throw(error)
+        note = ErrorEvent(
+            **self.head,
+            error_type=type(error).__name__,
+            message=f"{error}; retrying with tool_choice={lower!r}",
+        )
+        return reactivex.concat(_just(note), reactivex.defer(lambda _: self.reasoning_inner(step)))
+
+    # ---- after a reasoning step ---------------------------------------------------------------------
+
+    def after_reasoning(self) -> Observable[AgentEvent]:
+        message = self.last_message
+        if self.control.interrupted:
+            return self.interrupted_end()
+        if message is None:
+            return self.finish("NO_ANSWER", None, detail="the reasoning step produced no message")
+        output = self.agent.output
+        calls = message.tool_calls
+        if output is not None and any(c.name == OUTPUT_TOOL for c in calls):
+            return self.structured_from_tool(message)
+        if calls:
+            step = ActingStep(self.iteration, calls)
+            return reactivex.concat(self.acting(step), reactivex.defer(lambda _: self.after_acting()))
+        if not message.has_answer_text:
+            if self.reprompted:
+                return self.finish("NO_ANSWER", message, detail="the model gave no answer text twice")
+            self.reprompted = True
+            self.state.messages.append(_NO_ANSWER_PROMPT)
+            return self.loop()
+        if output is None:
+            return self.finish("MODEL_STOP", message)
+        if self.structured_path() == "native":
+            try:
+                value = output.validate_text(message.text)
+            except ValueError as error:
+                return self.structured_retry(str(error), None)
+            return self.finish("STRUCTURED_OUTPUT", message, structured=value)
+        return self.structured_retry(
+            f"you answered in text; call the `{OUTPUT_TOOL}` tool with the answer", None
+        )
+
+    def structured_from_tool(self, message: Msg) -> Observable[AgentEvent]:
+        output = self.agent.output
+        assert output is not None
+        results: list[ToolResultBlock] = []
+        accepted: Any = None
+        problem: str | None = None
+        for call in message.tool_calls:
+            if call.name != OUTPUT_TOOL:
+                results.append(
+                    result_of(call, "Not run: the final answer was given in the same message.", "error")
+                )
+                continue
+            if accepted is not None:
+                results.append(result_of(call, "Ignored: an answer was already accepted.", "error"))
+                continue
+            try:
+                if call.state != "complete" or call.input is None:
+                    raise ValueError(call.error or "the arguments could not be read")
+                accepted = output.validate(call.input)
+                results.append(result_of(call, "Answer accepted.", "ok"))
+            except ValueError as error:
+                problem = str(error)
+                results.append(
+                    result_of(
+                        call,
+                        f"Invalid answer: {problem}. Call `{OUTPUT_TOOL}` again with corrected arguments.",
+                        "error",
+                    )
+                )
+        tool_message = Msg.from_tool_results(*results)
+        self.state.messages.append(tool_message)
+        closing: list[AgentEvent] = [MessageCompleted(**self.head, message=tool_message)]
+        if accepted is not None:
+            return reactivex.concat(
+                _just(*closing), self.finish("STRUCTURED_OUTPUT", message, structured=accepted)
+            )
+        return reactivex.concat(
+            _just(*closing), self.structured_retry(problem or "invalid answer", tool_message)
+        )
+
+    def structured_retry(self, problem: str, tool_message: Msg | None) -> Observable[AgentEvent]:
+        self.structured_attempts += 1
+        if self.structured_attempts > self.agent.options.structured_retries:
+            why = f"no valid structured output in {self.structured_attempts} attempts: {problem}"
+            return self.finish("STRUCTURED_OUTPUT", self.last_message, structured_error=why)
+        if tool_message is None:
+            feedback = Msg.user(f"Your answer did not match the required output: {problem}. Try again.")
+            self.state.messages.append(feedback)
+        return self.loop()
+
+    # ---- acting ------------------------------------------------------------------------------------
+
+    def acting(self, step: ActingStep, approved_ids: set[str] | None = None) -> Observable[AgentEvent]:
+        approved = approved_ids or set()
+
+        def inner(acting_step: ActingStep) -> Observable[AgentEvent]:
+            return self.acting_inner(acting_step, approved)
+
+        hooked = chain(self.agent.middleware, "acting", self.ctx, inner)
+        return reactivex.defer(lambda _: hooked(step))
+
+    def acting_inner(self, step: ActingStep, approved: set[str]) -> Observable[AgentEvent]:
+        head = self.head
+        batch: list[ToolBatchFinished] = []
+        durations: dict[str, float] = {}
+
+        def on_tool_event(event: ToolEvent) -> list[AgentEvent]:
+            if isinstance(event, ToolBodyStarted):
+                return [ToolExecutionStarted(**head, call=event.call)]
+            if isinstance(event, ToolCallProgress):
+                update = event.update
+                return [
+                    ToolProgress(
+                        **head,
+                        call_id=event.call.id,
+                        name=event.call.name,
+                        message=update.message,
+                        fraction=update.fraction,
+                        data=update.data,
+                    )
+                ]
+            if isinstance(event, ToolCallFinished):
+                durations[event.call.id] = event.duration_s
+                return []
+            if isinstance(event, ToolPermissionRequired):
+                return [ToolPermissionAsked(**head, call=event.call, reason=event.decision.reason)]
+            if isinstance(event, ToolCallSuspended):
+                return [ToolSuspended(**head, call=event.call)]
+            batch.append(event)
+            return []
+
+        def done(_: abc.SchedulerBase | None) -> Observable[AgentEvent]:
+            return _just(*self.batch_done(step, batch[0] if batch else None, durations))
+
+        def system_error(error: Exception, _: Observable[AgentEvent]) -> Observable[AgentEvent]:
+            if not isinstance(error, ToolSystemError):
+                return reactivex.throw(error)
+            event = ErrorEvent(**head, error_type=type(error).__name__, message=str(error))
+            self.ending = AgentResult(
+                **head, message=None, reason="ERROR", detail=f"tool system error: {error}"
+            )
+            return _just(event)
+
+        executed = self.executor.execute(step.calls, self.view, self.ctx, approved=approved).pipe(
+            ops.take_until(self.control.signal),
+            map_many(on_tool_event),
+        )
+        opening = [*self.phase_to("TOOL_PENDING"), *self.phase_to("TOOL_EXECUTING")]
+        return reactivex.concat(_just(*opening), executed, reactivex.defer(done)).pipe(
+            ops.catch(system_error)
+        )
+
+    def batch_done(
+        self, step: ActingStep, batch: ToolBatchFinished | None, durations: Mapping[str, float]
+    ) -> list[AgentEvent]:
+        head = self.head
+        if batch is None:  # interrupted before the batch finished
+            return []
+        events: list[AgentEvent] = [
+            ToolResult(**head, result=r, duration_s=durations.get(r.tool_use_id, 0.0)) for r in batch.results
+        ]
+        self.state.partial_results.extend(batch.results)
+        for waiting in batch.waiting:
+            if isinstance(waiting, ToolPermissionRequired):
+                self.state.pending.append(
+                    PendingCall(call=waiting.call, kind="ask", reason=waiting.decision.reason)
+                )
+            else:
+                self.state.pending.append(PendingCall(call=waiting.call, kind="external"))
+        if self.state.pending:
+            return events
+        events.extend(self.close_tool_batch())
+        events.extend(self.repeat_guard(step.calls, batch.results))
+        if batch.return_direct:
+            answer = Msg.assistant(
+                "\n".join(r.text for r in batch.results), metadata={"rxagent": "return_direct"}
+            )
+            self.ending = AgentResult(**head, message=answer, reason="TOOL_RETURN_DIRECT")
+        return events
+
+    def close_tool_batch(self) -> list[AgentEvent]:
+        """Send the finished batch's results as one tool message, in the order of the calls."""
+        results = self.state.partial_results
+        if not results:
+            return []
+        order = {c.id: i for i, c in enumerate(self.calls_of_last_assistant())}
+        ordered = sorted(results, key=lambda r: order.get(r.tool_use_id, len(order)))
+        message = Msg.from_tool_results(*ordered)
+        self.state.messages.append(message)
+        self.state.partial_results = []
+        return [*self.phase_to("OBSERVING"), MessageCompleted(**self.head, message=message)]
+
+    def calls_of_last_assistant(self) -> tuple[ToolUseBlock, ...]:
+        for message in reversed(self.state.messages):
+            if message.role == "assistant":
+                return message.tool_calls
+        return ()
+
+    def repeat_guard(
+        self, calls: Sequence[ToolUseBlock], results: Sequence[ToolResultBlock]
+    ) -> list[AgentEvent]:
+        threshold = self.agent.options.repeat_guard
+        if threshold == 0:
+            return []
+        by_id = {r.tool_use_id: r for r in results}
+        events: list[AgentEvent] = []
+        for call in calls:
+            result = by_id.get(call.id)
+            if result is None:
+                continue
+            key = (call.name, json.dumps(call.input, sort_keys=True, default=str), result.text)
+            self.repeat_count = self.repeat_count + 1 if key == self.repeat_key else 1
+            self.repeat_key = key
+            if self.repeat_count >= threshold:
+                hint = (
+                    f"You have called `{call.name}` with the same arguments {self.repeat_count} times in a "
+                    "row and got the same result each time. Repeating it will not help: change your "
+                    "approach, use another tool, or answer with what you know."
+                )
+                self.state.messages.append(Msg.system(hint, metadata={"rxagent": "repeat_guard"}))
+                arguments: JsonValue = call.input
+                events.append(
+                    RepeatGuardTriggered(
+                        **self.head, tool=call.name, arguments=arguments, count=self.repeat_count
+                    )
+                )
+                self.repeat_count = 0
+                self.repeat_key = None
+        return events
+
+    def after_acting(self) -> Observable[AgentEvent]:
+        if self.control.interrupted:
+            return self.interrupted_end()
+        ending = self.ending
+        if ending is not None:
+            return self.finish(ending.reason, ending.message, detail=ending.detail)
+        if self.state.pending:
+            asking = any(p.kind == "ask" for p in self.state.pending)
+            return self.finish("PERMISSION_ASKING" if asking else "TOOL_SUSPENDED", None)
+        return self.loop()
+
+    def interrupted_end(self) -> Observable[AgentEvent]:
+        """Dangling calls get interrupted results; the run ends with reason INTERRUPTED."""
+        answered = {r.tool_use_id for r in self.state.partial_results}
+        last = self.state.messages[-1] if self.state.messages else None
+        dangling: Iterable[ToolUseBlock] = (
+            last.tool_calls if last is not None and last.role == "assistant" else ()
+        )
+        for call in dangling:
+            if call.id not in answered:
+                self.state.partial_results.append(
+                    result_of(call, "Interrupted by the user before it finished.", "interrupted")
+                )
+        for pending in self.state.pending:
+            if pending.call.id not in answered:
+                self.state.partial_results.append(
+                    result_of(pending.call, "Interrupted by the user.", "interrupted")
+                )
+        self.state.pending = []
+        closing = self.close_tool_batch()
+        message = (
+            self.last_message if self.last_message is not None and self.last_message.has_answer_text else None
+        )
+        return reactivex.concat(_just(*closing), self.finish("INTERRUPTED", message))

@@ -1,0 +1,354 @@
+"""Everything an agent run emits, as typed events.
+
+Every event carries the run id, session id, trace id, a sequence number (0, 1, 2, … within the run) and
+a wall-clock time, plus a literal ``type`` that discriminates the union :data:`AgentEvent`. Events are
+slotted dataclasses, cheap enough to build one per streamed token; :func:`event_to_json` and
+:func:`event_from_json` (a pydantic ``TypeAdapter`` over the union) give them a JSON form for
+dashboards, logs and other processes.
+
+A run's events always satisfy: :class:`RunStarted` first; deltas of a message before the
+:class:`MessageCompleted` that holds it; tool results in the order of the calls; exactly one
+:class:`AgentResult`, last.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Annotated, Any, Literal, TypeAlias
+
+from pydantic import Field, JsonValue, TypeAdapter
+
+from rxagent.messages import Msg, ToolResultBlock, ToolUseBlock
+from rxagent.model.types import Usage
+
+__all__ = [
+    "AgentEvent",
+    "AgentResult",
+    "ErrorEvent",
+    "EventHeader",
+    "MessageCompleted",
+    "ModelCallFinished",
+    "ModelCallStarted",
+    "Phase",
+    "PhaseChanged",
+    "RepeatGuardTriggered",
+    "RetryScheduled",
+    "RunReason",
+    "RunStarted",
+    "TextDelta",
+    "ThinkingDelta",
+    "ToolCallArgumentsDelta",
+    "ToolCallCompleted",
+    "ToolCallStarted",
+    "ToolExecutionStarted",
+    "ToolPermissionAsked",
+    "ToolProgress",
+    "ToolResult",
+    "ToolSuspended",
+    "UsageTotals",
+    "event_from_json",
+    "event_to_json",
+]
+
+Phase: TypeAlias = Literal["THINKING", "TOOL_PENDING", "TOOL_EXECUTING", "OBSERVING", "FINISHED", "ERROR"]
+"""Where a run is: waiting for the model, holding tool calls, running them, feeding results back, done, or
+failed."""
+
+RunReason: TypeAlias = Literal[
+    "MODEL_STOP",
+    "MAX_ITERATIONS",
+    "PERMISSION_ASKING",
+    "TOOL_SUSPENDED",
+    "TOOL_RETURN_DIRECT",
+    "INTERRUPTED",
+    "STRUCTURED_OUTPUT",
+    "NO_ANSWER",
+    "STOPPED",
+    "ERROR",
+]
+"""Why a run ended.
+
+``MODEL_STOP``: the model answered. ``MAX_ITERATIONS``: the iteration limit was reached and a summarising
+turn answered. ``PERMISSION_ASKING``: a call waits for a human decision. ``TOOL_SUSPENDED``: an external
+tool waits for the caller. ``TOOL_RETURN_DIRECT``: return-direct tools produced the answer.
+``INTERRUPTED``: the user interrupted the run. ``STRUCTURED_OUTPUT``: structured output was produced (or
+its retries ran out: see ``AgentResult.structured_error``). ``NO_ANSWER``: the model produced no answer
+text even after a re-prompt. ``STOPPED``: a middleware stopped the run. ``ERROR``: a tool's
+infrastructure failed (``ToolSystemError``)."""
+
+
+@dataclass(slots=True, kw_only=True)
+class EventHeader:
+    """The fields every event carries."""
+
+    run_id: str
+    session_id: str | None
+    trace_id: str
+    seq: int
+    time: float = field(default_factory=time.time)
+
+
+@dataclass(slots=True, kw_only=True)
+class RunStarted(EventHeader):
+    """The run began; ``input`` is what the caller passed in (as messages)."""
+
+    type: Literal["run_started"] = "run_started"
+    agent: str
+    input: list[Msg]
+
+
+@dataclass(slots=True, kw_only=True)
+class PhaseChanged(EventHeader):
+    """The run moved to another phase."""
+
+    type: Literal["phase_changed"] = "phase_changed"
+    phase: Phase
+    iteration: int
+
+
+@dataclass(slots=True, kw_only=True)
+class ModelCallStarted(EventHeader):
+    """A model request was sent."""
+
+    type: Literal["model_call_started"] = "model_call_started"
+    iteration: int
+    model: str
+    messages: int
+    tools: list[str]
+
+
+@dataclass(slots=True, kw_only=True)
+class ModelCallFinished(EventHeader):
+    """A model request completed: its usage, latency and finish reason."""
+
+    type: Literal["model_call_finished"] = "model_call_finished"
+    iteration: int
+    usage: Usage | None
+    latency_s: float
+    finish_reason: str | None
+
+
+@dataclass(slots=True, kw_only=True)
+class TextDelta(EventHeader):
+    """A piece of answer text, as it streams."""
+
+    type: Literal["text_delta"] = "text_delta"
+    text: str
+
+
+@dataclass(slots=True, kw_only=True)
+class ThinkingDelta(EventHeader):
+    """A piece of visible reasoning, as it streams."""
+
+    type: Literal["thinking_delta"] = "thinking_delta"
+    text: str
+
+
+@dataclass(slots=True, kw_only=True)
+class ToolCallStarted(EventHeader):
+    """The model began writing a tool call."""
+
+    type: Literal["tool_call_started"] = "tool_call_started"
+    index: int
+    call_id: str | None
+    name: str | None
+
+
+@dataclass(slots=True, kw_only=True)
+class ToolCallArgumentsDelta(EventHeader):
+    """A fragment of a tool call's argument text."""
+
+    type: Literal["tool_call_arguments_delta"] = "tool_call_arguments_delta"
+    index: int
+    call_id: str | None
+    fragment: str
+
+
+@dataclass(slots=True, kw_only=True)
+class ToolCallCompleted(EventHeader):
+    """The model finished a tool call; ``call`` is parsed (or marked invalid)."""
+
+    type: Literal["tool_call_completed"] = "tool_call_completed"
+    call: ToolUseBlock
+
+
+@dataclass(slots=True, kw_only=True)
+class MessageCompleted(EventHeader):
+    """A message was added to the conversation (the model's folded answer, or tool results)."""
+
+    type: Literal["message_completed"] = "message_completed"
+    message: Msg
+
+
+@dataclass(slots=True, kw_only=True)
+class ToolExecutionStarted(EventHeader):
+    """A tool body started, with its final arguments (presets excluded: they may be secrets)."""
+
+    type: Literal["tool_execution_started"] = "tool_execution_started"
+    call: ToolUseBlock
+
+
+@dataclass(slots=True, kw_only=True)
+class ToolProgress(EventHeader):
+    """A running tool reported progress."""
+
+    type: Literal["tool_progress"] = "tool_progress"
+    call_id: str
+    name: str
+    message: str
+    fraction: float | None
+    data: JsonValue = None
+
+
+@dataclass(slots=True, kw_only=True)
+class ToolResult(EventHeader):
+    """A tool call's result, in the order the calls were made."""
+
+    type: Literal["tool_result"] = "tool_result"
+    result: ToolResultBlock
+    duration_s: float
+
+
+@dataclass(slots=True, kw_only=True)
+class ToolPermissionAsked(EventHeader):
+    """A call needs a human decision before it can run."""
+
+    type: Literal["tool_permission_asked"] = "tool_permission_asked"
+    call: ToolUseBlock
+    reason: str
+
+
+@dataclass(slots=True, kw_only=True)
+class ToolSuspended(EventHeader):
+    """An external tool call waits for the caller to execute it."""
+
+    type: Literal["tool_suspended"] = "tool_suspended"
+    call: ToolUseBlock
+
+
+@dataclass(slots=True, kw_only=True)
+class RetryScheduled(EventHeader):
+    """A model call failed with a retryable error and will be retried after ``delay_s``."""
+
+    type: Literal["retry_scheduled"] = "retry_scheduled"
+    retry_number: int
+    delay_s: float
+    error: str
+    budget_remaining: int | None
+
+
+@dataclass(slots=True, kw_only=True)
+class RepeatGuardTriggered(EventHeader):
+    """The same call gave the same result ``count`` times in a row; the model was told to change course."""
+
+    type: Literal["repeat_guard_triggered"] = "repeat_guard_triggered"
+    tool: str
+    arguments: JsonValue
+    count: int
+
+
+@dataclass(slots=True, kw_only=True)
+class ErrorEvent(EventHeader):
+    """The run failed or hit a problem it reports (the run's result or error follows)."""
+
+    type: Literal["error"] = "error"
+    error_type: str
+    message: str
+
+
+@dataclass(slots=True)
+class UsageTotals:
+    """Token usage of a whole run, added up over its model calls."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    reasoning_tokens: int = 0
+    model_calls: int = 0
+
+    def add(self, usage: Usage | None) -> None:
+        """Count one model call and its usage."""
+        self.model_calls += 1
+        if usage is not None:
+            self.input_tokens += usage.input_tokens
+            self.output_tokens += usage.output_tokens
+            self.cache_read_tokens += usage.cache_read_tokens
+            self.reasoning_tokens += usage.reasoning_tokens
+
+    @property
+    def total_tokens(self) -> int:
+        """Input plus output tokens."""
+        return self.input_tokens + self.output_tokens
+
+
+@dataclass(slots=True, kw_only=True)
+class AgentResult(EventHeader):
+    """How a run ended: its final message, the reason, structured data, usage and iterations.
+
+    Attributes:
+        message: the final assistant message (``None`` when the run ended waiting for tools).
+        reason: see :data:`RunReason`.
+        structured: the validated structured output, or ``None``.
+        structured_error: why ``structured`` is ``None`` although an output type was asked for.
+        usage: token totals over the run.
+        iterations: reasoning steps taken.
+        pending: tool calls waiting for a decision or an external result.
+        detail: a human-readable note on the reason (which middleware stopped the run, which error).
+    """
+
+    type: Literal["agent_result"] = "agent_result"
+    message: Msg | None
+    reason: RunReason
+    structured: Any = None
+    structured_error: str | None = None
+    usage: UsageTotals = field(default_factory=UsageTotals)
+    iterations: int = 0
+    pending: list[ToolUseBlock] = field(default_factory=lambda: [])
+    detail: str | None = None
+
+    @property
+    def text(self) -> str:
+        """The final message's text ("" when there is none)."""
+        return self.message.text if self.message is not None else ""
+
+
+AgentEvent: TypeAlias = Annotated[
+    RunStarted
+    | PhaseChanged
+    | ModelCallStarted
+    | ModelCallFinished
+    | TextDelta
+    | ThinkingDelta
+    | ToolCallStarted
+    | ToolCallArgumentsDelta
+    | ToolCallCompleted
+    | MessageCompleted
+    | ToolExecutionStarted
+    | ToolProgress
+    | ToolResult
+    | ToolPermissionAsked
+    | ToolSuspended
+    | RetryScheduled
+    | RepeatGuardTriggered
+    | ErrorEvent
+    | AgentResult,
+    Field(discriminator="type"),
+]
+"""Any agent event, discriminated by ``type``."""
+
+
+@cache
+def _adapter() -> TypeAdapter[Any]:
+    return TypeAdapter(AgentEvent)
+
+
+def event_to_json(event: Any) -> str:
+    """The event as a JSON object string (``type`` included)."""
+    return _adapter().dump_json(event).decode()
+
+
+def event_from_json(data: str | bytes) -> Any:
+    """Rebuild an event from :func:`event_to_json`'s output."""
+    return _adapter().validate_json(data)
