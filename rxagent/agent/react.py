@@ -352,6 +352,10 @@ def _normalise(value: AgentInput) -> RunInput:
         return RunInput((value,))
     if isinstance(value, ToolDecision | ExternalResult):
         return RunInput((), (value,))
+    if not isinstance(value, Sequence):
+        raise TypeError(
+            f"agent input must be text, messages, ToolDecision or ExternalResult values, got {value!r}"
+        )
     items = list(value)
     messages = tuple(item for item in items if isinstance(item, Msg))
     decisions = tuple(item for item in items if isinstance(item, ToolDecision | ExternalResult))
@@ -387,6 +391,7 @@ class _Run:
     repeat_key: tuple[str, str, str] | None = None
     repeat_count: int = 0
     phase: Phase | None = None
+    deferred_input: list[Msg] = field(default_factory=lambda: [])
     budget: RetryBudget = field(init=False)
     head: dict[str, Any] = field(init=False)
 
@@ -469,38 +474,36 @@ class _Run:
         return self.loop()
 
     def resume(self, decisions: Sequence[Any], messages: Sequence[Msg]) -> Observable[AgentEvent]:
+        """Apply decisions and external results to the pending calls; run the approved ones."""
         by_id = {p.call.id: p for p in self.state.pending}
-        approved: list[ToolUseBlock] = []
-        for decision in decisions:
+        for decision in decisions:  # check everything before changing anything: a refusal leaves no trace
             pending = by_id.get(decision.call_id)
             if pending is None:
                 raise PendingToolCallsError(f"no pending tool call with id {decision.call_id!r}")
-            if isinstance(decision, ExternalResult):
-                if pending.kind != "external":
-                    raise PendingToolCallsError(
-                        f"call {decision.call_id!r} asks for permission, not a result"
-                    )
-                self.state.partial_results.append(result_of(pending.call, decision.output, decision.status))
-            elif pending.kind != "ask":
+            if isinstance(decision, ExternalResult) and pending.kind != "external":
+                raise PendingToolCallsError(f"call {decision.call_id!r} asks for permission, not a result")
+            if isinstance(decision, ToolDecision) and pending.kind != "ask":
                 raise PendingToolCallsError(f"call {decision.call_id!r} is external: send an ExternalResult")
+        approved: list[ToolUseBlock] = []
+        for decision in decisions:
+            call = by_id.pop(decision.call_id).call
+            if isinstance(decision, ExternalResult):
+                self.state.partial_results.append(result_of(call, decision.output, decision.status))
             elif decision.allow:
-                approved.append(pending.call)
+                approved.append(call)
             else:
                 why = f": {decision.reason}" if decision.reason else ""
                 self.state.partial_results.append(
-                    result_of(pending.call, f"The user denied this call{why}.", "denied")
+                    result_of(call, f"The user denied this call{why}.", "denied")
                 )
-            del by_id[decision.call_id]
         self.state.pending = list(by_id.values())
-        if messages:
-            self.state.messages.extend(messages)
+        self.deferred_input = list(messages)  # joins the history after the tool results it follows
         if approved:
             step = ActingStep(self.iteration, tuple(approved))
-            return reactivex.concat(
-                self.acting(step, approved_ids={c.id for c in approved}),
-                reactivex.defer(lambda _: self.after_acting()),
-            )
-        return self.after_acting()
+            acting = self.acting(step, approved_ids={c.id for c in approved})
+            return reactivex.concat(acting, reactivex.defer(lambda _: self.after_acting()))
+        closing = [] if self.state.pending else self.close_tool_batch()
+        return reactivex.concat(_just(*closing), self.after_acting())
 
     def loop(self) -> Observable[AgentEvent]:
         def step(_: abc.SchedulerBase | None) -> Observable[AgentEvent]:
@@ -912,6 +915,8 @@ class _Run:
         if self.state.pending:
             asking = any(p.kind == "ask" for p in self.state.pending)
             return self.finish("PERMISSION_ASKING" if asking else "TOOL_SUSPENDED", None)
+        self.state.messages.extend(self.deferred_input)
+        self.deferred_input = []
         return self.loop()
 
     def interrupted_end(self) -> Observable[AgentEvent]:

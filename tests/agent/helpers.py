@@ -1,0 +1,59 @@
+"""Shared helpers for agent tests: run an agent and check the invariants every run must satisfy."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rxagent.agent import AgentInput, ReActAgent, RunControl
+from rxagent.context import RuntimeContext
+from rxagent.events import AgentEvent, AgentResult, MessageCompleted, RunStarted, TextDelta, ToolResult
+from rxagent.operators import to_list
+
+
+def check_invariants(events: Sequence[AgentEvent], *, deltas_match: bool = True) -> AgentResult:
+    """Assert the event-order invariants of a finished run and return its result."""
+    assert isinstance(events[0], RunStarted), events[0]
+    results = [e for e in events if isinstance(e, AgentResult)]
+    assert len(results) == 1
+    assert events[-1] is results[0]
+    assert [e.seq for e in events] == list(range(len(events)))
+    assert len({(e.run_id, e.trace_id) for e in events}) == 1
+    # deltas come before the folded message that holds them
+    pending_text = ""
+    for event in events:
+        if isinstance(event, TextDelta):
+            pending_text += event.text
+        elif isinstance(event, MessageCompleted) and event.message.role == "assistant":
+            assert event.message.text == pending_text or not deltas_match
+            pending_text = ""
+    assert pending_text == "" or not deltas_match
+    # tool results in call order, per batch (a resumed run's first batch was called in an earlier run)
+    calls: list[str] | None = None
+    for event in events:
+        if isinstance(event, MessageCompleted) and event.message.role == "assistant":
+            calls = [c.id for c in event.message.tool_calls]
+        if isinstance(event, ToolResult) and calls is not None:
+            assert event.result.tool_use_id in calls
+            position = calls.index(event.result.tool_use_id)
+            calls = calls[position + 1 :]
+    return results[0]
+
+
+async def run(
+    agent: ReActAgent,
+    input: AgentInput,
+    ctx: RuntimeContext | None = None,
+    control: RunControl | None = None,
+    *,
+    deltas_match: bool = True,
+) -> tuple[AgentResult, list[AgentEvent]]:
+    """Run to completion; return the result and every event (invariants checked).
+
+    ``deltas_match=False`` for runs whose subscriber-side middleware rewrites deltas on purpose.
+    """
+    events = await to_list(agent.stream_events(input, ctx, control=control))
+    return check_invariants(events, deltas_match=deltas_match), events
+
+
+def of_type(events: Sequence[AgentEvent], kind: type) -> list[AgentEvent]:
+    return [e for e in events if isinstance(e, kind)]

@@ -1,0 +1,241 @@
+"""Lifecycle: per-session serialisation, saving on every outcome, and runs that wait for people or callers."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from rxagent import Msg, ScriptedModel, ScriptedResponse, ScriptedToolCall
+from rxagent.agent import AgentOptions, ExternalResult, PendingToolCallsError, ReActAgent, ToolDecision
+from rxagent.context import RuntimeContext
+from rxagent.events import AgentEvent, ToolPermissionAsked, ToolResult, ToolSuspended
+from rxagent.model.scripted import FunctionModel
+from rxagent.model.types import ChatRequest
+from rxagent.operators import to_list
+from rxagent.state import AgentState, InMemoryStateStore, SessionKey
+from rxagent.tools import Permissions, Toolkit, tool
+
+from .helpers import of_type, run
+
+ADA = RuntimeContext(user_id="ada", session_id="s1")
+BOB = RuntimeContext(user_id="bob", session_id="s1")
+
+
+@tool
+def refund(order: str, amount: float) -> str:
+    """Refund an order."""
+    return f"refunded {amount} on {order}"
+
+
+@tool(external=True)
+def sign(document: str) -> str:
+    """A human signs the document in the caller's app."""
+    raise AssertionError("external tools never run here")
+
+
+def refund_call(order: str = "A-1", amount: float = 500, id: str = "r1") -> ScriptedResponse:
+    return ScriptedResponse(
+        tool_calls=[ScriptedToolCall("refund", {"order": order, "amount": amount}, id=id)]
+    )
+
+
+async def test_runs_on_the_same_session_wait_for_each_other_and_other_sessions_do_not() -> None:
+    order: list[str] = []
+    gate = asyncio.Event()
+
+    async def respond(request: ChatRequest) -> str:
+        text = request.messages[-1].text
+        order.append(f"start {text}")
+        if text == "first":
+            await gate.wait()
+        order.append(f"end {text}")
+        return f"re: {text}"
+
+    agent = ReActAgent(FunctionModel(respond))
+    first = asyncio.ensure_future(agent.call("first", ADA))
+    second = asyncio.ensure_future(agent.call("second", ADA))
+    other = asyncio.ensure_future(agent.call("other", BOB))
+    assert (await other).text == "re: other"
+    assert order == ["start first", "start other", "end other"]
+    gate.set()
+    assert (await first).text == "re: first"
+    assert (await second).text == "re: second"
+    assert order[3:] == ["end first", "start second", "end second"]
+
+
+class RecordingStore(InMemoryStateStore):
+    def __init__(self, fail_save: bool = False) -> None:
+        super().__init__()
+        self.saves: list[SessionKey] = []
+        self.fail_save = fail_save
+
+    async def save(self, key: SessionKey, state: AgentState) -> None:
+        self.saves.append(key)
+        if self.fail_save:
+            raise OSError("disk full")
+        await super().save(key, state)
+
+
+async def test_state_is_saved_on_completion_and_on_failure_and_the_error_is_kept() -> None:
+    store = RecordingStore()
+    model = ScriptedModel(["ok", RuntimeError("model exploded")])
+    agent = ReActAgent(model, store=store)
+    await agent.call("one", ADA)
+    assert store.saves == [("ada", "s1")]
+    with pytest.raises(RuntimeError, match="model exploded"):
+        await agent.call("two", ADA)
+    assert store.saves == [("ada", "s1")] * 2
+    state = await agent.state(ADA)
+    assert [m.text for m in state.messages] == ["one", "ok", "two"]
+
+
+async def test_a_failing_save_is_attached_to_the_original_error_never_replacing_it() -> None:
+    agent = ReActAgent(ScriptedModel([RuntimeError("model exploded")]), store=RecordingStore(fail_save=True))
+    with pytest.raises(RuntimeError, match="model exploded") as caught:
+        await agent.call("x", ADA)
+    assert any("disk full" in note for note in getattr(caught.value, "__notes__", []))
+
+
+async def test_cancel_releases_the_session_without_saving_and_emits_nothing_more() -> None:
+    store = RecordingStore()
+    model = ScriptedModel([ScriptedResponse(text="slow " * 50, chunk_size=1, delay=0.01), "next run"])
+    agent = ReActAgent(model, store=store)
+    seen: list[AgentEvent] = []
+    streaming = asyncio.Event()
+
+    def on_event(event: AgentEvent) -> None:
+        seen.append(event)
+        if event.type == "text_delta":
+            streaming.set()
+
+    subscription = agent.stream_events("go", ADA).subscribe(on_event)
+    await asyncio.wait_for(streaming.wait(), 2)
+    subscription.dispose()
+    count = len(seen)
+    await asyncio.sleep(0.05)
+    assert len(seen) == count
+    assert store.saves == []
+    result = await asyncio.wait_for(agent.call("again", ADA), 2)  # the session lock was released
+    assert result.text == "next run"
+
+
+async def test_permission_asking_then_allow_executes_the_same_call() -> None:
+    model = ScriptedModel([refund_call(), "Refunded."])
+    agent = ReActAgent(
+        model, Toolkit([refund]), permissions=Permissions().ask("refund", reason="money leaves")
+    )
+    result, events = await run(agent, "refund A-1", ADA)
+    assert result.reason == "PERMISSION_ASKING"
+    assert [c.id for c in result.pending] == ["r1"]
+    (asked,) = of_type(events, ToolPermissionAsked)
+    assert asked.reason == "money leaves"  # type: ignore[attr-defined]
+    assert len(model.requests) == 1
+
+    resumed, events = await run(agent, ToolDecision("r1", allow=True), ADA)
+    assert (resumed.reason, resumed.text) == ("MODEL_STOP", "Refunded.")
+    (done,) = of_type(events, ToolResult)
+    assert done.result.text == "refunded 500.0 on A-1"  # type: ignore[attr-defined]
+    sent = model.requests[1].messages
+    assert [m.role for m in sent] == ["user", "assistant", "tool"]
+    assert sent[2].tool_results[0].tool_use_id == "r1"
+
+
+async def test_permission_denied_gives_a_denied_result_to_the_model() -> None:
+    model = ScriptedModel([refund_call(), "Understood, no refund."])
+    agent = ReActAgent(model, Toolkit([refund]), permissions=Permissions().ask("refund"))
+    await run(agent, "refund", ADA)
+    result, _ = await run(agent, ToolDecision("r1", allow=False, reason="too much"), ADA)
+    assert result.text == "Understood, no refund."
+    denied = model.requests[1].messages[-1].tool_results[0]
+    assert (denied.status, denied.text) == ("denied", "The user denied this call: too much.")
+
+
+async def test_external_tools_suspend_and_resume_with_the_callers_result() -> None:
+    model = ScriptedModel(
+        [ScriptedResponse(tool_calls=[ScriptedToolCall("sign", {"document": "NDA"}, id="e1")]), "Signed."]
+    )
+    agent = ReActAgent(model, Toolkit([sign]))
+    result, events = await run(agent, "get the NDA signed", ADA)
+    assert result.reason == "TOOL_SUSPENDED"
+    assert of_type(events, ToolSuspended)
+    with pytest.raises(PendingToolCallsError, match="is external"):
+        await agent.call(ToolDecision("e1", allow=True), ADA)
+    resumed, _ = await run(agent, ExternalResult("e1", "signed by Ada at 10:02"), ADA)
+    assert resumed.text == "Signed."
+    assert model.requests[1].messages[-1].tool_results[0].text == "signed by Ada at 10:02"
+
+
+async def test_mixed_batch_waits_until_every_call_has_a_result() -> None:
+    both = ScriptedResponse(
+        tool_calls=[
+            ScriptedToolCall("refund", {"order": "A", "amount": 5}, id="r1"),
+            ScriptedToolCall("sign", {"document": "D"}, id="e1"),
+        ]
+    )
+    model = ScriptedModel([both, "All done."])
+    agent = ReActAgent(model, Toolkit([refund, sign]), permissions=Permissions().ask("refund"))
+    first, _ = await run(agent, "go", ADA)
+    assert first.reason == "PERMISSION_ASKING"
+    assert {c.id for c in first.pending} == {"r1", "e1"}
+    halfway, _ = await run(agent, ExternalResult("e1", "signed"), ADA)
+    assert halfway.reason == "PERMISSION_ASKING"
+    assert len(model.requests) == 1
+    done, _ = await run(agent, ToolDecision("r1", allow=True), ADA)
+    assert done.text == "All done."
+    results = model.requests[1].messages[-1].tool_results
+    assert [r.tool_use_id for r in results] == ["r1", "e1"]
+
+
+async def test_plain_text_while_calls_are_pending_is_an_error_unless_recovery_is_on() -> None:
+    model = ScriptedModel([refund_call(), "Moving on."])
+    agent = ReActAgent(model, Toolkit([refund]), permissions=Permissions().ask("refund"))
+    await run(agent, "refund", ADA)
+    with pytest.raises(PendingToolCallsError, match="waiting for a decision"):
+        await agent.call("never mind", ADA)
+    with pytest.raises(PendingToolCallsError, match="no pending tool call"):
+        await agent.call(ToolDecision("nope", allow=True), ADA)
+
+    recovering = ReActAgent(
+        model,
+        Toolkit([refund]),
+        permissions=Permissions().ask("refund"),
+        options=AgentOptions(recover_pending=True),
+        store=agent.store,
+    )
+    result, _ = await run(recovering, "never mind", ADA)
+    assert result.text == "Moving on."
+    sent = model.requests[-1].messages
+    assert [m.role for m in sent] == ["user", "assistant", "tool", "user"]
+    assert sent[2].tool_results[0].status == "interrupted"  # recovery never runs the asking call
+
+
+async def test_decisions_without_pending_calls_are_refused() -> None:
+    agent = ReActAgent(ScriptedModel([]))
+    with pytest.raises(PendingToolCallsError, match="nothing to decide"):
+        await agent.call(ToolDecision("x", allow=True), ADA)
+
+
+async def test_call_observable_is_the_same_pipeline_filtered_to_the_result() -> None:
+    agent = ReActAgent(ScriptedModel(["one"]))
+    results: list[Any] = await to_list(agent.call_observable("hi", ADA))
+    assert [r.type for r in results] == ["agent_result"]
+    assert results[0].text == "one"
+    assert [m.text for m in (await agent.state(ADA)).messages] == ["hi", "one"]
+
+
+async def test_messages_as_input() -> None:
+    agent = ReActAgent(ScriptedModel(["seen both"]))
+    result = await agent.call([Msg.user("first"), Msg.user("second")], ADA)
+    assert result.text == "seen both"
+
+
+async def test_a_comment_sent_with_a_decision_follows_the_tool_results() -> None:
+    model = ScriptedModel([refund_call(), "Refunded, and noted."])
+    agent = ReActAgent(model, Toolkit([refund]), permissions=Permissions().ask("refund"))
+    await run(agent, "refund", ADA)
+    result, _ = await run(agent, [ToolDecision("r1", allow=True), Msg.user("and email me")], ADA)
+    assert result.text == "Refunded, and noted."
+    assert [m.role for m in model.requests[1].messages] == ["user", "assistant", "tool", "user"]
+    assert model.requests[1].messages[-1].text == "and email me"
