@@ -352,7 +352,7 @@ def _normalise(value: AgentInput) -> RunInput:
         return RunInput((value,))
     if isinstance(value, ToolDecision | ExternalResult):
         return RunInput((), (value,))
-    if not isinstance(value, Sequence):
+    if not isinstance(value, Sequence):  # pyright: ignore[reportUnnecessaryIsInstance] - untyped callers
         raise TypeError(
             f"agent input must be text, messages, ToolDecision or ExternalResult values, got {value!r}"
         )
