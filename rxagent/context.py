@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rxagent.messages import new_id
 
-__all__ = ["RuntimeContext"]
+if TYPE_CHECKING:
+    from rxagent.state import AgentState
+
+__all__ = ["RunContext", "RuntimeContext"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,3 +29,19 @@ class RuntimeContext:
     session_id: str | None = None
     trace_id: str = field(default_factory=lambda: new_id("trace"))
     attributes: Mapping[str, Any] = field(default_factory=lambda: {})
+
+
+@dataclass(frozen=True, slots=True)
+class RunContext(RuntimeContext):
+    """The context of one agent run, as middleware hooks, interceptors and tools receive it.
+
+    It is the caller's :class:`RuntimeContext` plus the run's own facts.
+
+    Attributes:
+        run_id: the run's id (as in its events).
+        state: the session's state, saved when the run ends; middleware may keep its own data in
+            ``state.extras`` (under a key of its own), so that work like compression is not redone.
+    """
+
+    run_id: str = ""
+    state: AgentState | None = None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal, Protocol
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, JsonValue
 
 from rxagent.messages import Msg, ToolResultBlock, ToolUseBlock
 
@@ -34,12 +34,14 @@ class AgentState(BaseModel):
         pending: calls of the last assistant message that have no result yet, in call order.
         partial_results: results already known for that message's other calls, waiting to be sent together.
         active_groups: tool groups activated in this session (``None``: the toolkit's defaults).
+        extras: data middleware keeps with the session (each under a key of its own), e.g. summaries.
     """
 
     messages: list[Msg] = Field(default_factory=lambda: [])
     pending: list[PendingCall] = Field(default_factory=lambda: [])
     partial_results: list[ToolResultBlock] = Field(default_factory=lambda: [])
     active_groups: list[str] | None = None
+    extras: dict[str, JsonValue] = Field(default_factory=lambda: {})
 
 
 class StateStore(Protocol):

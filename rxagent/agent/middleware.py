@@ -10,11 +10,15 @@ cut point      input                       output
 =============  ==========================  ==========================================================
 ``agent``      :class:`RunInput`           every event of the run
 ``reasoning``  :class:`ReasoningStep`      the events of one reasoning step
-``request``    the final ``ChatRequest``   the request to send (one item; the context budget lives here)
+``request``    the final ``ChatRequest``   the request to send (the last ``ChatRequest`` emitted; events
+                                           emitted before it are published; the context budget lives here)
 ``model_call`` the ``ChatRequest``         the model's ``ChatChunk`` stream
 ``acting``     :class:`ActingStep`         the events of one batch of tool calls
 ``tool_call``  ``ToolInvocation``          the tool events of one call
 =============  ==========================  ==========================================================
+
+Every hook's ``ctx`` is the run's :class:`~rxagent.context.RunContext`: the caller's context plus the
+run id and the session state (``ctx.state``), where middleware may keep data between runs.
 
 Order: the agent's middleware list is an onion, first = outermost. For the same cut point, the first
 middleware sees the input first and the output last.
@@ -32,7 +36,7 @@ from typing import Any, Literal, TypeAlias, TypeVar, cast
 
 from reactivex import Observable
 
-from rxagent.context import RuntimeContext
+from rxagent.context import RunContext, RuntimeContext
 from rxagent.events import AgentEvent
 from rxagent.messages import Msg, ToolUseBlock
 from rxagent.model.types import ChatChunk, ChatRequest
@@ -94,7 +98,7 @@ class Middleware:
     """Base class: override the hooks you need; the others pass through untouched (and cost nothing)."""
 
     def agent(
-        self, run: RunInput, ctx: RuntimeContext, next: Callable[[RunInput], Observable[AgentEvent]]
+        self, run: RunInput, ctx: RunContext, next: Callable[[RunInput], Observable[AgentEvent]]
     ) -> Observable[AgentEvent]:
         """Wrap a whole run."""
         return next(run)
@@ -102,7 +106,7 @@ class Middleware:
     def reasoning(
         self,
         step: ReasoningStep,
-        ctx: RuntimeContext,
+        ctx: RunContext,
         next: Callable[[ReasoningStep], Observable[AgentEvent]],
     ) -> Observable[AgentEvent]:
         """Wrap one reasoning step (request, model call, fold)."""
@@ -111,20 +115,20 @@ class Middleware:
     def request(
         self,
         request: ChatRequest,
-        ctx: RuntimeContext,
+        ctx: RunContext,
         next: Callable[[ChatRequest], Observable[ChatRequest]],
     ) -> Observable[ChatRequest]:
         """Rewrite the final request before it is sent."""
         return next(request)
 
     def model_call(
-        self, request: ChatRequest, ctx: RuntimeContext, next: Callable[[ChatRequest], Observable[ChatChunk]]
+        self, request: ChatRequest, ctx: RunContext, next: Callable[[ChatRequest], Observable[ChatChunk]]
     ) -> Observable[ChatChunk]:
         """Wrap one model call's chunk stream."""
         return next(request)
 
     def acting(
-        self, step: ActingStep, ctx: RuntimeContext, next: Callable[[ActingStep], Observable[AgentEvent]]
+        self, step: ActingStep, ctx: RunContext, next: Callable[[ActingStep], Observable[AgentEvent]]
     ) -> Observable[AgentEvent]:
         """Wrap one batch of tool calls."""
         return next(step)
@@ -135,7 +139,7 @@ class Middleware:
         ctx: RuntimeContext,
         next: Callable[[ToolInvocation], Observable[ToolEvent]],
     ) -> Observable[ToolEvent]:
-        """Wrap one tool call (the executor's interceptor chain)."""
+        """Wrap one tool call (the executor's interceptor chain; in a run, ``ctx`` is its RunContext)."""
         return next(invocation)
 
 
@@ -187,7 +191,7 @@ def insert(cut_point: CutPoint, operator: Operator[Any, Any]) -> Middleware:
     hooks: dict[str, Any] = {}
 
     def hook(
-        self: _Inserted, value: Any, ctx: RuntimeContext, next: Callable[[Any], Observable[Any]]
+        self: _Inserted, value: Any, ctx: RunContext, next: Callable[[Any], Observable[Any]]
     ) -> Observable[Any]:
         return next(value).pipe(self.operator)
 

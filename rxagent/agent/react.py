@@ -43,7 +43,7 @@ from rxagent.agent.middleware import (
 )
 from rxagent.agent.structured import OUTPUT_TOOL, OutputSpec
 from rxagent.agent.transcript import repair_transcript
-from rxagent.context import RuntimeContext
+from rxagent.context import RunContext, RuntimeContext
 from rxagent.events import (
     AgentEvent,
     AgentResult,
@@ -285,7 +285,7 @@ class ReActAgent:
 
         def use(lease: _Lease) -> Observable[AgentEvent]:
             run = _Run(self, context, key, lease.state, run_control)
-            whole = chain(self.middleware, "agent", context, run.execute)
+            whole = chain(self.middleware, "agent", run.ctx, run.execute)
             return reactivex.defer(lambda _: whole(run_input)).pipe(ops.catch(run.stopped))
 
         async def release(lease: _Lease, outcome: Outcome) -> None:
@@ -376,7 +376,7 @@ class _Run:
     """Everything one run knows; created per subscription, so runs never share it."""
 
     agent: ReActAgent
-    ctx: RuntimeContext
+    caller: RuntimeContext
     key: SessionKey
     state: AgentState
     control: RunControl
@@ -394,8 +394,18 @@ class _Run:
     deferred_input: list[Msg] = field(default_factory=lambda: [])
     budget: RetryBudget = field(init=False)
     head: dict[str, Any] = field(init=False)
+    ctx: RunContext = field(init=False)
 
     def __post_init__(self) -> None:
+        caller = self.caller
+        self.ctx = RunContext(
+            user_id=caller.user_id,
+            session_id=self.key[1],
+            trace_id=caller.trace_id,
+            attributes=caller.attributes,
+            run_id=self.run_id,
+            state=self.state,
+        )
         self.budget = RetryBudget(max_retries=self.agent.options.retry_budget)
         self.head = {
             "run_id": self.run_id,
@@ -533,10 +543,22 @@ class _Run:
         self.last_message = None
         request = self.build_request(step.summarising)
         prepare = chain(self.agent.middleware, "request", self.ctx, reactivex.just)
-        return prepare(request).pipe(
-            ops.last(),
-            ops.flat_map(lambda prepared: self.model_call(prepared, step)),
-        )
+        prepared: list[ChatRequest] = []
+
+        def split(item: ChatRequest | AgentEvent) -> list[AgentEvent]:
+            # A request hook may publish events (what a context window evicted, say) before the request.
+            if isinstance(item, ChatRequest):
+                prepared.append(item)
+                return []
+            return [item]
+
+        def call_model(_: abc.SchedulerBase | None) -> Observable[AgentEvent]:
+            if not prepared:
+                raise RuntimeError("the request middleware produced no ChatRequest")
+            return self.model_call(prepared[-1], step)
+
+        hooked: Observable[ChatRequest | AgentEvent] = prepare(request)
+        return reactivex.concat(hooked.pipe(map_many(split)), reactivex.defer(call_model))
 
     def build_request(self, summarising: bool) -> ChatRequest:
         options = self.agent.options

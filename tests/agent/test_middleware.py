@@ -192,3 +192,37 @@ async def test_acting_and_tool_call_hooks_wrap_the_batch_and_each_call() -> None
     _, events = await run(ReActAgent(ScriptedModel(script), Toolkit([double]), middleware=[Watch()]), "go")
     assert batches == [("double", "double")]
     assert [e.result.text for e in of_type(events, ToolResult)] == ["refusing zero", "10"]  # type: ignore[attr-defined]
+
+
+async def test_request_hooks_may_publish_events_and_keep_data_in_the_session_state() -> None:
+    from rxagent.context import RunContext
+    from rxagent.events import ErrorEvent
+
+    class Counting(Middleware):
+        def request(
+            self,
+            request: ChatRequest,
+            ctx: RunContext,
+            next: Callable[[ChatRequest], Observable[ChatRequest | AgentEvent]],
+        ) -> Observable[ChatRequest | AgentEvent]:
+            assert ctx.state is not None
+            seen = ctx.state.extras.get("counting", 0)
+            assert isinstance(seen, int)
+            ctx.state.extras["counting"] = seen + 1
+            note = ErrorEvent(
+                run_id=ctx.run_id,
+                session_id=ctx.session_id,
+                trace_id=ctx.trace_id,
+                seq=0,
+                error_type="Note",
+                message=f"request {seen + 1}",
+            )
+            return reactivex.concat(reactivex.of(note), next(request))
+
+    agent = ReActAgent(ScriptedModel(["one", "two"]), middleware=[Counting()])
+    _, events = await run(agent, "a")
+    notes = [e for e in events if e.type == "error"]
+    assert [n.message for n in notes] == ["request 1"]  # type: ignore[attr-defined]
+    assert events.index(notes[0]) < [e.type for e in events].index("model_call_started")
+    await run(agent, "b")
+    assert (await agent.state()).extras == {"counting": 2}
