@@ -20,6 +20,7 @@ from rxagent.model.types import ChatChunk, ChatModel, ChatRequest, ToolSchema, U
 from rxagent.retry import RetryBudget, RetryPolicy
 
 if TYPE_CHECKING:
+    from rxagent.model.llama_cpp import LlamaCppModel
     from rxagent.model.openai import OpenAIChatModel, Timeouts
     from rxagent.model.scripted import FunctionModel, ScriptedModel, ScriptedResponse, ScriptedToolCall
 
@@ -31,6 +32,7 @@ __all__ = [
     "ChatRequest",
     "ContentBlock",
     "FunctionModel",
+    "LlamaCppModel",
     "Msg",
     "OpenAIChatModel",
     "RetryBudget",
@@ -51,6 +53,7 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     # Backends load on first use so that `import rxagent` stays light.
     if name in {
+        "LlamaCppModel",
         "OpenAIChatModel",
         "Timeouts",
         "FunctionModel",

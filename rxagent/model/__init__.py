@@ -31,6 +31,7 @@ from rxagent.model.types import (
 )
 
 if TYPE_CHECKING:
+    from rxagent.model.llama_cpp import LlamaCppModel
     from rxagent.model.openai import OpenAIChatModel, Timeouts
     from rxagent.model.scripted import FunctionModel, ScriptedModel, ScriptedResponse, ScriptedToolCall
 
@@ -42,6 +43,7 @@ __all__ = [
     "ForceTool",
     "FunctionModel",
     "JsonSchemaFormat",
+    "LlamaCppModel",
     "MalformedStreamError",
     "ModelCapabilities",
     "ModelConnectionError",
@@ -62,6 +64,7 @@ __all__ = [
 ]
 
 _LAZY = {
+    "LlamaCppModel": "rxagent.model.llama_cpp",
     "OpenAIChatModel": "rxagent.model.openai",
     "Timeouts": "rxagent.model.openai",
     "FunctionModel": "rxagent.model.scripted",

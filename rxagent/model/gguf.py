@@ -1,4 +1,4 @@
-"""Where the embedded model's weights are: a GGUF file from an installed package, a path, or an env variable."""
+"""Where the embedded model's weights are: a GGUF from an installed package, a path, or an env variable."""
 
 from __future__ import annotations
 
