@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# The main job on a fresh machine: set up .venv, then stream a completion.
-# Until the embedded llama.cpp model lands, this streams from the scripted test model (no agent, no
-# network); pass `--base-url URL --model NAME` to stream from any OpenAI-compatible server instead.
+# The main job on a fresh machine: set up .venv (the first time this compiles llama.cpp: about 8 minutes
+# on 2 cores), then run an agent on the embedded model (SmolLM2-135M via llama.cpp, no network, no API
+# key) with the demo tools, on a question that needs the calculator. Extra arguments go to `rxagent run`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/_venv.sh test
-exec .venv/bin/python -m rxagent stream "${@:-What can rxagent do?}"
+source scripts/_venv.sh local
+if [ "$#" -eq 0 ]; then
+  set -- "What is 17 * 23? Use the calculator." --tools calculator,clock --require-tool
+fi
+exec .venv/bin/rxagent run "$@"

@@ -151,6 +151,8 @@ class AgentOptions:
         structured_retries: attempts the model gets to fix invalid structured output.
         retry_budget: model-call retries allowed per run, shared by all its calls.
         temperature, max_tokens: request options.
+        first_tool_choice: tool choice for the run's first reasoning step (``"required"`` makes the model
+            use a tool before it answers); later steps use ``auto``.
     """
 
     max_iters: int = 10
@@ -164,6 +166,7 @@ class AgentOptions:
     retry_budget: int = 8
     temperature: float | None = None
     max_tokens: int | None = None
+    first_tool_choice: ToolChoice | None = None
 
     def __post_init__(self) -> None:
         if self.max_iters < 1:
@@ -570,6 +573,8 @@ class _Run:
             messages.append(Msg.system(_SUMMARY_PROMPT.format(n=options.max_iters)))
         else:
             tools = self.view.schemas()
+            if tools and self.iteration == 1:
+                tool_choice = options.first_tool_choice
             output = self.agent.output
             if output is not None:
                 if self.structured_path() == "native":

@@ -269,3 +269,9 @@ async def test_bad_input_types_are_refused_clearly(bad: Any) -> None:
     agent, _ = agent_with([])
     with pytest.raises(TypeError, match="agent input must be"):
         await agent.call(bad)
+
+
+async def test_first_tool_choice_applies_to_the_first_step_only() -> None:
+    agent, model = agent_with([calls(("add", {"a": 1, "b": 2})), "3"], first_tool_choice="required")
+    await run(agent, "1+2")
+    assert [r.tool_choice for r in model.requests] == ["required", None]
