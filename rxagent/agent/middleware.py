@@ -116,9 +116,9 @@ class Middleware:
         self,
         request: ChatRequest,
         ctx: RunContext,
-        next: Callable[[ChatRequest], Observable[ChatRequest]],
-    ) -> Observable[ChatRequest]:
-        """Rewrite the final request before it is sent."""
+        next: Callable[[ChatRequest], Observable[ChatRequest | AgentEvent]],
+    ) -> Observable[ChatRequest | AgentEvent]:
+        """Rewrite the final request before it is sent; events emitted before it are published."""
         return next(request)
 
     def model_call(

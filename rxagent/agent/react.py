@@ -22,7 +22,7 @@ from __future__ import annotations
 import itertools
 import json
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
@@ -73,8 +73,10 @@ from rxagent.messages import Msg, ToolResultBlock, ToolResultStatus, ToolUseBloc
 from rxagent.model.errors import ModelHTTPError
 from rxagent.model.types import ChatChunk, ChatModel, ChatRequest, ForceTool, ToolChoice, ToolSchema, Usage
 from rxagent.operators._fold_message import MessageFold
+from rxagent.operators._from_async_iterable import from_async_iterable
 from rxagent.operators._map_many import map_many
 from rxagent.operators._outcome import Outcome
+from rxagent.operators._run_steps import run_steps
 from rxagent.operators._serialize_on_key import KeyedSerializer
 from rxagent.operators._using_resource import using_resource
 from rxagent.retry import RetryAttempt, RetryBudget
@@ -265,7 +267,9 @@ class ReActAgent:
         ``ctx=None`` (or no ``session_id``) uses the session ``"default"``.
 
         Lifecycle:
-            complete: after the ``AgentResult``; the session state is saved first.
+            value: the session state is saved *before* the ``AgentResult`` is emitted, so a consumer may
+            stop at the result (``break`` out of ``async for``) without losing the run.
+            complete: after the ``AgentResult``; the session lease is released.
             error: the state is saved, then the error passes (a failing save is attached to it as a note).
             cancel: the model call or tools in flight are cancelled, the session is released unsaved,
             nothing more is emitted.
@@ -287,13 +291,17 @@ class ReActAgent:
             return _Lease(lock, state)
 
         def use(lease: _Lease) -> Observable[AgentEvent]:
-            run = _Run(self, context, key, lease.state, run_control)
+            async def save() -> None:
+                await self.store.save(key, lease.state)
+                lease.saved = True
+
+            run = _Run(self, context, key, lease.state, run_control, save)
             whole = chain(self.middleware, "agent", run.ctx, run.execute)
             return reactivex.defer(lambda _: whole(run_input)).pipe(ops.catch(run.stopped))
 
         async def release(lease: _Lease, outcome: Outcome) -> None:
             try:
-                if outcome.kind != "cancelled":
+                if outcome.kind == "failed" or (outcome.kind == "completed" and not lease.saved):
                     await self.store.save(key, lease.state)
             finally:
                 lease.lock.release()
@@ -344,6 +352,7 @@ class ReActAgent:
 class _Lease:
     lock: Any
     state: AgentState
+    saved: bool = False
 
 
 def _normalise(value: AgentInput) -> RunInput:
@@ -383,6 +392,7 @@ class _Run:
     key: SessionKey
     state: AgentState
     control: RunControl
+    save: Callable[[], Awaitable[None]]
     run_id: str = field(default_factory=lambda: new_id("run"))
     iteration: int = 0
     usage: UsageTotals = field(default_factory=UsageTotals)
@@ -395,6 +405,7 @@ class _Run:
     repeat_count: int = 0
     phase: Phase | None = None
     deferred_input: list[Msg] = field(default_factory=lambda: [])
+    upcoming: Callable[[], Observable[AgentEvent]] | None = None
     budget: RetryBudget = field(init=False)
     head: dict[str, Any] = field(init=False)
     ctx: RunContext = field(init=False)
@@ -447,9 +458,21 @@ class _Run:
                 pending=[p.call for p in self.state.pending],
                 **extra,
             )
-            return _just(*self.phase_to(_FINAL_PHASE.get(reason, "FINISHED")), result)
+            return reactivex.concat(
+                _just(*self.phase_to(_FINAL_PHASE.get(reason, "FINISHED"))), self.saved(), _just(result)
+            )
 
         return reactivex.defer(build)
+
+    def saved(self) -> Observable[AgentEvent]:
+        """Saves the session state, emitting nothing: placed right before the AgentResult."""
+
+        async def save_then_end() -> AsyncIterator[AgentEvent]:
+            await self.save()
+            return
+            yield  # an async generator that yields nothing
+
+        return from_async_iterable(save_then_end)
 
     def stopped(self, error: Exception, _: Observable[AgentEvent]) -> Observable[AgentEvent]:
         """A middleware's StopRun ends the run with reason STOPPED; any other error passes."""
@@ -460,8 +483,18 @@ class _Run:
     # ---- the run -----------------------------------------------------------------------------------
 
     def execute(self, run_input: RunInput) -> Observable[AgentEvent]:
+        """The run's steps, each subscribed at the top by ``run_steps`` (constant depth however long)."""
         started = RunStarted(**self.head, agent=self.agent.name, input=list(run_input.messages))
-        return reactivex.concat(_just(started), reactivex.defer(lambda _: self.route(run_input)))
+        self.then(lambda: self.route(run_input))
+        return reactivex.concat(_just(started), run_steps(self.next_step))
+
+    def then(self, step: Callable[[], Observable[AgentEvent]]) -> None:
+        """Make ``step`` the next step, run when the current one completes."""
+        self.upcoming = step
+
+    def next_step(self) -> Observable[AgentEvent] | None:
+        step, self.upcoming = self.upcoming, None
+        return step() if step is not None else None
 
     def route(self, run_input: RunInput) -> Observable[AgentEvent]:
         """Entry routing: pending calls decide the path."""
@@ -513,26 +546,20 @@ class _Run:
         self.deferred_input = list(messages)  # joins the history after the tool results it follows
         if approved:
             step = ActingStep(self.iteration, tuple(approved))
-            acting = self.acting(step, approved_ids={c.id for c in approved})
-            return reactivex.concat(acting, reactivex.defer(lambda _: self.after_acting()))
+            self.then(self.after_acting)
+            return self.acting(step, approved_ids={c.id for c in approved})
         closing = [] if self.state.pending else self.close_tool_batch()
         return reactivex.concat(_just(*closing), self.after_acting())
 
     def loop(self) -> Observable[AgentEvent]:
-        def step(_: abc.SchedulerBase | None) -> Observable[AgentEvent]:
-            if self.control.interrupted:
-                return self.interrupted_end()
-            if self.iteration >= self.agent.options.max_iters:
-                summary = self.reasoning(summarising=True)
-                return reactivex.concat(
-                    summary,
-                    reactivex.defer(lambda _: self.finish("MAX_ITERATIONS", self.last_message)),
-                )
-            return reactivex.concat(
-                self.reasoning(summarising=False), reactivex.defer(lambda _: self.after_reasoning())
-            )
-
-        return reactivex.defer(step)
+        """The next reasoning step (or the summarising one past the limit); schedules what follows it."""
+        if self.control.interrupted:
+            return self.interrupted_end()
+        if self.iteration >= self.agent.options.max_iters:
+            self.then(lambda: self.finish("MAX_ITERATIONS", self.last_message))
+            return self.reasoning(summarising=True)
+        self.then(self.after_reasoning)
+        return self.reasoning(summarising=False)
 
     # ---- reasoning -----------------------------------------------------------------------------------
 
@@ -723,8 +750,8 @@ class _Run:
         if output is not None and any(c.name == OUTPUT_TOOL for c in calls):
             return self.structured_from_tool(message)
         if calls:
-            step = ActingStep(self.iteration, calls)
-            return reactivex.concat(self.acting(step), reactivex.defer(lambda _: self.after_acting()))
+            self.then(self.after_acting)
+            return self.acting(ActingStep(self.iteration, calls))
         if not message.has_answer_text:
             if self.reprompted:
                 return self.finish("NO_ANSWER", message, detail="the model gave no answer text twice")

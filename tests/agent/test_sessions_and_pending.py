@@ -239,3 +239,18 @@ async def test_a_comment_sent_with_a_decision_follows_the_tool_results() -> None
     assert result.text == "Refunded, and noted."
     assert [m.role for m in model.requests[1].messages] == ["user", "assistant", "tool", "user"]
     assert model.requests[1].messages[-1].text == "and email me"
+
+
+async def test_the_state_is_saved_before_the_result_so_a_consumer_may_stop_there() -> None:
+    from rxagent.events import AgentResult
+    from rxagent.operators import to_async_iterator
+
+    store = RecordingStore()
+    agent = ReActAgent(ScriptedModel(["kept"]), store=store)
+    async for event in to_async_iterator(agent.stream_events("remember me", ADA)):
+        if isinstance(event, AgentResult):
+            assert store.saves == [("ada", "s1")]
+            break
+    assert [m.text for m in (await agent.state(ADA)).messages] == ["remember me", "kept"]
+    agent.model.extend("next")  # type: ignore[attr-defined]
+    assert (await asyncio.wait_for(agent.call("and now?", ADA), 2)).text == "next"  # the lease was released
