@@ -254,9 +254,13 @@ class FunctionTool(Tool):
     def __get__(self, instance: object, owner: type | None = None) -> FunctionTool:
         if instance is None or not self._spec.is_method:
             return self
+        return self.derive(bound_to=instance)
+
+    def derive(self, *, name: str | None = None, bound_to: object = None) -> FunctionTool:
+        """The same tool under another name and/or bound to an instance (the signature is parsed once)."""
         return FunctionTool(
             self.function,
-            name=self.name,
+            name=name if name is not None else self.name,
             description=self.description,
             concurrency_safe=self.concurrency_safe,
             return_direct=self.return_direct,
@@ -265,7 +269,7 @@ class FunctionTool(Tool):
             external=self.external,
             permission=self.permission,
             _spec=self._spec,
-            _bound_to=instance,
+            _bound_to=bound_to if bound_to is not None else self._bound_to,
         )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

@@ -270,19 +270,7 @@ def _tool_methods(obj: object) -> list[Tool]:
 
 def _renamed(item: Tool, name: str) -> Tool:
     if isinstance(item, FunctionTool):
-        return FunctionTool(
-            item.function,
-            name=name,
-            description=item.description,
-            concurrency_safe=item.concurrency_safe,
-            return_direct=item.return_direct,
-            timeout=item.timeout,
-            groups=item.groups,
-            external=item.external,
-            permission=item.permission,
-            _spec=item._spec,
-            _bound_to=item._bound_to,
-        )
+        return item.derive(name=name)
     raise TypeError(f"cannot rename a {type(item).__name__}; give it the name when creating it")
 
 
