@@ -10,6 +10,8 @@ message's wire form on that promise. Derive a changed message with ``model_copy(
 
 from __future__ import annotations
 
+import itertools
+import os
 import uuid
 from datetime import UTC, datetime
 from typing import Annotated, Literal, TypeAlias
@@ -41,9 +43,17 @@ ToolResultStatus: TypeAlias = Literal["ok", "error", "denied", "interrupted"]
 """How a tool call ended: ran fine, failed (or had bad arguments), refused by permissions, or cut short."""
 
 
+_ID_BASE = uuid.uuid4().hex[:12]
+_id_counter = itertools.count(int.from_bytes(os.urandom(4), "big"))
+
+
 def new_id(prefix: str) -> str:
-    """Return a fresh random id such as ``msg_3f2a…`` (prefix, underscore, 24 hex digits)."""
-    return f"{prefix}_{uuid.uuid4().hex[:24]}"
+    """Return a fresh unique id such as ``msg_3f2a…`` (prefix, underscore, 24 hex digits).
+
+    Twelve random hex digits chosen once per process, then a counter: unique across processes (what
+    shared session stores need) and cheap enough to make several per agent step, unlike a uuid4 each.
+    """
+    return f"{prefix}_{_ID_BASE}{next(_id_counter) & 0xFFFFFFFFFFFF:012x}"
 
 
 class _Block(BaseModel):

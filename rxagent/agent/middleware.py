@@ -52,6 +52,7 @@ __all__ = [
     "RunInput",
     "StopRun",
     "chain",
+    "has_hooks",
     "insert",
 ]
 
@@ -145,6 +146,11 @@ class Middleware:
 
 def _overrides(middleware: Middleware, cut_point: CutPoint) -> bool:
     return getattr(type(middleware), cut_point) is not getattr(Middleware, cut_point)
+
+
+def has_hooks(middlewares: Sequence[Middleware], cut_point: CutPoint) -> bool:
+    """True when any of ``middlewares`` overrides the ``cut_point`` hook (else the agent skips the cut)."""
+    return any(_overrides(m, cut_point) for m in middlewares)
 
 
 def chain(

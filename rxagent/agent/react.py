@@ -19,8 +19,8 @@ pipeline; ``call`` and ``call_observable`` are it filtered to the :class:`~rxage
 
 from __future__ import annotations
 
+import asyncio
 import itertools
-import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,7 +31,6 @@ from pydantic import BaseModel, JsonValue
 from reactivex import Observable, abc
 from reactivex import operators as ops
 from reactivex.disposable import CompositeDisposable, Disposable
-from reactivex.subject import BehaviorSubject
 
 from rxagent.agent.middleware import (
     ActingStep,
@@ -40,6 +39,7 @@ from rxagent.agent.middleware import (
     RunInput,
     StopRun,
     chain,
+    has_hooks,
 )
 from rxagent.agent.structured import OUTPUT_TOOL, OutputSpec
 from rxagent.agent.transcript import repair_transcript
@@ -73,11 +73,13 @@ from rxagent.messages import Msg, ToolResultBlock, ToolResultStatus, ToolUseBloc
 from rxagent.model.errors import ModelHTTPError
 from rxagent.model.types import ChatChunk, ChatModel, ChatRequest, ForceTool, ToolChoice, ToolSchema, Usage
 from rxagent.operators._fold_message import MessageFold
+from rxagent.operators._frame import frame
 from rxagent.operators._from_async_iterable import from_async_iterable
 from rxagent.operators._map_many import map_many
 from rxagent.operators._outcome import Outcome
 from rxagent.operators._run_steps import run_steps
 from rxagent.operators._serialize_on_key import KeyedSerializer
+from rxagent.operators._sync_of import sync_of
 from rxagent.operators._using_resource import using_resource
 from rxagent.retry import RetryAttempt, RetryBudget
 from rxagent.state import AgentState, InMemoryStateStore, PendingCall, SessionKey, StateStore
@@ -183,22 +185,46 @@ class RunControl:
     cleans up)."""
 
     def __init__(self) -> None:
-        self._interrupted = BehaviorSubject(False)
+        self._interrupted = False
+        self._callbacks: list[Callable[[], None]] = []
 
     def interrupt(self) -> None:
-        """Interrupt the run at once."""
-        if not self._interrupted.value:
-            self._interrupted.on_next(True)
+        """Interrupt the run; it takes effect on the loop's next turn.
+
+        Deferring matters when ``interrupt`` is called from inside an event handler: the event being
+        delivered reaches every subscriber before the run's closing events do.
+        """
+        if self._interrupted:
+            return
+        self._interrupted = True
+        callbacks = tuple(self._callbacks)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        for callback in callbacks:
+            if loop is not None:
+                loop.call_soon(callback)
+            else:
+                callback()
 
     @property
     def interrupted(self) -> bool:
         """True once :meth:`interrupt` was called."""
-        return self._interrupted.value
+        return self._interrupted
 
-    @property
-    def signal(self) -> Observable[bool]:
-        """Emits once when interrupted (immediately on subscription if already)."""
-        return self._interrupted.pipe(ops.filter(bool), ops.take(1))
+    def on_interrupt(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` on interrupt (at once if already interrupted); returns an unregister function."""
+        if self._interrupted:
+            callback()
+            return lambda: None
+        self._callbacks.append(callback)
+
+        def unregister() -> None:
+            if callback in self._callbacks:
+                self._callbacks.remove(callback)
+
+        return unregister
 
 
 _NO_ANSWER_PROMPT = Msg.user(
@@ -259,7 +285,12 @@ class ReActAgent:
     # ---- public entry points ---------------------------------------------------------------------
 
     def stream_events(
-        self, input: AgentInput, ctx: RuntimeContext | None = None, *, control: RunControl | None = None
+        self,
+        input: AgentInput,
+        ctx: RuntimeContext | None = None,
+        *,
+        control: RunControl | None = None,
+        deltas: bool = True,
     ) -> Observable[AgentEvent]:
         """Run the agent and emit every event; the last is the :class:`AgentResult`.
 
@@ -274,6 +305,9 @@ class ReActAgent:
             cancel: the model call or tools in flight are cancelled, the session is released unsaved,
             nothing more is emitted.
             re-subscribe: a new run.
+
+        ``deltas=False`` leaves out the per-token events (text, thinking and tool-argument deltas) for
+        consumers that only want the folded results: ``call`` uses it when no middleware watches them.
         """
         context = ctx or RuntimeContext(session_id=DEFAULT_SESSION)
         key: SessionKey = (context.user_id, context.session_id or DEFAULT_SESSION)
@@ -295,9 +329,17 @@ class ReActAgent:
                 await self.store.save(key, lease.state)
                 lease.saved = True
 
-            run = _Run(self, context, key, lease.state, run_control, save)
-            whole = chain(self.middleware, "agent", run.ctx, run.execute)
-            return reactivex.defer(lambda _: whole(run_input)).pipe(ops.catch(run.stopped))
+            run = _Run(self, context, key, lease.state, run_control, save, deltas=deltas)
+            counter = itertools.count()
+
+            def stamp(event: AgentEvent) -> AgentEvent:
+                event.seq = next(counter)  # in the order subscribers see events, after any middleware
+                return event
+
+            events = chain(self.middleware, "agent", run.ctx, run.execute)(run_input)
+            if has_hooks(self.middleware, "agent"):  # a StopRun from an agent hook itself
+                events = events.pipe(ops.catch(lambda error, _: run.stopped(error) or reactivex.throw(error)))
+            return events.pipe(ops.map(stamp))
 
         async def release(lease: _Lease, outcome: Outcome) -> None:
             try:
@@ -306,22 +348,17 @@ class ReActAgent:
             finally:
                 lease.lock.release()
 
-        def stamped(_: abc.SchedulerBase | None) -> Observable[AgentEvent]:
-            counter = itertools.count()
-
-            def stamp(event: AgentEvent) -> AgentEvent:
-                event.seq = next(counter)
-                return event
-
-            return using_resource(acquire, use, release).pipe(ops.map(stamp))
-
-        return reactivex.defer(stamped)
+        return using_resource(acquire, use, release)
 
     def call_observable(
         self, input: AgentInput, ctx: RuntimeContext | None = None, *, control: RunControl | None = None
     ) -> Observable[AgentResult]:
         """The same pipeline as :meth:`stream_events`, filtered to the final :class:`AgentResult`."""
-        results: Observable[AgentResult] = self.stream_events(input, ctx, control=control).pipe(
+        # Nobody sees the deltas of a filtered run unless a middleware hook does: skip building them.
+        watched = has_hooks(self.middleware, "agent") or has_hooks(self.middleware, "reasoning")
+        results: Observable[AgentResult] = self.stream_events(
+            input, ctx, control=control, deltas=watched
+        ).pipe(
             ops.filter(lambda event: isinstance(event, AgentResult))  # type: ignore[arg-type]
         )
         return results
@@ -377,7 +414,11 @@ def _normalise(value: AgentInput) -> RunInput:
 
 
 def _just(*events: AgentEvent) -> Observable[AgentEvent]:
-    return reactivex.from_iterable(events)
+    return sync_of(*events)
+
+
+def _nothing(_: object) -> tuple[AgentEvent, ...]:
+    return ()
 
 
 _FINAL_PHASE: dict[RunReason, Phase] = {"ERROR": "ERROR"}
@@ -405,6 +446,7 @@ class _Run:
     repeat_count: int = 0
     phase: Phase | None = None
     deferred_input: list[Msg] = field(default_factory=lambda: [])
+    deltas: bool = True
     upcoming: Callable[[], Observable[AgentEvent]] | None = None
     budget: RetryBudget = field(init=False)
     head: dict[str, Any] = field(init=False)
@@ -448,45 +490,44 @@ class _Run:
     def finish(self, reason: RunReason, message: Msg | None, **extra: Any) -> Observable[AgentEvent]:
         """The closing events: the final phase, then the one AgentResult."""
 
-        def build(_: abc.SchedulerBase | None) -> Observable[AgentEvent]:
-            result = AgentResult(
-                **self.head,
-                message=message,
-                reason=reason,
-                usage=self.usage,
-                iterations=self.iteration,
-                pending=[p.call for p in self.state.pending],
-                **extra,
-            )
-            return reactivex.concat(
-                _just(*self.phase_to(_FINAL_PHASE.get(reason, "FINISHED"))), self.saved(), _just(result)
-            )
+        result = AgentResult(
+            **self.head,
+            message=message,
+            reason=reason,
+            usage=self.usage,
+            iterations=self.iteration,
+            pending=[p.call for p in self.state.pending],
+            **extra,
+        )
+        closing = self.phase_to(_FINAL_PHASE.get(reason, "FINISHED"))
 
-        return reactivex.defer(build)
-
-    def saved(self) -> Observable[AgentEvent]:
-        """Saves the session state, emitting nothing: placed right before the AgentResult."""
-
-        async def save_then_end() -> AsyncIterator[AgentEvent]:
-            await self.save()
+        async def save() -> AsyncIterator[AgentEvent]:
+            await self.save()  # before the result, so a consumer may stop at the result
             return
             yield  # an async generator that yields nothing
 
-        return from_async_iterable(save_then_end)
+        return from_async_iterable(save).pipe(
+            frame(_nothing, before=lambda: closing, after=lambda: (result,))
+        )
 
-    def stopped(self, error: Exception, _: Observable[AgentEvent]) -> Observable[AgentEvent]:
-        """A middleware's StopRun ends the run with reason STOPPED; any other error passes."""
+    def stopped(self, error: Exception) -> Observable[AgentEvent] | None:
+        """A middleware's StopRun ends the run with reason STOPPED; any other error stands (``None``)."""
         if isinstance(error, StopRun):
             return self.finish("STOPPED", self.last_message, detail=error.reason)
-        return reactivex.throw(error)
+        return None
 
     # ---- the run -----------------------------------------------------------------------------------
 
     def execute(self, run_input: RunInput) -> Observable[AgentEvent]:
         """The run's steps, each subscribed at the top by ``run_steps`` (constant depth however long)."""
         started = RunStarted(**self.head, agent=self.agent.name, input=list(run_input.messages))
-        self.then(lambda: self.route(run_input))
-        return reactivex.concat(_just(started), run_steps(self.next_step))
+
+        def first() -> Observable[AgentEvent]:
+            self.then(lambda: self.route(run_input))
+            return _just(started)
+
+        self.then(first)
+        return run_steps(self.next_step, self.stopped)
 
     def then(self, step: Callable[[], Observable[AgentEvent]]) -> None:
         """Make ``step`` the next step, run when the current one completes."""
@@ -564,14 +605,16 @@ class _Run:
     # ---- reasoning -----------------------------------------------------------------------------------
 
     def reasoning(self, *, summarising: bool) -> Observable[AgentEvent]:
+        # Steps are built when run_steps starts them, so no defer is needed here.
         step = ReasoningStep(self.iteration + 1, summarising)
-        hooked = chain(self.agent.middleware, "reasoning", self.ctx, self.reasoning_inner)
-        return reactivex.defer(lambda _: hooked(step))
+        return chain(self.agent.middleware, "reasoning", self.ctx, self.reasoning_inner)(step)
 
     def reasoning_inner(self, step: ReasoningStep) -> Observable[AgentEvent]:
         self.iteration = step.iteration
         self.last_message = None
         request = self.build_request(step.summarising)
+        if not has_hooks(self.agent.middleware, "request"):
+            return self.model_call(request, step)
         prepare = chain(self.agent.middleware, "request", self.ctx, reactivex.just)
         prepared: list[ChatRequest] = []
 
@@ -649,14 +692,10 @@ class _Run:
             # Retries happen inside the model's stream; the budget's listener lets them surface as events
             # in order, between the attempts, without a Subject in the middle of the hot path.
             remove = self.budget.add_listener(observer.on_next)
-            subscription = (
-                call(request)
-                .pipe(ops.take_until(self.control.signal))
-                .subscribe(observer, scheduler=scheduler)
-            )
+            subscription = call(request).subscribe(observer, scheduler=scheduler)
             return CompositeDisposable(subscription, Disposable(remove))
 
-        def on_item(item: ChatChunk | RetryAttempt) -> list[AgentEvent]:
+        def on_item(item: ChatChunk | RetryAttempt) -> Sequence[AgentEvent]:
             if isinstance(item, RetryAttempt):
                 return [
                     RetryScheduled(
@@ -669,26 +708,29 @@ class _Run:
                 ]
             calls_before = fold.call_count
             fold.add(item)
+            if not self.deltas:
+                return ()
             events: list[AgentEvent] = []
             if item.thinking:
                 events.append(ThinkingDelta(**head, text=item.thinking))
             if item.text:
                 events.append(TextDelta(**head, text=item.text))
             for delta in item.tool_calls:
+                call_id = fold.call_id_of(delta)
                 if fold.call_count > calls_before:
                     calls_before += 1
                     events.append(
-                        ToolCallStarted(**head, index=delta.index, call_id=delta.id, name=delta.name)
+                        ToolCallStarted(**head, index=delta.index, call_id=call_id, name=delta.name)
                     )
                 if delta.arguments:
                     events.append(
                         ToolCallArgumentsDelta(
-                            **head, index=delta.index, call_id=delta.id, fragment=delta.arguments
+                            **head, index=delta.index, call_id=call_id, fragment=delta.arguments
                         )
                     )
             return events
 
-        def on_done(_: abc.SchedulerBase | None) -> Observable[AgentEvent]:
+        def on_done() -> list[AgentEvent]:
             message = fold.message()
             usage = fold.usage
             self.usage.add(usage)
@@ -702,7 +744,7 @@ class _Run:
                 finish_reason=fold.finish_reason,
             )
             completed = [ToolCallCompleted(**head, call=c) for c in message.tool_calls]
-            return _just(finished, *completed, MessageCompleted(**head, message=message))
+            return [finished, *completed, MessageCompleted(**head, message=message)]
 
         opening = [
             *self.phase_to("THINKING"),
@@ -714,22 +756,35 @@ class _Run:
                 tools=[t.name for t in request.tools],
             ),
         ]
-        streamed: Observable[AgentEvent] = Observable(items).pipe(map_many(on_item))
-        body = reactivex.concat(_just(*opening), streamed, reactivex.defer(on_done))
-        if request.tool_choice is None:
-            return body
-        return body.pipe(ops.catch(lambda error, _: self.step_down_tool_choice(error, request, step)))
+
+        def step_down(error: Exception) -> Observable[AgentEvent] | None:
+            return self.step_down_tool_choice(error, request, step)
+
+        recover = step_down if request.tool_choice is not None else None
+        source: Observable[ChatChunk | RetryAttempt] = Observable(items)
+        return source.pipe(
+            frame(
+                on_item,
+                before=lambda: opening,
+                after=on_done,
+                recover=recover,
+                until=self.control.on_interrupt,
+            )
+        )
 
     def step_down_tool_choice(
         self, error: Exception, request: ChatRequest, step: ReasoningStep
-    ) -> Observable[AgentEvent]:
-        """The model rejected the forced tool choice (400): retry this step one rung lower on the ladder."""
+    ) -> Observable[AgentEvent] | None:
+        """The model rejected the forced tool choice (400): retry this step one rung lower on the ladder.
+
+        Returns ``None`` (the error stands) for any other error, or when there is no lower rung.
+        """
         if not isinstance(error, ModelHTTPError) or error.status != 400:
-            return reactivex.throw(error)
+            return None
         self.tool_choice_rung += 1
         lower = self.output_tool_choice(len(request.tools))
         if lower == request.tool_choice:
-            return reactivex.throw(error)
+            return None
         note = ErrorEvent(
             **self.head,
             error_type=type(error).__name__,
@@ -828,8 +883,7 @@ class _Run:
         def inner(acting_step: ActingStep) -> Observable[AgentEvent]:
             return self.acting_inner(acting_step, approved)
 
-        hooked = chain(self.agent.middleware, "acting", self.ctx, inner)
-        return reactivex.defer(lambda _: hooked(step))
+        return chain(self.agent.middleware, "acting", self.ctx, inner)(step)
 
     def acting_inner(self, step: ActingStep, approved: set[str]) -> Observable[AgentEvent]:
         head = self.head
@@ -861,25 +915,27 @@ class _Run:
             batch.append(event)
             return []
 
-        def done(_: abc.SchedulerBase | None) -> Observable[AgentEvent]:
-            return _just(*self.batch_done(step, batch[0] if batch else None, durations))
+        def done() -> list[AgentEvent]:
+            return self.batch_done(step, batch[0] if batch else None, durations)
 
-        def system_error(error: Exception, _: Observable[AgentEvent]) -> Observable[AgentEvent]:
+        def system_error(error: Exception) -> Observable[AgentEvent] | None:
             if not isinstance(error, ToolSystemError):
-                return reactivex.throw(error)
+                return None
             event = ErrorEvent(**head, error_type=type(error).__name__, message=str(error))
             self.ending = AgentResult(
                 **head, message=None, reason="ERROR", detail=f"tool system error: {error}"
             )
             return _just(event)
 
-        executed = self.executor.execute(step.calls, self.view, self.ctx, approved=approved).pipe(
-            ops.take_until(self.control.signal),
-            map_many(on_tool_event),
-        )
         opening = [*self.phase_to("TOOL_PENDING"), *self.phase_to("TOOL_EXECUTING")]
-        return reactivex.concat(_just(*opening), executed, reactivex.defer(done)).pipe(
-            ops.catch(system_error)
+        return self.executor.execute(step.calls, self.view, self.ctx, approved=approved).pipe(
+            frame(
+                on_tool_event,
+                before=lambda: opening,
+                after=done,
+                recover=system_error,
+                until=self.control.on_interrupt,
+            )
         )
 
     def batch_done(
@@ -940,7 +996,7 @@ class _Run:
             result = by_id.get(call.id)
             if result is None:
                 continue
-            key = (call.name, json.dumps(call.input, sort_keys=True, default=str), result.text)
+            key = (call.name, call.raw_arguments, result.text)  # the same text: no need to re-encode
             self.repeat_count = self.repeat_count + 1 if key == self.repeat_key else 1
             self.repeat_key = key
             if self.repeat_count >= threshold:

@@ -29,10 +29,13 @@ __all__ = [
     "OverflowPolicy",
     "do_finally",
     "fold_message",
+    "frame",
     "from_async_iterable",
     "last_value",
     "map_many",
     "retry_backoff",
+    "run_steps",
+    "sync_of",
     "timeout_total",
     "to_async_iterator",
     "to_list",
@@ -70,6 +73,75 @@ def fold_message(*, snapshots: bool = False) -> Operator[ChatChunk, Msg]:
     from rxagent.operators._fold_message import fold_message as impl
 
     return impl(snapshots=snapshots)
+
+
+def frame(
+    each: Callable[[_T], Iterable[_R]],
+    *,
+    before: Callable[[], Iterable[_R]] | None = None,
+    after: Callable[[], Iterable[_R]] | None = None,
+    recover: Callable[[Exception], Observable[_R] | None] | None = None,
+    until: Callable[[Callable[[], None]], Callable[[], None]] | None = None,
+) -> Operator[_T, _R]:
+    """Frame a stream in one subscription: ``before()`` items, ``each(item)`` per item, ``after()`` items.
+
+    ::
+
+        source:  ──── a ──── b ──|
+        frame:   B ── a' ─── b' ─ A ─|     (B = before(), a' = each(a), A = after())
+
+    ``concat(of(*before), source.pipe(map_many(each)), defer(after))`` says the same with three
+    subscriptions and two trampolines; this is the one-subscription form for paths that run once per
+    agent step. ``recover(error)`` may return a stream to continue with instead of failing (``None``:
+    fail). ``until(stop)`` registers ``stop`` with an outside signal (an interrupt) and returns an
+    unregister function: calling ``stop`` ends the source early as if it had completed.
+
+    Lifecycle:
+        complete: ``after()`` items, then complete. error: ``recover`` or fail. cancel: disposes the
+        source (or the recovery stream) and unregisters ``until``. re-subscribe: ``before`` runs again.
+    """
+    from rxagent.operators._frame import frame as impl
+
+    return impl(each, before=before, after=after, recover=recover, until=until)
+
+
+def sync_of(*items: _T) -> Observable[_T]:
+    """Emit ``items``, then complete, synchronously inside ``subscribe``.
+
+    ``reactivex.of`` goes through the current-thread scheduler's trampoline (about twice the cost);
+    this is for the small fixed streams built once per agent step or tool call.
+
+    Lifecycle:
+        complete: right after the items. cancel: nothing to release. re-subscribe: emits them again.
+    """
+    from rxagent.operators._sync_of import sync_of as impl
+
+    return impl(*items)
+
+
+def run_steps(
+    next_step: Callable[[], Observable[_T] | None],
+    recover: Callable[[Exception], Observable[_T] | None] | None = None,
+) -> Observable[_T]:
+    """Emit the items of ``next_step()``, then of the next ``next_step()``, … until it returns ``None``.
+
+    ::
+
+        next_step() -> ─a─b─|   next_step() -> ─c─|   next_step() -> None
+        run_steps:     ─a─b─────c─|
+
+    The loop operator of the agent: every step is subscribed from this one place, so delivery and stack
+    depth stay constant however many steps run (``concat(step, defer(rest))`` recursion nests one
+    observer per step and dies of ``RecursionError`` on long runs). ``recover(error)`` may turn a
+    failing step into one final step (``None``: the error stands).
+
+    Lifecycle:
+        complete: when ``next_step()`` returns ``None``. error: a step's error (unless recovered).
+        cancel: disposes the current step; no further step starts. re-subscribe: ``next_step`` afresh.
+    """
+    from rxagent.operators._run_steps import run_steps as impl
+
+    return impl(next_step, recover)
 
 
 def map_many(mapper: Callable[[_T], Iterable[_R]]) -> Operator[_T, _R]:

@@ -26,12 +26,19 @@ __all__ = ["MessageFold", "fold_message"]
 class _CallParts:
     """One tool call being streamed: its id, name and argument fragments."""
 
-    __slots__ = ("arguments", "id", "name")
+    __slots__ = ("arguments", "generated", "id", "name")
 
     def __init__(self, call_id: str | None) -> None:
         self.id = call_id
+        # Used when the provider never sends an id; fixed now so events and the message agree on it.
+        self.generated = None if call_id else new_id("call")
         self.name = ""
         self.arguments: list[str] = []
+
+    @property
+    def resolved_id(self) -> str:
+        """The provider's id, else the generated one."""
+        return self.id or self.generated or ""
 
     def add(self, delta: ToolCallDelta) -> None:
         name = delta.name
@@ -43,8 +50,7 @@ class _CallParts:
 
     def block(self, finish_reason: FinishReason | None, *, final: bool) -> ToolUseBlock:
         raw = "".join(self.arguments)
-        call_id = self.id or new_id("call")
-        self.id = call_id  # a generated id must stay the same across snapshots and the final message
+        call_id = self.resolved_id
         if not final:
             return ToolUseBlock.model_construct(
                 id=call_id, name=self.name, input=None, raw_arguments=raw, state="streaming", error=None
@@ -111,6 +117,13 @@ class MessageFold:
     def call_count(self) -> int:
         """How many tool calls have started so far."""
         return len(self._calls)
+
+    def call_id_of(self, delta: ToolCallDelta) -> str:
+        """The id of the call a delta (already added) belongs to: the provider's, or a generated one."""
+        call = self._by_id.get(delta.id) if delta.id else None
+        if call is None:
+            call = self._by_index.get(delta.index)
+        return call.resolved_id if call is not None else ""
 
     def add(self, chunk: ChatChunk) -> None:
         """Take one chunk into the message."""

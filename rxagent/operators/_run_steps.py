@@ -13,7 +13,10 @@ __all__ = ["run_steps"]
 _T = TypeVar("_T")
 
 
-def run_steps(next_step: Callable[[], Observable[_T] | None]) -> Observable[_T]:
+def run_steps(
+    next_step: Callable[[], Observable[_T] | None],
+    recover: Callable[[Exception], Observable[_T] | None] | None = None,
+) -> Observable[_T]:
     """Emit the items of ``next_step()``, then of the next ``next_step()``, … until it returns ``None``.
 
     Unlike ``concat(step, defer(rest))`` recursion, whose observers nest one level per step (so an item
@@ -21,9 +24,12 @@ def run_steps(next_step: Callable[[], Observable[_T] | None]) -> Observable[_T]:
     subscribed by this one operator: delivery depth and stack depth stay constant however many steps
     run. Steps that complete synchronously are trampolined.
 
+    ``recover(error)`` may turn a failing step into one final step (``None``: the error stands).
+
     Lifecycle:
-        complete: when ``next_step()`` returns ``None``. error: a step's error, or ``next_step``
-        raising, ends the stream. cancel: disposes the current step; no further step is started.
+        complete: when ``next_step()`` returns ``None`` (or the recovery step completes).
+        error: a step's error (unless recovered), or ``next_step`` raising, ends the stream.
+        cancel: disposes the current step; no further step is started.
         re-subscribe: calls ``next_step`` afresh (make it per-subscription to stay cold).
     """
 
@@ -33,9 +39,25 @@ def run_steps(next_step: Callable[[], Observable[_T] | None]) -> Observable[_T]:
         current = SerialDisposable()
         running = False
         again = False
+        recovering = False
+        recovery: Observable[_T] | None = None
+
+        def on_error(error: Exception) -> None:
+            nonlocal recovering, recovery
+            if recover is not None and not recovering:
+                try:
+                    replacement = recover(error)
+                except Exception as failure:
+                    observer.on_error(failure)
+                    return
+                if replacement is not None:
+                    recovering, recovery = True, replacement
+                    advance()
+                    return
+            observer.on_error(error)
 
         def advance() -> None:
-            nonlocal running, again
+            nonlocal running, again, recovery
             again = True
             if running:  # a step completed during its own subscription: the loop below picks it up
                 return
@@ -43,18 +65,21 @@ def run_steps(next_step: Callable[[], Observable[_T] | None]) -> Observable[_T]:
             try:
                 while again and not current.is_disposed:
                     again = False
-                    try:
-                        step = next_step()
-                    except Exception as error:
-                        observer.on_error(error)
-                        return
+                    if recovering:
+                        step, recovery = recovery, None
+                    else:
+                        try:
+                            step = next_step()
+                        except Exception as error:
+                            on_error(error)
+                            return
                     if step is None:
                         observer.on_completed()
                         return
                     holder = SingleAssignmentDisposable()
                     current.disposable = holder
                     holder.disposable = step.subscribe(
-                        observer.on_next, observer.on_error, advance, scheduler=scheduler
+                        observer.on_next, on_error, advance, scheduler=scheduler
                     )
             finally:
                 running = False

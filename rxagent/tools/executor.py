@@ -41,7 +41,10 @@ from reactivex.disposable import Disposable
 
 from rxagent.context import RuntimeContext
 from rxagent.messages import TextBlock, ToolResultBlock, ToolResultStatus, ToolUseBlock
+from rxagent.operators._frame import frame
 from rxagent.operators._from_async_iterable import running_loop, start_task
+from rxagent.operators._run_steps import run_steps
+from rxagent.operators._sync_of import sync_of
 from rxagent.tools._tool import ProgressUpdate, Tool, ToolContext, ToolSystemError
 from rxagent.tools.arguments import ArgumentProblem, ToolArgumentError, parse_arguments
 from rxagent.tools.events import (
@@ -81,7 +84,7 @@ class ToolInvocation:
 
     def finished(self, output: str, status: ToolResultStatus = "ok") -> Observable[ToolEvent]:
         """A stream holding just a result for this call: what a short-circuiting interceptor returns."""
-        return reactivex.of(ToolCallFinished(self.call, result_of(self.call, output, status), 0.0))
+        return sync_of(ToolCallFinished(self.call, result_of(self.call, output, status), 0.0))
 
 
 ToolCallNext: TypeAlias = Callable[[ToolInvocation], Observable[ToolEvent]]
@@ -172,47 +175,54 @@ class ToolExecutor:
             results: dict[int, ToolResultBlock] = {}
             waiting: dict[int, ToolPermissionRequired | ToolCallSuspended] = {}
             direct: list[bool] = []
+            position = {id(call): index for index, call in enumerate(batch)}
 
-            def record(index: int) -> Callable[[ToolEvent], None]:
-                def on_event(event: ToolEvent) -> None:
-                    if isinstance(event, ToolCallFinished):
-                        results[index] = event.result
-                    elif isinstance(event, ToolPermissionRequired | ToolCallSuspended):
-                        waiting[index] = event
+            def record(event: ToolEvent) -> tuple[ToolEvent]:
+                if isinstance(event, ToolCallFinished):
+                    results[position.get(id(event.call), len(batch))] = event.result
+                elif isinstance(event, ToolPermissionRequired | ToolCallSuspended):
+                    waiting[position.get(id(event.call), len(batch))] = event
+                return (event,)
 
-                return on_event
-
-            stages: list[Observable[ToolEvent]] = []
-            parallel_group: list[Observable[ToolEvent]] = []
+            # Stages are built lazily, when run_steps starts them: a call starts (and its arguments are
+            # prepared) only once the calls before its stage have finished.
+            stages: list[Callable[[], Observable[ToolEvent]]] = []
+            group: list[Callable[[], Observable[ToolEvent]]] = []
 
             def flush() -> None:
-                if parallel_group:
-                    stages.append(self._together(list(parallel_group)))
-                    parallel_group.clear()
+                if group:
+                    members = tuple(group)
+                    stages.append(lambda: self._together([start() for start in members]))
+                    group.clear()
 
             for index, call in enumerate(batch):
                 planned = self._plan(index, call, view, runtime, call.id in approved)
                 if isinstance(planned, _Runnable):
                     tool = planned.invocation.tool
                     direct.append(tool.return_direct)
-                    stream = self._run(planned.invocation, runtime).pipe(ops.do_action(record(index)))
+                    start = functools.partial(self._run, planned.invocation, runtime)
                     if self.parallel and tool.concurrency_safe:
-                        parallel_group.append(stream)
+                        group.append(start)
                         continue
                     flush()
-                    stages.append(stream)
+                    stages.append(start)
                 else:
                     direct.append(False)
-                    parallel_group.append(reactivex.of(planned).pipe(ops.do_action(record(index))))
+                    group.append(functools.partial(sync_of, planned))
             flush()
+            remaining = iter(stages)
 
-            def finished() -> ToolBatchFinished:
+            def next_stage() -> Observable[ToolEvent] | None:
+                start = next(remaining, None)
+                return start() if start is not None else None
+
+            def finished() -> tuple[ToolBatchFinished]:
                 ordered = tuple(results[i] for i in sorted(results))
                 all_direct = bool(direct) and all(direct) and not waiting
                 all_direct = all_direct and all(r.status == "ok" for r in ordered)
-                return ToolBatchFinished(ordered, tuple(waiting[i] for i in sorted(waiting)), all_direct)
+                return (ToolBatchFinished(ordered, tuple(waiting[i] for i in sorted(waiting)), all_direct),)
 
-            return reactivex.concat(*stages, reactivex.defer(lambda _: reactivex.of(finished())))
+            return run_steps(next_stage).pipe(frame(record, after=finished))
 
         return reactivex.defer(per_subscription)
 
@@ -266,7 +276,7 @@ class ToolExecutor:
     def _run(self, invocation: ToolInvocation, runtime: RuntimeContext) -> Observable[ToolEvent]:
         checked = invocation.arguments
         if not self.interceptors:
-            return reactivex.defer(lambda _: self._invoke(invocation, runtime, checked))
+            return self._invoke(invocation, runtime, checked)  # already lazy: stages start when due
 
         def innermost(current: ToolInvocation) -> Observable[ToolEvent]:
             return self._invoke(current, runtime, checked)
@@ -316,16 +326,16 @@ class ToolExecutor:
                     f"Permission {decision.decision} for tool '{tool.name}' after its arguments were "
                     f"rewritten: {decision.reason}"
                 )
-                return reactivex.of(finished(text, "denied", time.perf_counter()))
+                return sync_of(finished(text, "denied", time.perf_counter()))
         try:
             values = tool.prepare(invocation.arguments, invocation.presets)
         except ToolArgumentError as error:
-            return reactivex.of(finished(str(error), "error", time.perf_counter()))
+            return sync_of(finished(str(error), "error", time.perf_counter()))
         except Exception as error:
             # e.g. a schema whose $ref cannot be resolved: this call fails, not the whole batch
             kind = type(error).__name__
             text = f"Error: the arguments of tool '{tool.name}' could not be checked: {kind}: {error}"
-            return reactivex.of(finished(text, "error", time.perf_counter()))
+            return sync_of(finished(text, "error", time.perf_counter()))
         timeout = tool.timeout if tool.timeout is not None else self.default_timeout
         pool = self.thread_pool
 

@@ -1,0 +1,96 @@
+"""One subscription that frames a stream: events before it, a mapping of each item, events after it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
+from reactivex import Observable, abc
+from reactivex.disposable import CompositeDisposable, Disposable, SingleAssignmentDisposable
+
+from rxagent.operators._typing import Operator
+
+__all__ = ["frame"]
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
+
+def frame(
+    each: Callable[[_T], Iterable[_R]],
+    *,
+    before: Callable[[], Iterable[_R]] | None = None,
+    after: Callable[[], Iterable[_R]] | None = None,
+    recover: Callable[[Exception], Observable[_R] | None] | None = None,
+    until: Callable[[Callable[[], None]], Callable[[], None]] | None = None,
+) -> Operator[_T, _R]:
+    """Frame a stream in one subscription (see the facade for the full contract)."""
+
+    def operator(source: Observable[_T]) -> Observable[_R]:
+        def subscribe(
+            observer: abc.ObserverBase[_R], scheduler: abc.SchedulerBase | None = None
+        ) -> abc.DisposableBase:
+            upstream = SingleAssignmentDisposable()
+            fallback = SingleAssignmentDisposable()
+            ended = False
+
+            def emit(values: Iterable[_R]) -> None:
+                for value in values:
+                    observer.on_next(value)
+
+            def on_next(item: _T) -> None:
+                if ended:
+                    return
+                try:
+                    produced = each(item)
+                except Exception as error:  # the mapper's failure is the stream's failure
+                    on_error(error)
+                    return
+                emit(produced)
+
+            def on_completed() -> None:
+                nonlocal ended
+                if ended:
+                    return
+                ended = True
+                upstream.dispose()
+                try:
+                    if after is not None:
+                        emit(after())
+                except Exception as error:
+                    observer.on_error(error)
+                    return
+                observer.on_completed()
+
+            def on_error(error: Exception) -> None:
+                nonlocal ended
+                if ended:
+                    return
+                ended = True
+                replacement = None
+                if recover is not None:
+                    try:
+                        replacement = recover(error)
+                    except Exception as failure:
+                        error = failure
+                if replacement is None:
+                    observer.on_error(error)
+                    return
+                fallback.disposable = replacement.subscribe(observer, scheduler=scheduler)
+
+            stop: Callable[[], None] = lambda: None  # noqa: E731 - replaced when `until` is given
+            try:
+                if before is not None:
+                    emit(before())
+            except Exception as error:
+                observer.on_error(error)
+                return Disposable()
+            if until is not None:
+                stop = until(on_completed)
+            if not ended:
+                upstream.disposable = source.subscribe(on_next, on_error, on_completed, scheduler=scheduler)
+            return CompositeDisposable(upstream, fallback, Disposable(lambda: stop()))
+
+        return Observable(subscribe)
+
+    return operator
