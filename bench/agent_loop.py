@@ -1,0 +1,352 @@
+"""Client CPU of a whole tool-using conversation: rxagent's ReAct agent vs. a hand-written aiohttp loop.
+
+A loopback OpenAI-compatible server in a separate process scripts one conversation of ``--rounds`` tool
+rounds and a final answer. It is stateless per request: it counts the ``role: "tool"`` messages in the
+request body to know which response is due, and checks that the last tool result is the echo of the
+arguments it streamed (any other body gets a 400, so a client that does the work wrong fails loudly).
+
+* A tool round streams one ``echo`` call whose argument text arrives in ``--fragments`` SSE chunks (id and
+  name on the first), then ``finish_reason: "tool_calls"``, a usage chunk and ``[DONE]``.
+* The final response streams ``--fragments`` text deltas, ``finish_reason: "stop"``, usage, ``[DONE]``.
+
+In this process, with ``time.process_time`` around each conversation, alternating (rxagent first):
+
+(a) rxagent: ``await agent.call(question, ctx)`` on a :class:`~rxagent.agent.ReActAgent` over an
+    :class:`~rxagent.model.openai.OpenAIChatModel` and a toolkit holding the async ``echo`` tool (each run
+    in a fresh session, so every conversation starts from the question alone);
+(b) raw: POST the growing message list as JSON, ``async for line in response.content``, ``json.loads``
+    each ``data:`` line, accumulate text and argument fragments per call index (joined once),
+    ``json.loads`` the arguments, call the tool function, append the assistant and tool messages, repeat
+    until an answer without tool calls.
+
+Prints the medians (ms per conversation, µs per streamed delta) and, as the last line, ``ratio: X``
+(rxagent ÷ raw).
+
+Run: ``.venv/bin/python bench/agent_loop.py [--rounds N] [--fragments N] [--repeats N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from rxagent.agent import AgentOptions, ReActAgent
+from rxagent.context import RuntimeContext
+from rxagent.model.openai import OpenAIChatModel
+from rxagent.tools import Toolkit, tool
+
+__all__ = ["main"]
+
+QUESTION = "Echo the ten notes, then answer."
+ANSWER_PIECE = "ok "
+MODEL = "bench"
+
+
+@tool
+async def echo(text: str) -> str:
+    """Return the text unchanged.
+
+    Args:
+        text: what to echo.
+    """
+    return text
+
+
+def echo_schema() -> dict[str, Any]:
+    """The ``echo`` tool as an OpenAI ``tools`` entry (the raw loop sends the same schema rxagent does)."""
+    schema = echo.schema()
+    return {
+        "type": "function",
+        "function": {
+            "name": schema.name,
+            "description": schema.description,
+            "parameters": dict(schema.parameters),
+        },
+    }
+
+
+def note(round_number: int) -> str:
+    """The text the model asks ``echo`` to return in ``round_number`` (different each round)."""
+    return f"note {round_number}: " + "the quick brown fox jumps over the lazy dog " * 4
+
+
+def arguments_of(round_number: int) -> str:
+    """The argument JSON of the call in ``round_number``."""
+    return json.dumps({"text": note(round_number)})
+
+
+def split(text: str, count: int) -> list[str]:
+    """``text`` in ``count`` pieces of (nearly) equal length."""
+    size, extra = divmod(len(text), count)
+    pieces: list[str] = []
+    start = 0
+    for i in range(count):
+        end = start + size + (1 if i < extra else 0)
+        pieces.append(text[start:end])
+        start = end
+    return pieces
+
+
+# ---- the server process --------------------------------------------------------------------------
+
+
+def _event(obj: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+
+def _chunk(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
+    return _event(
+        {
+            "id": "chatcmpl-bench",
+            "object": "chat.completion.chunk",
+            "created": 1,
+            "model": MODEL,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+        }
+    )
+
+
+def _usage(prompt: int, completion: int) -> bytes:
+    return _event(
+        {
+            "id": "chatcmpl-bench",
+            "object": "chat.completion.chunk",
+            "created": 1,
+            "model": MODEL,
+            "choices": [],
+            "usage": {
+                "prompt_tokens": prompt,
+                "completion_tokens": completion,
+                "total_tokens": prompt + completion,
+            },
+        }
+    )
+
+
+def tool_round_events(round_number: int, fragments: int) -> list[bytes]:
+    """The SSE events of tool round ``round_number`` (0-based): one call, arguments in pieces."""
+    events = [_chunk({"role": "assistant", "content": None})]
+    for position, piece in enumerate(split(arguments_of(round_number), fragments)):
+        call: dict[str, Any] = {"index": 0, "function": {"arguments": piece}}
+        if position == 0:
+            call["id"] = f"call_{round_number}"
+            call["type"] = "function"
+            call["function"]["name"] = "echo"
+        events.append(_chunk({"tool_calls": [call]}))
+    events.append(_chunk({}, "tool_calls"))
+    events.append(_usage(100 + round_number, fragments))
+    events.append(b"data: [DONE]\n\n")
+    return events
+
+
+def answer_events(fragments: int) -> list[bytes]:
+    """The SSE events of the final answer: ``fragments`` text deltas."""
+    events = [_chunk({"role": "assistant", "content": ""})]
+    events.extend(_chunk({"content": ANSWER_PIECE}) for _ in range(fragments))
+    events.append(_chunk({}, "stop"))
+    events.append(_usage(200, fragments))
+    events.append(b"data: [DONE]\n\n")
+    return events
+
+
+def serve(rounds: int, fragments: int) -> None:
+    """The server process: prints its port on stdout, serves until stdin closes."""
+    responses = [tool_round_events(n, fragments) for n in range(rounds)]
+    responses.append(answer_events(fragments))
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        tool_messages = [m for m in body["messages"] if m.get("role") == "tool"]
+        done = len(tool_messages)
+        if done > rounds or (done and tool_messages[-1].get("content") != note(done - 1)):
+            return web.json_response({"error": {"message": "unexpected conversation"}}, status=400)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        events = responses[done]
+        for event in events[:-1]:
+            await response.write(event)
+        # [DONE] and the end of the body go out together, as real servers send them.
+        await response.write(events[-1])
+        await response.write_eof()
+        return response
+
+    async def run() -> None:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", completions)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        server = site._server  # pyright: ignore[reportPrivateUsage]
+        assert isinstance(server, asyncio.Server)
+        print(server.sockets[0].getsockname()[1], flush=True)
+        # Stop when the parent closes our stdin (also when the parent dies).
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+        await runner.cleanup()
+
+    asyncio.run(run())
+
+
+# ---- the two clients -------------------------------------------------------------------------------
+
+
+async def raw_run(session: aiohttp.ClientSession, url: str, tools: list[dict[str, Any]]) -> tuple[str, int]:
+    """(b) the hand-written loop. Returns the answer text and the number of requests made."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": QUESTION}]
+    requests = 0
+    while True:
+        body = {
+            "model": MODEL,
+            "messages": messages,
+            "tools": tools,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        text: list[str] = []
+        calls: dict[int, dict[str, Any]] = {}
+        requests += 1
+        async with session.post(url, json=body) as response:
+            response.raise_for_status()
+            async for line in response.content:
+                if not line.startswith(b"data: "):
+                    continue
+                payload = line[6:].strip()
+                if payload == b"[DONE]":
+                    break
+                for choice in json.loads(payload)["choices"]:
+                    delta = choice["delta"]
+                    content = delta.get("content")
+                    if content:
+                        text.append(content)
+                    for fragment in delta.get("tool_calls") or ():
+                        call = calls.get(fragment["index"])
+                        if call is None:
+                            call = calls[fragment["index"]] = {"id": None, "name": None, "arguments": []}
+                        if fragment.get("id"):
+                            call["id"] = fragment["id"]
+                        function: dict[str, Any] = fragment.get("function") or {}
+                        if function.get("name"):
+                            call["name"] = function["name"]
+                        if function.get("arguments"):
+                            call["arguments"].append(function["arguments"])
+        if not calls:
+            return "".join(text), requests
+        wire_calls: list[dict[str, Any]] = []
+        results: list[dict[str, Any]] = []
+        for call in calls.values():
+            arguments = "".join(call["arguments"])
+            output = await echo(**json.loads(arguments))
+            wire_calls.append(
+                {
+                    "id": call["id"],
+                    "type": "function",
+                    "function": {"name": call["name"], "arguments": arguments},
+                }
+            )
+            results.append({"role": "tool", "tool_call_id": call["id"], "content": output})
+        messages.append({"role": "assistant", "content": "".join(text) or None, "tool_calls": wire_calls})
+        messages.extend(results)
+
+
+async def rxagent_run(agent: ReActAgent, run_number: int) -> tuple[str, int]:
+    """(a) the ReAct agent. Returns the answer text and the number of model calls made."""
+    result = await agent.call(QUESTION, RuntimeContext(session_id=f"bench-{run_number}"))
+    assert result.reason == "MODEL_STOP", result
+    return result.text, result.usage.model_calls
+
+
+async def measure(port: int, rounds: int, fragments: int, repeats: int) -> tuple[list[float], list[float]]:
+    base_url = f"http://127.0.0.1:{port}/v1"
+    url = f"{base_url}/chat/completions"
+    expected = (ANSWER_PIECE * fragments, rounds + 1)
+    tools = [echo_schema()]
+    raw_times: list[float] = []
+    rx_times: list[float] = []
+    async with aiohttp.ClientSession() as session, OpenAIChatModel(MODEL, base_url=base_url) as model:
+        agent = ReActAgent(
+            model,
+            Toolkit([echo]),
+            options=AgentOptions(max_iters=rounds + 5),
+        )
+        # Warm-up: connections, imports, caches.
+        assert await raw_run(session, url, tools) == expected
+        assert await rxagent_run(agent, -1) == expected
+        for run_number in range(repeats):
+            start = time.process_time()
+            outcome = await rxagent_run(agent, run_number)
+            rx_times.append(time.process_time() - start)
+            assert outcome == expected, outcome
+            start = time.process_time()
+            outcome = await raw_run(session, url, tools)
+            raw_times.append(time.process_time() - start)
+            assert outcome == expected, outcome
+    return raw_times, rx_times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description="Client CPU of a tool-using conversation, rxagent's ReAct agent vs a raw aiohttp loop."
+    )
+    parser.add_argument("--rounds", type=int, default=10, help="tool rounds before the answer")
+    parser.add_argument("--fragments", type=int, default=50, help="argument fragments / text deltas")
+    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        serve(args.rounds, args.fragments)
+        return
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            __file__,
+            "--serve",
+            "--rounds",
+            str(args.rounds),
+            "--fragments",
+            str(args.fragments),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline())
+        raw_times, rx_times = asyncio.run(measure(port, args.rounds, args.fragments, args.repeats))
+    finally:
+        if server.stdin is not None:
+            server.stdin.close()
+        try:
+            server.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+    deltas = (args.rounds + 1) * args.fragments
+    raw = statistics.median(raw_times)
+    rx = statistics.median(rx_times)
+    print(
+        f"conversation: {args.rounds} tool rounds + answer = {args.rounds + 1} requests, "
+        f"{deltas} streamed deltas; repeats: {args.repeats} (alternating, medians of client CPU)"
+    )
+    print(
+        f"rxagent ReActAgent.call: {rx * 1e3:7.2f} ms/conversation  {rx / deltas * 1e6:6.2f} µs/delta"
+        f"  (runs: {', '.join(f'{t * 1e3:.1f}' for t in rx_times)} ms)"
+    )
+    print(
+        f"raw aiohttp loop:        {raw * 1e3:7.2f} ms/conversation  {raw / deltas * 1e6:6.2f} µs/delta"
+        f"  (runs: {', '.join(f'{t * 1e3:.1f}' for t in raw_times)} ms)"
+    )
+    print(f"ratio: {rx / raw:.2f}")
+
+
+if __name__ == "__main__":
+    main()
