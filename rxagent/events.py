@@ -26,8 +26,10 @@ from rxagent.model.types import Usage
 __all__ = [
     "AgentEvent",
     "AgentResult",
+    "ContextCompressed",
     "ErrorEvent",
     "EventHeader",
+    "MemoriesRecalled",
     "MessageCompleted",
     "ModelCallFinished",
     "ModelCallStarted",
@@ -46,6 +48,7 @@ __all__ = [
     "ToolPermissionAsked",
     "ToolProgress",
     "ToolResult",
+    "ToolResultsEvicted",
     "ToolSuspended",
     "UsageTotals",
     "event_from_json",
@@ -258,6 +261,80 @@ class ErrorEvent(EventHeader):
     message: str
 
 
+@dataclass(slots=True, kw_only=True)
+class ToolResultsEvicted(EventHeader):
+    """The context window replaced large old tool results in the request by short notes.
+
+    Only the request changes: the session's history keeps the full results. Each note names the tool and
+    says to call it again to see the output.
+
+    Attributes:
+        message_ids: ids of the tool messages whose results were replaced.
+        call_ids: ids of the calls whose results were replaced.
+        tools: the names of those tools, in the same order as ``call_ids``.
+        tokens_removed: tokens the replacements saved.
+        tokens_before: the request's tokens before this eviction.
+        tokens_after: the request's tokens after it.
+    """
+
+    type: Literal["tool_results_evicted"] = "tool_results_evicted"
+    message_ids: list[str]
+    call_ids: list[str]
+    tools: list[str]
+    tokens_removed: int
+    tokens_before: int
+    tokens_after: int
+
+
+@dataclass(slots=True, kw_only=True)
+class ContextCompressed(EventHeader):
+    """The context window folded the oldest messages of the request into a summary.
+
+    The summary is kept in the session state and reused by later requests; the history keeps every
+    message.
+
+    Attributes:
+        messages: messages newly compressed (a span that never splits a tool call from its result).
+        first_message_id: id of the first newly compressed message.
+        last_message_id: id of the last newly compressed message.
+        compressed_total: messages the summary now covers, from the start of the history.
+        summary_tokens: tokens of the summary message as sent.
+        summariser: which summariser wrote it (``"truncate"``, ``"model:<name>"``, …).
+        memories_indexed: long-term memory records written for the compressed span (0 without memory).
+        tokens_before: the request's tokens before this compression.
+        tokens_after: the request's tokens after it.
+    """
+
+    type: Literal["context_compressed"] = "context_compressed"
+    messages: int
+    first_message_id: str
+    last_message_id: str
+    compressed_total: int
+    summary_tokens: int
+    summariser: str
+    memories_indexed: int
+    tokens_before: int
+    tokens_after: int
+
+
+@dataclass(slots=True, kw_only=True)
+class MemoriesRecalled(EventHeader):
+    """Long-term memories relevant to the latest user input were added to the request.
+
+    Attributes:
+        query: the text the memories were retrieved for (the latest user message, shortened).
+        memory_ids: ids of the recalled records, best first.
+        scores: their cosine similarities to the query, in the same order.
+        tokens: tokens of the "relevant earlier context" message as sent.
+    """
+
+    type: Literal["memories_recalled"] = "memories_recalled"
+    query: str
+    memory_ids: list[str]
+    scores: list[float]
+    tokens: int
+
+
 @dataclass(slots=True)
 class UsageTotals:
     """Token usage of a whole run, added up over its model calls."""
@@ -333,6 +410,9 @@ AgentEvent: TypeAlias = Annotated[
     | RetryScheduled
     | RepeatGuardTriggered
     | ErrorEvent
+    | ToolResultsEvicted
+    | ContextCompressed
+    | MemoriesRecalled
     | AgentResult,
     Field(discriminator="type"),
 ]

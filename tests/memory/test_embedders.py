@@ -1,0 +1,250 @@
+"""Embedders: an OpenAI-compatible endpoint on loopback, and the embedded llama.cpp model (``*_llama``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Self
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from rxagent.events import MemoriesRecalled
+from rxagent.memory import (
+    ContextWindow,
+    EmbeddingResponseError,
+    LlamaCppEmbedder,
+    LongTermMemory,
+    MemoryRecord,
+    OpenAIEmbedder,
+)
+from rxagent.memory import embedders as embedders_module
+from rxagent.messages import Msg
+from rxagent.model.errors import ModelConnectionError, ModelHTTPError, ModelTimeoutError
+from rxagent.model.openai import Timeouts
+from rxagent.state import AgentState
+
+from .conversations import bag_of_words, context, filler, request_for
+
+API_KEY = "sk-test-secret-123"
+
+Handler = Callable[[dict[str, Any]], web.Response]
+
+
+def vectors_for(body: dict[str, Any]) -> web.Response:
+    """The deterministic answer: a bag-of-words vector per input, listed in reverse order (with indexes)."""
+    data = [
+        {"object": "embedding", "index": i, "embedding": bag_of_words(t)} for i, t in enumerate(body["input"])
+    ]
+    return web.json_response({"object": "list", "data": data[::-1], "model": body["model"]})
+
+
+@dataclass
+class EmbeddingServer:
+    """An OpenAI-compatible ``/v1/embeddings`` endpoint on 127.0.0.1 that records every request."""
+
+    handler: Handler = vectors_for
+    stall: bool = False
+    """Never answer (until the client goes away)."""
+    requests: list[tuple[dict[str, str], dict[str, Any]]] = field(default_factory=lambda: [])
+
+    def __post_init__(self) -> None:
+        app = web.Application()
+        app.router.add_post("/v1/embeddings", self._handle)
+        self._server = TestServer(app, host="127.0.0.1", port=0)
+
+    @property
+    def base_url(self) -> str:
+        return str(self._server.make_url("/v1"))
+
+    async def __aenter__(self) -> Self:
+        await self._server.start_server()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self._server.close()
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        body = json.loads(await request.read())
+        self.requests.append((dict(request.headers), body))
+        if self.stall:
+            await asyncio.Event().wait()  # cancelled when the client disconnects
+        return self.handler(body)
+
+
+async def test_vectors_come_back_in_input_order_in_batches() -> None:
+    async with (
+        EmbeddingServer() as server,
+        OpenAIEmbedder(
+            "embed-small", base_url=server.base_url, api_key=API_KEY, batch_size=2, dimensions=64
+        ) as embedder,
+    ):
+        texts = ["red apple", "green pear", "red cherry", "blue sky", "red apple"]
+        vectors = await embedder.embed(texts)
+    assert vectors == [bag_of_words(t) for t in texts]
+    assert [body["input"] for _, body in server.requests] == [texts[0:2], texts[2:4], texts[4:5]]
+    headers, body = server.requests[0]
+    assert headers["Authorization"] == f"Bearer {API_KEY}"
+    assert body == {"model": "embed-small", "input": texts[0:2], "encoding_format": "float", "dimensions": 64}
+    assert embedder.name == "openai:embed-small:64"
+    assert API_KEY not in repr(embedder)
+
+
+async def test_an_error_status_is_a_model_http_error_with_the_key_masked() -> None:
+    def refuse(body: dict[str, Any]) -> web.Response:
+        return web.json_response({"error": f"invalid key {API_KEY}"}, status=401)
+
+    async with (
+        EmbeddingServer(refuse) as server,
+        OpenAIEmbedder("m", base_url=server.base_url, api_key=API_KEY) as embedder,
+    ):
+        with pytest.raises(ModelHTTPError) as caught:
+            await embedder.embed(["x"])
+    assert caught.value.status == 401
+    assert not caught.value.retryable
+    assert API_KEY not in str(caught.value)
+    assert "**********" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("payload", "why"),
+    [
+        (b"not json", "not a JSON object"),
+        (json.dumps({"data": []}).encode(), "expected 2 embeddings"),
+        (
+            json.dumps({"data": [{"index": 0, "embedding": [1]}, {"index": 0, "embedding": [1]}]}).encode(),
+            "bad index",
+        ),
+        (
+            json.dumps({"data": [{"index": 0, "embedding": "x"}, {"index": 1, "embedding": [1]}]}).encode(),
+            "numbers",
+        ),
+        (
+            json.dumps(
+                {"data": [{"index": 0, "embedding": [1, 2]}, {"index": 1, "embedding": [1]}]}
+            ).encode(),
+            "dimens",
+        ),
+        (
+            json.dumps(
+                {"data": [{"index": 0, "embedding": [True]}, {"index": 1, "embedding": [1]}]}
+            ).encode(),
+            "numbers",
+        ),
+    ],
+)
+async def test_a_malformed_answer_is_an_embedding_response_error(payload: bytes, why: str) -> None:
+    async with (
+        EmbeddingServer(lambda body: web.Response(body=payload)) as server,
+        OpenAIEmbedder("m", base_url=server.base_url, api_key=None, api_key_env=None) as embedder,
+    ):
+        with pytest.raises(EmbeddingResponseError, match=why):
+            await embedder.embed(["a", "b"])
+    headers, _ = server.requests[0]
+    assert "Authorization" not in headers  # no key, no header
+
+
+async def test_a_closed_port_is_a_connection_error() -> None:
+    async with EmbeddingServer() as server:
+        url = server.base_url
+    embedder = OpenAIEmbedder("m", base_url=url, api_key_env=None)
+    with pytest.raises(ModelConnectionError):
+        await embedder.embed(["a"])
+    await embedder.aclose()
+    with pytest.raises(RuntimeError, match="closed"):
+        await embedder.embed(["a"])
+
+
+async def test_a_silent_server_is_an_idle_timeout() -> None:
+    async with (
+        EmbeddingServer(stall=True) as server,
+        OpenAIEmbedder(
+            "m", base_url=server.base_url, api_key_env=None, timeouts=Timeouts(idle_read=0.2, total=5)
+        ) as embedder,
+    ):
+        with pytest.raises(ModelTimeoutError) as caught:
+            await embedder.embed(["a"])
+    assert caught.value.kind == "idle"
+
+
+def test_bad_embedder_settings_are_refused() -> None:
+    with pytest.raises(ValueError, match="absolute"):
+        OpenAIEmbedder("m", base_url="localhost:8000")
+    with pytest.raises(ValueError, match="batch_size"):
+        OpenAIEmbedder("m", base_url="http://127.0.0.1:1/v1", batch_size=0)
+    with pytest.raises(ValueError, match="dimensions"):
+        OpenAIEmbedder("m", base_url="http://127.0.0.1:1/v1", dimensions=0)
+
+
+async def test_the_window_recalls_the_relevant_memory_through_the_openai_embedder() -> None:
+    async with (
+        EmbeddingServer() as server,
+        OpenAIEmbedder("embed-small", base_url=server.base_url, api_key=API_KEY) as embedder,
+    ):
+        window = ContextWindow(
+            max_context_tokens=1_500, reply_reserve=100, recent_turns=1, memory=LongTermMemory(embedder)
+        )
+        state = AgentState(
+            messages=[
+                Msg.user("Remember: the deployment key for production is stored in vault path prod/deploy."),
+                Msg.assistant("Understood: production deployment key at vault path prod/deploy."),
+                *[
+                    m
+                    for i in range(5)
+                    for m in (Msg.user(f"Chat {i}: " + filler(300, "music")), Msg.assistant("Ok."))
+                ],
+            ]
+        )
+        await window.assemble(request_for(state), context(state))
+        state.messages.append(Msg.user("Which vault path holds the production deployment key?"))
+        assembly = await window.assemble(request_for(state), context(state))
+    [recalled] = [e for e in assembly.events if isinstance(e, MemoriesRecalled)]
+    assert recalled.memory_ids[0] in {state.messages[0].id, state.messages[1].id}  # either mentions the path
+    memories = next(m for m in assembly.request.messages if m.metadata.get("rxagent") == "recalled_memories")
+    assert "prod/deploy" in memories.text
+    assert all(body["model"] == "embed-small" for _, body in server.requests)
+
+
+# ---- the embedded llama.cpp model (SmolLM2, loaded once per process) -----------------------------------
+
+
+async def test_embeddings_are_unit_vectors_of_the_model_dimension_llama() -> None:
+    embedder = LlamaCppEmbedder()
+    vectors = await embedder.embed(["The cat sat on the mat.", ""])
+    assert len(vectors) == 2
+    assert {len(v) for v in vectors} == {576}
+    for vector in vectors:
+        assert math.isclose(math.sqrt(sum(x * x for x in vector)), 1.0, rel_tol=1e-4)
+    assert embedder.name == "llama.cpp:SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert await embedder.embed([]) == []
+
+
+async def test_the_model_is_loaded_once_per_process_llama() -> None:
+    first, second = LlamaCppEmbedder(), LlamaCppEmbedder()
+    await first.embed(["one"])
+    await second.embed(["two"])
+    assert len([key for key in embedders_module._LLAMAS if key[0] == str(first.path)]) == 1
+
+
+async def test_recall_finds_the_relevant_older_memory_llama() -> None:
+    memory = LongTermMemory(LlamaCppEmbedder())
+    await memory.remember_records(
+        [
+            MemoryRecord(
+                "password", "The staging database password is kept in the vault under the key db-staging."
+            ),
+            MemoryRecord("lunch", "We ordered mushroom pizza for the team lunch on Friday."),
+            MemoryRecord("cat", "The cat sleeps on the sofa all afternoon."),
+        ]
+    )
+    hits = await memory.recall("Where is the staging database password kept?", k=3)
+    assert hits[0].record.id == "password"
+    hits = await memory.recall("What did we eat for lunch on Friday?", k=3)
+    assert hits[0].record.id == "lunch"
