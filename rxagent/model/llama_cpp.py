@@ -19,7 +19,9 @@ calls on one model take turns (a second stream waits for the first).
 from __future__ import annotations
 
 import asyncio
+import atexit
 import json
+import math
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -105,6 +107,26 @@ def _load(path: Path, n_ctx: int, n_threads: int | None) -> _Loaded:
         return found
 
 
+def _close_loaded() -> None:
+    """Free the shared models at exit, while the interpreter is still whole.
+
+    Left to their finalizers, they may be freed during interpreter shutdown after llama-cpp-python's
+    module globals are gone ("Exception ignored in: <function Llama.__del__ …> TypeError"). A model that
+    a (daemon) worker is still generating with is left alone.
+    """
+    with _loading:
+        for loaded in _loaded.values():
+            if loaded.lock.acquire(blocking=False):
+                try:
+                    loaded.llama.close()
+                finally:
+                    loaded.lock.release()
+        _loaded.clear()
+
+
+atexit.register(_close_loaded)
+
+
 def bounded_strings(schema: Any, max_length: int) -> Any:
     """A copy of ``schema`` in which every free string (no enum, const, pattern, format or maxLength) gets
     ``maxLength`` (and ``minLength: 1`` unless it has one): for grammars only, never for validation."""
@@ -117,6 +139,43 @@ def bounded_strings(schema: Any, max_length: int) -> Any:
     if node.get("type") == "string" and free:
         node["maxLength"] = max_length
         node.setdefault("minLength", 1)  # a tiny model otherwise happily writes "" for every argument
+    return node
+
+
+_MAX_ENUMERATED = 256
+"""Most values a bounded integer may have to be enumerated in a grammar."""
+
+
+def _enumerated_integers(schema: Any) -> Any:
+    """A copy of ``schema`` in which a bounded integer with at most 256 values becomes an enum of them.
+
+    llama.cpp's JSON-schema-to-grammar conversion ignores ``minimum`` and ``maximum``: without this the
+    grammar lets the model write any integer (asked for 1 to 5 stars, SmolLM2 wrote 10). For grammars only.
+    """
+    if isinstance(schema, list):
+        return [_enumerated_integers(item) for item in cast("list[Any]", schema)]
+    if not isinstance(schema, Mapping):
+        return schema
+    node = {k: _enumerated_integers(v) for k, v in cast("Mapping[str, Any]", schema).items()}
+    if node.get("type") != "integer" or "enum" in node or "const" in node:
+        return node
+
+    def numbers(key: str) -> list[float]:
+        value = node.get(key)
+        return [value] if isinstance(value, int | float) and not isinstance(value, bool) else []
+
+    lows = [math.ceil(v) for v in numbers("minimum")] + [
+        math.floor(v) + 1 for v in numbers("exclusiveMinimum")
+    ]
+    highs = [math.floor(v) for v in numbers("maximum")] + [
+        math.ceil(v) - 1 for v in numbers("exclusiveMaximum")
+    ]
+    if not lows or not highs:
+        return node
+    first, last = max(lows), min(highs)
+    if first > last or last - first >= _MAX_ENUMERATED:
+        return node
+    node["enum"] = list(range(first, last + 1))
     return node
 
 
@@ -277,7 +336,6 @@ class LlamaCppModel:
                 grammar=grammar,
             ),
         )
-        produced = 0
         finish: str | None = None
         # In answer-or-call mode the first visible character decides: "{" starts a call, kept whole.
         decided = mode != "answer_or_call"
@@ -290,8 +348,6 @@ class LlamaCppModel:
                 choice = piece["choices"][0]
                 text: str = choice["text"]
                 finish = choice.get("finish_reason") or finish
-                if text:
-                    produced += 1
                 if not text:
                     continue
                 if not decided:
@@ -315,6 +371,11 @@ class LlamaCppModel:
                 close()
         if cancelled.is_set():
             return
+        # Tokens, not pieces: llama.cpp hands out a character split over several tokens (an emoji, CJK)
+        # as one piece. Every generated token but the last has been evaluated into the context; the last
+        # one counts unless it was the end-of-generation token, which ends the text with "stop". (A
+        # request stop string also ends with "stop": that count is one short.)
+        produced = loaded.llama.n_tokens - len(tokens) + (0 if finish == "stop" else 1)
         reason: FinishReason = "length" if finish == "length" else "stop"
         if calling:
             out.put(self._call_chunk("".join(held)))
@@ -362,7 +423,8 @@ class LlamaCppModel:
             from llama_cpp import LlamaGrammar
             from llama_cpp.llama_grammar import json_schema_to_gbnf
 
-            gbnf = json_schema_to_gbnf(json.dumps(bounded_strings(schema, self._string_max_length)))
+            bounded = bounded_strings(_enumerated_integers(schema), self._string_max_length)
+            gbnf = json_schema_to_gbnf(json.dumps(bounded))
             if answer:
                 # The call grammar's root becomes one alternative; the other is plain text that does not
                 # start with "{" (so the first character tells the two apart).
