@@ -109,7 +109,8 @@ def message_to_wire(msg: Msg, *, send_reasoning: bool = False) -> list[WireDict]
         return wire
     text = "".join(texts)
     if msg.role == "assistant":
-        message: WireDict = {"role": "assistant", "content": text if text or not calls else None}
+        # "" rather than null next to tool calls: OpenAI takes either, llama.cpp's server rejects null (500).
+        message: WireDict = {"role": "assistant", "content": text}
         if calls:
             message["tool_calls"] = list[JsonValue](calls)
         if send_reasoning and thinking:

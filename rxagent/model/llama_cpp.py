@@ -20,7 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
+import io
 import json
+import logging
 import math
 import threading
 from collections import deque
@@ -90,7 +93,15 @@ def _load(path: Path, n_ctx: int, n_threads: int | None) -> _Loaded:
         llama_cpp = _import_llama()
         from llama_cpp import llama_chat_format
 
-        llama: Llama = llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, verbose=False)
+        # verbose=False would make llama-cpp-python point file descriptors 1 and 2 at /dev/null while it
+        # loads: process-wide, so whatever another thread (the asyncio loop printing events) writes
+        # meanwhile is lost. Loading "verbose" with only Python's stderr captured loses nothing.
+        with contextlib.redirect_stderr(io.StringIO()):
+            llama: Llama = llama_cpp.Llama(
+                model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, verbose=True
+            )
+        llama.verbose = False
+        logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)
         template = llama.metadata.get("tokenizer.chat_template")
         if not template:
             raise ModelError(f"{path.name} has no chat template in its metadata; rxagent needs one")

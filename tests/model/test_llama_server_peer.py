@@ -7,11 +7,10 @@ One server per module (``python -m llama_cpp.server`` with the embedded SmolLM2 
 - Streaming works and ends with ``[DONE]``, but **no usage is sent when streaming**, although rxagent asks
   for it (``stream_options.include_usage``); usage comes only with ``stream=False``.
 - A forced ``tool_choice`` gives a well-formed call (the 135M model's argument values are nonsense).
-- An assistant message that carries ``tool_calls`` must have a *string* ``content``: ``null`` (what
-  rxagent sends, and OpenAI accepts) is refused with HTTP 500 (a request validation error), and leaving
-  it out crashes the chat template after the 200 response has started (an empty event stream).
-  The agent test below therefore talks to the server through :class:`ChatMLServerModel`, which sends
-  ``""`` instead of ``null``.
+- An assistant message that carries ``tool_calls`` must have a *string* ``content``: ``null`` (which
+  OpenAI accepts) is refused with HTTP 500 (a request validation error), and leaving it out crashes the
+  chat template after the 200 response has started (an empty event stream). This is why rxagent sends
+  ``""`` there; the agent test below runs a tool round with the stock client.
 """
 
 from __future__ import annotations
@@ -135,25 +134,9 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServ
                 process.wait()
 
 
-class ChatMLServerModel(OpenAIChatModel):
-    """rxagent's client with one adjustment for ``llama_cpp.server``: ``content: ""`` instead of ``null``.
-
-    The server validates an assistant message's ``content`` as a string, so the ``null`` that rxagent
-    sends next to ``tool_calls`` is refused (see the module docstring and
-    :func:`test_server_refuses_null_content_next_to_tool_calls`).
-    """
-
-    def encode_request(self, request: ChatRequest) -> bytes:
-        body: dict[str, Any] = json.loads(super().encode_request(request))
-        for message in body["messages"]:
-            if message.get("role") == "assistant" and message.get("content", "") is None:
-                message["content"] = ""
-        return json.dumps(body).encode()
-
-
-def _model(server: LlamaServer, kind: type[OpenAIChatModel] = OpenAIChatModel) -> OpenAIChatModel:
+def _model(server: LlamaServer) -> OpenAIChatModel:
     # No retries: a refused request should fail the test at once, not after backoff.
-    return kind(
+    return OpenAIChatModel(
         server.model_name,
         base_url=server.base_url,
         api_key_env=None,
@@ -293,7 +276,7 @@ async def test_react_agent_runs_one_tool_round(llama_server: LlamaServer) -> Non
         ran.append(city)
         return f"sunny in {city}"
 
-    async with _model(llama_server, ChatMLServerModel) as model:
+    async with _model(llama_server) as model:
         agent = ReActAgent(
             model,
             Toolkit([weather]),

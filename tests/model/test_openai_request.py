@@ -101,7 +101,7 @@ async def test_messages_are_sent_in_openai_form(server: OpenAIServer) -> None:
         {"role": "tool", "tool_call_id": "call_2", "content": "bad arguments"},
         {
             "role": "assistant",
-            "content": None,
+            "content": "",
             "tool_calls": [
                 {
                     "id": "call_1",
