@@ -466,14 +466,14 @@ class LlamaCppModel:
 
 def _wire(msg: Msg) -> list[dict[str, Any]]:
     if msg.role == "tool":
-        return [
-            {
-                "role": "tool",
-                "content": f"Result of {r.name}: {r.text}" + ("" if r.status == "ok" else f" ({r.status})"),
-            }
+        # Small chat models know no "tool" role: as a "tool" turn SmolLM2 echoed the question back; as the
+        # user relaying the result it answers with it ("17 * 23 = 391.").
+        lines = [
+            f"The {r.name} tool returned: {r.text}" + ("" if r.status == "ok" else f" ({r.status})") + "."
             for r in msg.content
             if isinstance(r, ToolResultBlock)
         ]
+        return [{"role": "user", "content": "\n".join([*lines, "Now answer my question using this result."])}]
     parts: list[str] = []
     for block in msg.content:
         if isinstance(block, TextBlock):
