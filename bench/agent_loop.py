@@ -31,12 +31,12 @@ import argparse
 import asyncio
 import json
 import statistics
-import subprocess
 import sys
 import time
 from typing import Any
 
 import aiohttp
+from _loopback import spawned_server
 from aiohttp import web
 
 from rxagent.agent import AgentOptions, ReActAgent
@@ -304,32 +304,9 @@ def main() -> None:
     if args.serve:
         serve(args.rounds, args.fragments)
         return
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            __file__,
-            "--serve",
-            "--rounds",
-            str(args.rounds),
-            "--fragments",
-            str(args.fragments),
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert server.stdout is not None
-        port = int(server.stdout.readline())
+    serving = ["--rounds", str(args.rounds), "--fragments", str(args.fragments)]
+    with spawned_server(__file__, serving) as port:
         raw_times, rx_times = asyncio.run(measure(port, args.rounds, args.fragments, args.repeats))
-    finally:
-        if server.stdin is not None:
-            server.stdin.close()
-        try:
-            server.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
     deltas = (args.rounds + 1) * args.fragments
     raw = statistics.median(raw_times)
     rx = statistics.median(rx_times)

@@ -21,11 +21,11 @@ import argparse
 import asyncio
 import json
 import statistics
-import subprocess
-import sys
 import time
 
 import aiohttp
+from _loopback import serve as serve_completions
+from _loopback import spawned_server, write_sse
 from aiohttp import web
 
 from rxagent.messages import Msg
@@ -72,32 +72,9 @@ def serve(deltas: int, pace: float) -> None:
 
     async def completions(request: web.Request) -> web.StreamResponse:
         await request.read()
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await response.prepare(request)
-        for event in events[:-1]:
-            await response.write(event)
-            if pace:
-                await asyncio.sleep(pace)
-        # [DONE] and the end of the body go out together, as real servers send them.
-        await response.write(events[-1])
-        await response.write_eof()
-        return response
+        return await write_sse(request, events, pace)
 
-    async def run() -> None:
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", completions)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        server = site._server  # pyright: ignore[reportPrivateUsage]
-        assert isinstance(server, asyncio.Server)
-        print(server.sockets[0].getsockname()[1], flush=True)
-        # Stop when the parent closes our stdin (also when the parent dies).
-        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
-        await runner.cleanup()
-
-    asyncio.run(run())
+    serve_completions(completions)
 
 
 async def raw_run(session: aiohttp.ClientSession, url: str) -> str:
@@ -164,24 +141,8 @@ def main() -> None:
     if args.serve:
         serve(args.deltas, args.pace_us / 1e6)
         return
-    server = subprocess.Popen(
-        [sys.executable, __file__, "--serve", "--deltas", str(args.deltas), "--pace-us", str(args.pace_us)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert server.stdout is not None
-        port = int(server.stdout.readline())
+    with spawned_server(__file__, ["--deltas", str(args.deltas), "--pace-us", str(args.pace_us)]) as port:
         raw_times, rx_times = asyncio.run(measure(port, args.deltas, args.repeats))
-    finally:
-        if server.stdin is not None:
-            server.stdin.close()
-        try:
-            server.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
     raw = statistics.median(raw_times) / args.deltas * 1e6
     rx = statistics.median(rx_times) / args.deltas * 1e6
     print(

@@ -1,0 +1,74 @@
+"""The benches' loopback OpenAI-compatible server: a separate process, so the client's CPU is its own.
+
+A bench runs itself with ``--serve`` in a child process (:func:`spawned_server`), which serves
+``POST /v1/chat/completions`` on 127.0.0.1 with the bench's handler (:func:`serve`), prints its port, and
+stops when the parent closes its stdin (or dies).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
+
+from aiohttp import web
+
+__all__ = ["serve", "spawned_server", "write_sse"]
+
+
+async def write_sse(request: web.Request, events: Sequence[bytes], pace: float = 0.0) -> web.StreamResponse:
+    """Stream pre-encoded SSE ``events``; the last one goes out together with the end of the body."""
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    for event in events[:-1]:
+        await response.write(event)
+        if pace:
+            await asyncio.sleep(pace)
+    # [DONE] and the end of the body go out together, as real servers send them.
+    await response.write(events[-1])
+    await response.write_eof()
+    return response
+
+
+def serve(completions: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> None:
+    """Serve ``completions`` on a free loopback port; print the port; return when stdin closes."""
+
+    async def run() -> None:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", completions)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        server = site._server  # pyright: ignore[reportPrivateUsage]
+        assert isinstance(server, asyncio.Server)
+        print(server.sockets[0].getsockname()[1], flush=True)
+        # Stop when the parent closes our stdin (also when the parent dies).
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+        await runner.cleanup()
+
+    asyncio.run(run())
+
+
+@contextmanager
+def spawned_server(script: str, arguments: Sequence[str]) -> Iterator[int]:
+    """Run ``script --serve *arguments`` in a child process; yield its port; stop it afterwards."""
+    server = subprocess.Popen(
+        [sys.executable, script, "--serve", *arguments],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        yield int(server.stdout.readline())
+    finally:
+        if server.stdin is not None:
+            server.stdin.close()
+        try:
+            server.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
