@@ -14,7 +14,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-__all__ = ["RetryAttempt", "RetryBudget", "RetryExhausted", "RetryPolicy", "is_retryable", "retry_after_of"]
+__all__ = [
+    "RetryAttempt",
+    "RetryBudget",
+    "RetryExhausted",
+    "RetryPolicy",
+    "is_retryable",
+    "plan_retry",
+    "retry_after_of",
+]
 
 
 def is_retryable(error: BaseException) -> bool:
@@ -143,3 +151,27 @@ class RetryExhausted(Exception):
         self.last_error = last_error
         self.attempts = attempts
         self.why = why
+
+
+def plan_retry(
+    policy: RetryPolicy, attempts: int, error: BaseException, budget: RetryBudget | None
+) -> float | RetryExhausted:
+    """Decide whether a retryable ``error`` after ``attempts`` attempts gets another one.
+
+    Returns the seconds to wait before it (having spent one retry of ``budget`` and told its listeners),
+    or the :class:`RetryExhausted` to fail with (attempts used up, ``Retry-After`` over the cap, or the
+    run's budget spent). The caller checks first that the error is retryable and that nothing was emitted.
+
+    Raises:
+        Exception: whatever a budget listener raises (a listener's bug ends the call, visibly).
+    """
+    if attempts >= policy.max_attempts:
+        return RetryExhausted(error, attempts, "attempts")
+    delay = policy.delay(attempts, error)
+    if delay is None:
+        return RetryExhausted(error, attempts, "retry_after")
+    if budget is not None:
+        if not budget.try_spend():
+            return RetryExhausted(error, attempts, "budget")
+        budget.notify(RetryAttempt(attempts, delay, error, budget.remaining))
+    return delay

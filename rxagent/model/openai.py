@@ -56,8 +56,8 @@ from rxagent.model.errors import (
 )
 from rxagent.model.sse import SSEDecoder, SSEEvent
 from rxagent.model.types import ChatChunk, ChatRequest, ModelCapabilities, ToolSchema
-from rxagent.operators import from_async_iterable, retry_backoff, timeout_total
-from rxagent.retry import RetryPolicy
+from rxagent.operators import from_async_iterable
+from rxagent.retry import RetryBudget, RetryExhausted, RetryPolicy, is_retryable, plan_retry
 
 __all__ = ["OpenAIChatModel", "Timeouts", "parse_retry_after"]
 
@@ -227,17 +227,48 @@ class OpenAIChatModel:
         self._check_open()
         body: bytes | None = None
 
-        def attempt() -> AsyncIterator[ChatChunk]:
+        def call() -> AsyncIterator[ChatChunk]:
             nonlocal body
             if body is None:
                 body = self.encode_request(request)
-            return self._attempt(body, request.stream)
+            return self._call(body, request.stream, request.retry_budget)
 
-        chunks = from_async_iterable(attempt).pipe(retry_backoff(self._retry, request.retry_budget))
+        return from_async_iterable(call)
+
+    async def _call(
+        self, body: bytes, streaming: bool, budget: RetryBudget | None
+    ) -> AsyncIterator[ChatChunk]:
+        """The whole call: attempts, the waits between them, and the total deadline over all of it.
+
+        One async generator rather than ``retry_backoff`` and ``timeout_total`` around the attempt: the
+        same rules (:func:`~rxagent.retry.plan_retry`), without two more observers on every chunk and
+        two more subscriptions on every request.
+        """
         total = self._timeouts.total
-        if total is not None:
-            chunks = chunks.pipe(timeout_total(total, lambda: ModelTimeoutError("total", total)))
-        return chunks
+        deadline = asyncio.timeout(total)
+        attempts = 0
+        try:
+            async with deadline:
+                while True:
+                    attempts += 1
+                    emitted = False
+                    try:
+                        async for chunk in self._attempt(body, streaming):
+                            emitted = True
+                            yield chunk
+                        return
+                    except ModelError as error:
+                        # Only before the first chunk: a retry would emit the answer's start twice.
+                        if emitted or not is_retryable(error):
+                            raise
+                        plan = plan_retry(self._retry, attempts, error, budget)
+                        if isinstance(plan, RetryExhausted):
+                            raise plan from error
+                    await asyncio.sleep(plan)
+        except TimeoutError:
+            if total is not None and deadline.expired():
+                raise ModelTimeoutError("total", total) from None
+            raise
 
     # ---- lifecycle ----------------------------------------------------------------------------------
 

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Literal, TypeVar
+from typing import TypeVar
 
 from reactivex import Observable, abc
 from reactivex.disposable import Disposable, SerialDisposable
 
 from rxagent.operators._from_async_iterable import running_loop
 from rxagent.operators._typing import Operator
-from rxagent.retry import RetryAttempt, RetryBudget, RetryExhausted, RetryPolicy, is_retryable
+from rxagent.retry import RetryBudget, RetryExhausted, RetryPolicy, is_retryable, plan_retry
 
 __all__ = ["retry_backoff"]
 
@@ -79,11 +79,6 @@ def retry_backoff(policy: RetryPolicy | None = None, budget: RetryBudget | None 
                 emitted = True
                 observer.on_next(value)
 
-            def give_up(error: Exception, why: Literal["attempts", "budget", "retry_after"]) -> None:
-                exhausted = RetryExhausted(error, attempts, why)
-                exhausted.__cause__ = error
-                observer.on_error(exhausted)
-
             def on_error(error: Exception) -> None:
                 nonlocal wait
                 if disposed:
@@ -91,24 +86,18 @@ def retry_backoff(policy: RetryPolicy | None = None, budget: RetryBudget | None 
                 if emitted or not is_retryable(error):
                     observer.on_error(error)
                     return
-                if attempts >= retry_policy.max_attempts:
-                    give_up(error, "attempts")
+                try:
+                    plan = plan_retry(retry_policy, attempts, error, budget)
+                except Exception as listener_error:  # a listener's bug ends the stream, visibly
+                    observer.on_error(listener_error)
                     return
-                delay = retry_policy.delay(attempts, error)
-                if delay is None:
-                    give_up(error, "retry_after")
+                if isinstance(plan, RetryExhausted):
+                    plan.__cause__ = error
+                    observer.on_error(plan)
                     return
-                if budget is not None:
-                    if not budget.try_spend():
-                        give_up(error, "budget")
-                        return
-                    try:
-                        budget.notify(RetryAttempt(attempts, delay, error, budget.remaining))
-                    except Exception as listener_error:  # a listener's bug ends the stream, visibly
-                        observer.on_error(listener_error)
-                        return
-                    if disposed:  # a listener disposed the subscription: start no timer
-                        return
+                delay = plan
+                if disposed:  # a listener disposed the subscription: start no timer
+                    return
                 wait = loop.call_later(delay, attempt)
 
             def attempt() -> None:
