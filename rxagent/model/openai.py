@@ -1,11 +1,10 @@
 """A client for OpenAI-compatible chat-completions servers (OpenAI, vLLM, llama.cpp, Ollama, …) on aiohttp.
 
 :class:`OpenAIChatModel` implements :class:`~rxagent.model.types.ChatModel`. Each subscription to
-``stream(request)`` is one call::
-
-    from_async_iterable(one attempt)           POST, SSE bytes → events → chunks
-      .pipe(retry_backoff(policy, budget),     retry before the first chunk only
-            timeout_total(timeouts.total))     the whole call, retries and waits included
+``stream(request)`` is one call: ``from_async_iterable`` over one async generator that makes the
+attempts (POST, SSE bytes → events → chunks), waits between them by the rules of
+:func:`rxagent.retry.plan_retry` (the same rules as the ``retry_backoff`` operator: retry before the first
+chunk only, honour ``Retry-After``, draw on the run's budget), all under ``timeouts.total``.
 
 One attempt is an async generator that holds the response in ``async with``: disposing the subscription
 cancels its task, which closes the response and returns the connection to the pool. Errors are mapped to
