@@ -286,6 +286,7 @@ class ToolView:
     active_groups: set[str]
     presets: dict[str, dict[str, Any]] = field(default_factory=lambda: {})
     shared_presets: dict[str, Any] = field(default_factory=lambda: {})
+    _schemas_cache: tuple[tuple[Any, ...], tuple[ToolSchema, ...]] | None = field(default=None, repr=False)
 
     def activate_group(self, name: str) -> None:
         """Make the group's tools visible in this view."""
@@ -333,8 +334,23 @@ class ToolView:
         )
 
     def schemas(self) -> tuple[ToolSchema, ...]:
-        """The schemas to send to the model now (presets removed)."""
-        return tuple(resolved.tool.schema(resolved.hidden) for resolved in self.tools())
+        """The schemas to send to the model now (presets removed).
+
+        The same tuple object comes back while nothing it depends on changed (the toolkit's snapshot,
+        this view's groups and presets), so a model client can cache its wire form by identity.
+        """
+        key = (  # schemas depend on which parameters are preset, never on the preset values
+            self.toolkit._snapshot(),
+            frozenset(self.active_groups),
+            frozenset((name, frozenset(values)) for name, values in self.presets.items()),
+            frozenset(self.shared_presets),
+        )
+        cached = self._schemas_cache
+        if cached is not None and cached[0][0] is key[0] and cached[0][1:] == key[1:]:
+            return cached[1]
+        schemas = tuple(resolved.tool.schema(resolved.hidden) for resolved in self.tools())
+        self._schemas_cache = (key, schemas)
+        return schemas
 
     def resolve(self, name: str) -> ResolvedTool | Unavailable:
         """The tool a call names, or why this run cannot call it."""

@@ -162,3 +162,20 @@ def test_unresolvable_annotations_give_a_clear_error() -> None:
 
     with pytest.raises(TypeError, match="cannot resolve its annotations"):
         tool(use)
+
+
+def test_schemas_are_the_same_tuple_until_something_they_depend_on_changes() -> None:
+    toolkit = kit()
+    view = toolkit.view()
+    first = view.schemas()
+    assert view.schemas() is first  # a client can cache the wire form by identity
+    view.activate_group("geo")
+    grown = view.schemas()
+    assert grown is not first
+    assert len(grown) == 3
+    view.presets["distance"] = {"a": "Oslo"}
+    preset = view.schemas()
+    assert preset is not grown
+    assert "a" not in preset[1].parameters["properties"]  # type: ignore[operator]
+    toolkit.disable("route")
+    assert [s.name for s in view.schemas()] == ["search", "distance"]
