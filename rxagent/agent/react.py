@@ -30,7 +30,6 @@ import reactivex
 from pydantic import BaseModel, JsonValue
 from reactivex import Observable, abc
 from reactivex import operators as ops
-from reactivex.disposable import CompositeDisposable, Disposable
 
 from rxagent.agent.middleware import (
     ActingStep,
@@ -686,15 +685,6 @@ class _Run:
         started_at = time.perf_counter()
         head = self.head
 
-        def items(
-            observer: abc.ObserverBase[ChatChunk | RetryAttempt], scheduler: abc.SchedulerBase | None = None
-        ) -> abc.DisposableBase:
-            # Retries happen inside the model's stream; the budget's listener lets them surface as events
-            # in order, between the attempts, without a Subject in the middle of the hot path.
-            remove = self.budget.add_listener(observer.on_next)
-            subscription = call(request).subscribe(observer, scheduler=scheduler)
-            return CompositeDisposable(subscription, Disposable(remove))
-
         def on_item(item: ChatChunk | RetryAttempt) -> Sequence[AgentEvent]:
             if isinstance(item, RetryAttempt):
                 return [
@@ -761,7 +751,13 @@ class _Run:
             return self.step_down_tool_choice(error, request, step)
 
         recover = step_down if request.tool_choice is not None else None
-        source: Observable[ChatChunk | RetryAttempt] = Observable(items)
+
+        # Retries happen inside the model's stream; the budget's listener feeds them through on_item, so
+        # they surface as events in order, between the attempts, with no Subject in the hot path.
+        def retries(push: Callable[[ChatChunk | RetryAttempt], None]) -> Callable[[], None]:
+            return self.budget.add_listener(push)
+
+        source: Observable[ChatChunk | RetryAttempt] = call(request)
         return source.pipe(
             frame(
                 on_item,
@@ -769,6 +765,7 @@ class _Run:
                 after=on_done,
                 recover=recover,
                 until=self.control.on_interrupt,
+                inject=retries,
             )
         )
 

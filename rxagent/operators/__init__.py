@@ -82,6 +82,7 @@ def frame(
     after: Callable[[], Iterable[_R]] | None = None,
     recover: Callable[[Exception], Observable[_R] | None] | None = None,
     until: Callable[[Callable[[], None]], Callable[[], None]] | None = None,
+    inject: Callable[[Callable[[_T], None]], Callable[[], None]] | None = None,
 ) -> Operator[_T, _R]:
     """Frame a stream in one subscription: ``before()`` items, ``each(item)`` per item, ``after()`` items.
 
@@ -94,7 +95,9 @@ def frame(
     subscriptions and two trampolines; this is the one-subscription form for paths that run once per
     agent step. ``recover(error)`` may return a stream to continue with instead of failing (``None``:
     fail). ``until(stop)`` registers ``stop`` with an outside signal (an interrupt) and returns an
-    unregister function: calling ``stop`` ends the source early as if it had completed.
+    unregister function: calling ``stop`` ends the source early as if it had completed. ``inject(push)``
+    registers ``push`` with an outside producer whose items go through ``each`` like the source's (the
+    agent routes retry notices in this way) and returns an unregister function.
 
     Lifecycle:
         complete: ``after()`` items, then complete. error: ``recover`` or fail. cancel: disposes the
@@ -102,7 +105,7 @@ def frame(
     """
     from rxagent.operators._frame import frame as impl
 
-    return impl(each, before=before, after=after, recover=recover, until=until)
+    return impl(each, before=before, after=after, recover=recover, until=until, inject=inject)
 
 
 def sync_of(*items: _T) -> Observable[_T]:

@@ -23,6 +23,7 @@ def frame(
     after: Callable[[], Iterable[_R]] | None = None,
     recover: Callable[[Exception], Observable[_R] | None] | None = None,
     until: Callable[[Callable[[], None]], Callable[[], None]] | None = None,
+    inject: Callable[[Callable[[_T], None]], Callable[[], None]] | None = None,
 ) -> Operator[_T, _R]:
     """Frame a stream in one subscription (see the facade for the full contract)."""
 
@@ -79,6 +80,7 @@ def frame(
                 fallback.disposable = replacement.subscribe(observer, scheduler=scheduler)
 
             stop: Callable[[], None] = lambda: None  # noqa: E731 - replaced when `until` is given
+            unhook: Callable[[], None] = lambda: None  # noqa: E731 - replaced when `inject` is given
             try:
                 if before is not None:
                     emit(before())
@@ -87,9 +89,16 @@ def frame(
                 return Disposable()
             if until is not None:
                 stop = until(on_completed)
+            if inject is not None:
+                unhook = inject(on_next)
             if not ended:
                 upstream.disposable = source.subscribe(on_next, on_error, on_completed, scheduler=scheduler)
-            return CompositeDisposable(upstream, fallback, Disposable(lambda: stop()))
+
+            def release() -> None:
+                stop()
+                unhook()
+
+            return CompositeDisposable(upstream, fallback, Disposable(release))
 
         return Observable(subscribe)
 
