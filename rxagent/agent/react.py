@@ -696,10 +696,11 @@ class _Run:
                         budget_remaining=item.budget_remaining,
                     )
                 ]
+            if not self.deltas:  # nobody sees deltas: fold only (the hot path of `call`)
+                fold.add(item)
+                return ()
             calls_before = fold.call_count
             fold.add(item)
-            if not self.deltas:
-                return ()
             events: list[AgentEvent] = []
             if item.thinking:
                 events.append(ThinkingDelta(**head, text=item.thinking))

@@ -47,7 +47,8 @@ def frame(
                 except Exception as error:  # the mapper's failure is the stream's failure
                     on_error(error)
                     return
-                emit(produced)
+                for value in produced:
+                    observer.on_next(value)
 
             def on_completed() -> None:
                 nonlocal ended
