@@ -446,6 +446,7 @@ class _Run:
     phase: Phase | None = None
     deferred_input: list[Msg] = field(default_factory=lambda: [])
     deltas: bool = True
+    repair_cache: tuple[int, list[Msg]] = field(default_factory=lambda: (0, []))
     upcoming: Callable[[], Observable[AgentEvent]] | None = None
     budget: RetryBudget = field(init=False)
     head: dict[str, Any] = field(init=False)
@@ -634,7 +635,7 @@ class _Run:
 
     def build_request(self, summarising: bool) -> ChatRequest:
         options = self.agent.options
-        messages = [*self.agent.request_base(), *repair_transcript(self.state.messages)]
+        messages = [*self.agent.request_base(), *self.repaired_history()]
         tools: tuple[ToolSchema, ...] = ()
         tool_choice: ToolChoice | None = None
         response_format = None
@@ -662,6 +663,26 @@ class _Run:
             max_tokens=options.max_tokens,
             retry_budget=self.budget,
         )
+
+    def repaired_history(self) -> list[Msg]:
+        """The history as sent: repaired (see :mod:`rxagent.agent.transcript`), incrementally.
+
+        Repair carries state only across an assistant message with tool calls, so the repaired form of
+        a prefix that does not end in one is final; within a run the history only grows, so each step
+        repairs just what was appended since the last stable point instead of the whole conversation.
+        """
+        history = self.state.messages
+        stable, done = self.repair_cache
+        if stable > len(history):  # the history was replaced: start over
+            stable, done = 0, []
+        end = len(history)
+        while end > stable and history[end - 1].role == "assistant" and history[end - 1].tool_calls:
+            end -= 1
+        if end > stable:
+            done = done + repair_transcript(history[stable:end])
+            stable = end
+        self.repair_cache = (stable, done)
+        return done + repair_transcript(history[stable:])
 
     def structured_path(self) -> Literal["native", "tool"]:
         mode = self.agent.options.structured_mode

@@ -275,3 +275,30 @@ async def test_first_tool_choice_applies_to_the_first_step_only() -> None:
     agent, model = agent_with([calls(("add", {"a": 1, "b": 2})), "3"], first_tool_choice="required")
     await run(agent, "1+2")
     assert [r.tool_choice for r in model.requests] == ["required", None]
+
+
+async def test_incremental_repair_sends_what_a_full_repair_would_at_every_step() -> None:
+    from rxagent.agent import repair_transcript
+
+    store = InMemoryStateStore()
+    damaged = AgentState(
+        messages=[
+            Msg.user("earlier"),
+            Msg(role="assistant", content=(ToolUseBlock(id="lost", name="add", input={"a": 1, "b": 1}),)),
+            Msg.user("and then?"),
+            Msg.from_tool_results(
+                ToolResultBlock(tool_use_id="ghost", name="add", output=(TextBlock(text="?"),))
+            ),
+        ]
+    )
+    await store.save((None, "default"), damaged)
+    script = [calls(("add", {"a": i, "b": 1})) for i in range(5)] + ["done"]
+    model = ScriptedModel(script)
+    agent = ReActAgent(model, Toolkit([add]), system_prompt="You are exact.", store=store)
+    await run(agent, "count")
+    final = [(m.role, m.content) for m in repair_transcript((await agent.state()).messages)]
+    assert len(model.requests) == 6
+    for request in model.requests:
+        sent = [(m.role, m.content) for m in request.messages[1:]]  # after the system prompt
+        assert sent == final[: len(sent)]
+    assert model.requests[0].messages[3].tool_results[0].tool_use_id == "lost"
