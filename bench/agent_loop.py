@@ -31,12 +31,12 @@ import argparse
 import asyncio
 import json
 import statistics
-import sys
 import time
 from typing import Any
 
 import aiohttp
-from _loopback import spawned_server
+from _loopback import serve as serve_completions
+from _loopback import spawned_server, write_sse
 from aiohttp import web
 
 from rxagent.agent import AgentOptions, ReActAgent
@@ -169,31 +169,9 @@ def serve(rounds: int, fragments: int) -> None:
         done = len(tool_messages)
         if done > rounds or (done and tool_messages[-1].get("content") != note(done - 1)):
             return web.json_response({"error": {"message": "unexpected conversation"}}, status=400)
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await response.prepare(request)
-        events = responses[done]
-        for event in events[:-1]:
-            await response.write(event)
-        # [DONE] and the end of the body go out together, as real servers send them.
-        await response.write(events[-1])
-        await response.write_eof()
-        return response
+        return await write_sse(request, responses[done])
 
-    async def run() -> None:
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", completions)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        server = site._server  # pyright: ignore[reportPrivateUsage]
-        assert isinstance(server, asyncio.Server)
-        print(server.sockets[0].getsockname()[1], flush=True)
-        # Stop when the parent closes our stdin (also when the parent dies).
-        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
-        await runner.cleanup()
-
-    asyncio.run(run())
+    serve_completions(completions)
 
 
 # ---- the two clients -------------------------------------------------------------------------------
