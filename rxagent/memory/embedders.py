@@ -15,20 +15,17 @@ import os
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, cast
-from urllib.parse import urlsplit
 
 from pydantic import SecretStr
 
+from rxagent.model._endpoint import HttpEndpoint, Timeouts
 from rxagent.model.errors import ModelConnectionError, ModelError, ModelHTTPError, ModelTimeoutError
 from rxagent.model.gguf import default_gguf_path
 
 if TYPE_CHECKING:
-    import aiohttp
     import llama_cpp
 
-    from rxagent.model.openai import Timeouts
 
 __all__ = ["EmbeddingResponseError", "LlamaCppEmbedder", "OpenAIEmbedder"]
 
@@ -132,7 +129,7 @@ class LlamaCppEmbedder:
 _ERROR_BODY_LIMIT = 64 * 1024
 
 
-class OpenAIEmbedder:
+class OpenAIEmbedder(HttpEndpoint):
     """Embeddings from an OpenAI-compatible ``/v1/embeddings`` endpoint (OpenAI, vLLM, llama.cpp, Ollama…).
 
     One ``aiohttp.ClientSession`` per embedder, created on first use on the running loop and closed by
@@ -160,6 +157,8 @@ class OpenAIEmbedder:
         >>> # async with OpenAIEmbedder(...) as embedder: vectors = await embedder.embed(["hello"])
     """
 
+    _kind = "embedder"
+
     def __init__(
         self,
         model: str,
@@ -172,30 +171,25 @@ class OpenAIEmbedder:
         timeouts: Timeouts | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> None:
-        from rxagent.model.openai import Timeouts
-
-        parts = urlsplit(base_url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ValueError(f"base_url must be an absolute http(s) URL, got {base_url!r}")
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
         if dimensions is not None and dimensions < 1:
             raise ValueError("dimensions must be at least 1")
-        if api_key is None and api_key_env:
-            api_key = os.environ.get(api_key_env) or None
+        super().__init__(
+            base_url=base_url,
+            path="embeddings",
+            api_key=api_key,
+            api_key_env=api_key_env,
+            timeouts=timeouts,
+            headers=headers,
+            request_total=True,  # no retries here: the total bounds each request
+        )
         self._model = model
-        self._url = f"{base_url.rstrip('/')}/embeddings"
-        self._api_key: SecretStr | None = SecretStr(api_key) if isinstance(api_key, str) else api_key
         self._dimensions = dimensions
         self._batch_size = batch_size
-        self._timeouts = timeouts or Timeouts()
-        self._headers = dict(headers or {})
-        self._session: aiohttp.ClientSession | None = None
-        self._closed = False
 
     def __repr__(self) -> str:
-        key = "'**********'" if self._api_key is not None else "None"
-        return f"OpenAIEmbedder(model={self._model!r}, url={self._url!r}, api_key={key})"
+        return f"OpenAIEmbedder(model={self._model!r}, url={self._url!r}, api_key={self._masked_key()})"
 
     @property
     def name(self) -> str:
@@ -209,52 +203,14 @@ class OpenAIEmbedder:
             vectors.extend(await self._embed_batch(list(texts[start : start + self._batch_size])))
         return vectors
 
-    async def aclose(self) -> None:
-        """Close the HTTP session. Idempotent; the embedder cannot be used afterwards."""
-        self._closed = True
-        session, self._session = self._session, None
-        if session is not None:
-            await session.close()
-
-    async def __aenter__(self) -> OpenAIEmbedder:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
-
-    def _session_now(self) -> aiohttp.ClientSession:
-        import aiohttp
-
-        if self._closed:
-            raise RuntimeError(f"{self!r} was closed by aclose(); create a new embedder")
-        if self._session is None:
-            timeouts = self._timeouts
-            self._session = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(
-                    total=timeouts.total, sock_connect=timeouts.connect, sock_read=timeouts.idle_read
-                )
-            )
-        return self._session
-
-    def _redact(self, text: str) -> str:
-        if self._api_key is not None:
-            secret = self._api_key.get_secret_value()
-            if secret and secret in text:
-                return text.replace(secret, "**********")
-        return text
-
     async def _embed_batch(self, texts: list[str]) -> list[list[float]]:
         import aiohttp
 
         body: dict[str, object] = {"model": self._model, "input": texts, "encoding_format": "float"}
         if self._dimensions is not None:
             body["dimensions"] = self._dimensions
-        headers = {"Content-Type": "application/json", **self._headers}
-        if self._api_key is not None:
-            headers["Authorization"] = f"Bearer {self._api_key.get_secret_value()}"
-        session = self._session_now()
+        headers = self._request_headers("application/json")
+        session = self._session_on_running_loop()
         failure: ModelError | None = None
         payload = b""
         try:

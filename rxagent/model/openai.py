@@ -25,18 +25,15 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import os
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from types import TracebackType
-from urllib.parse import urlsplit
 
 import aiohttp
 from pydantic import SecretStr
 from reactivex import Observable
 
+from rxagent.model._endpoint import HttpEndpoint, Timeouts
 from rxagent.model._openai_wire import (
     MessageWireCache,
     StreamParser,
@@ -64,29 +61,6 @@ _NOT_JSON = object()
 
 _ERROR_BODY_LIMIT = 64 * 1024
 """Bytes of an error response kept for the error message; a huge error page is not worth more."""
-
-
-@dataclass(frozen=True, slots=True)
-class Timeouts:
-    """How long a model call may take, in seconds.
-
-    Attributes:
-        connect: establishing the TCP (and TLS) connection. Short: a server that cannot be reached
-            should fail fast and be retried.
-        idle_read: the longest silence on the socket, per read: before the response starts and between
-            streamed bytes (SSE keep-alive comments count as activity). ``None``: no limit.
-        total: the whole call, retries and their waits included. ``None``: no limit.
-    """
-
-    connect: float = 10.0
-    idle_read: float | None = 60.0
-    total: float | None = 600.0
-
-    def __post_init__(self) -> None:
-        for name in ("connect", "idle_read", "total"):
-            value: float | None = getattr(self, name)
-            if value is not None and not (value > 0 and math.isfinite(value)):
-                raise ValueError(f"Timeouts.{name} must be a positive number of seconds, got {value!r}")
 
 
 def parse_retry_after(value: str | None, *, now: datetime | None = None) -> float | None:
@@ -118,7 +92,7 @@ def parse_retry_after(value: str | None, *, now: datetime | None = None) -> floa
     return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
 
 
-class OpenAIChatModel:
+class OpenAIChatModel(HttpEndpoint):
     """A chat model served over the OpenAI chat-completions API.
 
     One ``aiohttp.ClientSession`` per model, created on first use on the running loop (the model is
@@ -145,6 +119,8 @@ class OpenAIChatModel:
         OpenAIChatModel(model='gpt-4o-mini', base_url='http://127.0.0.1:8000/v1', api_key='**********')
     """
 
+    _kind = "model"
+
     def __init__(
         self,
         model: str,
@@ -159,31 +135,24 @@ class OpenAIChatModel:
         connection_limit: int = 100,
         send_reasoning: bool = False,
     ) -> None:
-        if connection_limit < 1:
-            raise ValueError("connection_limit must be at least 1")
-        parts = urlsplit(base_url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ValueError(f"base_url must be an absolute http(s) URL, got {base_url!r}")
-        if api_key is None and api_key_env:
-            api_key = os.environ.get(api_key_env) or None
+        super().__init__(
+            base_url=base_url,
+            path="chat/completions",
+            api_key=api_key,
+            api_key_env=api_key_env,
+            timeouts=timeouts,
+            headers=headers,
+            connection_limit=connection_limit,
+        )
         self._model = model
-        self._base_url = base_url.rstrip("/")
-        self._url = f"{self._base_url}/chat/completions"
-        self._api_key: SecretStr | None = SecretStr(api_key) if isinstance(api_key, str) else api_key
-        self._timeouts = timeouts or Timeouts()
         self._retry = retry or RetryPolicy()
         self._capabilities = capabilities or ModelCapabilities()
-        self._headers = dict(headers or {})
-        self._connection_limit = connection_limit
         self._wire = MessageWireCache(send_reasoning=send_reasoning)
         self._tools_key: tuple[ToolSchema, ...] | None = None  # the tuple whose encoding is cached
         self._tools_wire: bytes = b""
-        self._session: aiohttp.ClientSession | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._closed = False
 
     def __repr__(self) -> str:
-        key = "'**********'" if self._api_key is not None else "None"
+        key = self._masked_key()
         return f"{type(self).__name__}(model={self._model!r}, base_url={self._base_url!r}, api_key={key})"
 
     # ---- the ChatModel protocol ---------------------------------------------------------------------
@@ -197,11 +166,6 @@ class OpenAIChatModel:
     def capabilities(self) -> ModelCapabilities:
         """What this model accepts."""
         return self._capabilities
-
-    @property
-    def timeouts(self) -> Timeouts:
-        """The connect, idle-read and total timeouts."""
-        return self._timeouts
 
     def stream(self, request: ChatRequest) -> Observable[ChatChunk]:
         """The answer to ``request`` as a cold stream of chunks (streamed over SSE, or fetched whole).
@@ -269,48 +233,6 @@ class OpenAIChatModel:
                 raise ModelTimeoutError("total", total) from None
             raise
 
-    # ---- lifecycle ----------------------------------------------------------------------------------
-
-    async def aclose(self) -> None:
-        """Close the HTTP session and its connections. The model cannot be used afterwards. Idempotent."""
-        self._closed = True
-        session, self._session = self._session, None
-        if session is not None:
-            await session.close()
-
-    async def __aenter__(self) -> OpenAIChatModel:
-        self._check_open()
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError(f"{self!r} was closed by aclose(); create a new model to make more calls")
-
-    def _session_on_running_loop(self) -> aiohttp.ClientSession:
-        self._check_open()
-        loop = asyncio.get_running_loop()
-        if self._session is None:
-            timeouts = self._timeouts
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self._connection_limit),
-                # No `connect`/`total` here: waiting for a free pooled connection is not a connect
-                # timeout, and the whole call is bounded by timeout_total around the retries.
-                timeout=aiohttp.ClientTimeout(
-                    total=None, connect=None, sock_connect=timeouts.connect, sock_read=timeouts.idle_read
-                ),
-            )
-            self._loop = loop
-        elif self._loop is not loop:
-            raise RuntimeError(
-                f"{self!r} is bound to the event loop it was first used on; create one model per loop"
-            )
-        return self._session
-
     # ---- one call -------------------------------------------------------------------------------------
 
     def encode_request(self, request: ChatRequest) -> bytes:
@@ -328,24 +250,6 @@ class OpenAIChatModel:
         messages = [self._wire.encoded(msg) for msg in request.messages]
         return encode_body(self._model, request, messages, tools)
 
-    def _request_headers(self, streaming: bool) -> dict[str, str]:
-        headers = {
-            "Content-Type": "application/json",
-            "Accept": "text/event-stream" if streaming else "application/json",
-            **self._headers,
-        }
-        if self._api_key is not None:
-            headers["Authorization"] = f"Bearer {self._api_key.get_secret_value()}"
-        return headers
-
-    def _redact(self, text: str) -> str:
-        """``text`` with the API key masked (servers sometimes quote the key in an error)."""
-        if self._api_key is not None:
-            secret = self._api_key.get_secret_value()
-            if secret and secret in text:
-                return text.replace(secret, "**********")
-        return text
-
     async def _attempt(self, body: bytes, streaming: bool) -> AsyncIterator[ChatChunk]:
         """One POST: yields the chunks of one response, raising only :class:`ModelError` (or cancelled)."""
         session = self._session_on_running_loop()
@@ -354,7 +258,10 @@ class OpenAIChatModel:
         cause: BaseException | None = None
         try:
             async with session.post(
-                self._url, data=body, headers=self._request_headers(streaming), allow_redirects=False
+                self._url,
+                data=body,
+                headers=self._request_headers("text/event-stream" if streaming else "application/json"),
+                allow_redirects=False,
             ) as response:
                 if not 200 <= response.status < 300:
                     raise await self._http_error(response)
