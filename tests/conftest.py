@@ -3,8 +3,18 @@
 from __future__ import annotations
 
 import os
+from collections.abc import AsyncIterator
 
 import pytest
+
+from tests.model.openai_server import OpenAIServer
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[OpenAIServer]:
+    """A scriptable OpenAI-compatible server on 127.0.0.1 (see tests/model/openai_server.py)."""
+    async with OpenAIServer() as running:
+        yield running
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -50,12 +50,6 @@ TINY_RETRY = RetryPolicy(max_attempts=3, base_delay=0.01, jitter=0.0)
 
 
 @pytest.fixture
-async def server() -> AsyncIterator[OpenAIServer]:
-    async with OpenAIServer() as running:
-        yield running
-
-
-@pytest.fixture
 async def model(server: OpenAIServer) -> AsyncIterator[OpenAIChatModel]:
     async with make_model(server, retry=TINY_RETRY) as client:
         yield client

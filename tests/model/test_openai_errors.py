@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
@@ -29,12 +29,6 @@ from tests.streams import expect
 
 OK = Reply.sse(text_chunk("ok"), finish_chunk(), DONE)
 ONE_ATTEMPT = RetryPolicy(max_attempts=1)
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[OpenAIServer]:
-    async with OpenAIServer() as running:
-        yield running
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import doctest
-from collections.abc import AsyncIterator
 
 import pytest
 from reactivex import operators as ops
@@ -28,12 +27,6 @@ from tests.streams import expect
 
 OK = Reply.sse(text_chunk("ok"), finish_chunk(), DONE)
 STREAM_TASK = "rxagent.from_async_iterable"
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[OpenAIServer]:
-    async with OpenAIServer() as running:
-        yield running
 
 
 def stream_tasks() -> set[asyncio.Task[object]]:

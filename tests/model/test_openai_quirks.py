@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -29,12 +28,6 @@ from tests.model.openai_server import (
     usage_chunk,
 )
 from tests.streams import expect
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[OpenAIServer]:
-    async with OpenAIServer() as running:
-        yield running
 
 
 async def answer(server: OpenAIServer, *frames: bytes) -> Msg:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gc
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -52,12 +51,6 @@ def conversation() -> tuple[Msg, ...]:
         Msg(role="assistant", content=(call_ok,)),
         Msg.from_tool_results(ToolResultBlock(tool_use_id="call_1", name="weather", status="denied")),
     )
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[OpenAIServer]:
-    async with OpenAIServer() as running:
-        yield running
 
 
 async def sent(server: OpenAIServer, request: ChatRequest, **options: Any) -> dict[str, Any]:

@@ -7,7 +7,7 @@ import json
 import logging
 import socket
 import traceback
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 
 import aiohttp
 import pytest
@@ -28,12 +28,6 @@ from tests.model.openai_server import (
     text_chunk,
 )
 from tests.streams import expect
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[OpenAIServer]:
-    async with OpenAIServer() as running:
-        yield running
 
 
 def exception_chain(error: BaseException) -> Iterator[BaseException]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -31,12 +30,6 @@ from tests.model.openai_server import (
     usage_chunk,
 )
 from tests.streams import expect
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[OpenAIServer]:
-    async with OpenAIServer() as running:
-        yield running
 
 
 async def answer(server: OpenAIServer, *replies: Reply) -> Msg:
