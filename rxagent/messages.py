@@ -13,13 +13,16 @@ from __future__ import annotations
 import itertools
 import os
 import uuid
+import weakref
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Annotated, Literal, TypeAlias
+from typing import Annotated, Generic, Literal, TypeAlias, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 __all__ = [
     "ContentBlock",
+    "MessageMemo",
     "Msg",
     "Role",
     "TextBlock",
@@ -209,3 +212,45 @@ class Msg(BaseModel):
     def has_answer_text(self) -> bool:
         """True when at least one text block is not blank (thinking alone is not an answer)."""
         return any(isinstance(b, TextBlock) and b.text.strip() for b in self.content)
+
+
+_V = TypeVar("_V")
+
+
+class MessageMemo(Generic[_V]):
+    """A value computed once per message object (its wire bytes, its token count), dropped with the message.
+
+    Keyed by the object, not by ``Msg.id``: messages are frozen, so an object's value never changes, but
+    two objects may share an id. Not stored on the message itself, since pydantic compares private
+    attributes in ``==``.
+    """
+
+    __slots__ = ("_entries",)
+
+    def __init__(self) -> None:
+        self._entries: dict[int, tuple[weakref.ref[Msg], _V]] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, key: object) -> bool:
+        """Whether a value is held for the message whose ``id()`` is ``key``."""
+        return key in self._entries
+
+    def get(self, message: Msg, compute: Callable[[Msg], _V]) -> _V:
+        """The value for ``message``, computing it with ``compute`` the first time."""
+        key = id(message)
+        entry = self._entries.get(key)
+        if entry is not None and entry[0]() is message:
+            return entry[1]
+        value = compute(message)
+        entries = self._entries
+
+        def evict(ref: weakref.ref[Msg]) -> None:
+            # Only our own entry: a new message may already be cached under the reused id.
+            current = entries.get(key)
+            if current is not None and current[0] is ref:
+                del entries[key]
+
+        entries[key] = (weakref.ref(message, evict), value)
+        return value

@@ -32,12 +32,11 @@ from __future__ import annotations
 
 import json
 import threading
-import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from rxagent.messages import Msg, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+from rxagent.messages import MessageMemo, Msg, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
 from rxagent.model.types import ChatRequest, JsonSchemaFormat, ResponseFormat, ToolSchema
 
 if TYPE_CHECKING:
@@ -153,7 +152,7 @@ class ChatTokenCounter:
     def __init__(self, count_text: Callable[[str], int], *, name: str = "custom") -> None:
         self._count_text = count_text
         self.name = name
-        self._messages: dict[int, tuple[weakref.ref[Msg], int]] = {}
+        self._messages: MessageMemo[int] = MessageMemo()
         self._tools: OrderedDict[int, tuple[ToolSchema, int]] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -168,21 +167,7 @@ class ChatTokenCounter:
 
     def count_message(self, message: Msg) -> int:
         """Tokens of ``message`` as sent (see the module for the formula); cached per message object."""
-        key = id(message)
-        entry = self._messages.get(key)
-        if entry is not None and entry[0]() is message:
-            return entry[1]
-        count = self._count_uncached(message)
-        entries = self._messages
-
-        def evict(ref: weakref.ref[Msg]) -> None:
-            # Only our own entry: a new message may already be cached under the reused id.
-            current = entries.get(key)
-            if current is not None and current[0] is ref:
-                del entries[key]
-
-        entries[key] = (weakref.ref(message, evict), count)
-        return count
+        return self._messages.get(message, self._count_uncached)
 
     def _count_uncached(self, message: Msg) -> int:
         count_text = self.count_text

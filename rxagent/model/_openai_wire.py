@@ -21,13 +21,12 @@ reports as :class:`~rxagent.model.errors.MalformedStreamError`, so nothing untyp
 from __future__ import annotations
 
 import json
-import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeAlias, TypeGuard
 
 from pydantic import JsonValue
 
-from rxagent.messages import Msg, TextBlock, ToolResultBlock, ToolUseBlock
+from rxagent.messages import MessageMemo, Msg, TextBlock, ToolResultBlock, ToolUseBlock
 from rxagent.model.errors import MalformedStreamError, ModelError
 from rxagent.model.sse import SSEEvent
 from rxagent.model.types import (
@@ -151,28 +150,17 @@ class MessageWireCache:
 
     def __init__(self, *, send_reasoning: bool = False) -> None:
         self._send_reasoning = send_reasoning
-        self._entries: dict[int, tuple[weakref.ref[Msg], bytes]] = {}
+        self._entries: MessageMemo[bytes] = MessageMemo()
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def encoded(self, msg: Msg) -> bytes:
         """The comma-joined JSON of ``msg``'s wire messages (empty for a message that sends nothing)."""
-        key = id(msg)
-        entry = self._entries.get(key)
-        if entry is not None and entry[0]() is msg:
-            return entry[1]
-        encoded = b",".join(dumps(m) for m in message_to_wire(msg, send_reasoning=self._send_reasoning))
-        entries = self._entries
+        return self._entries.get(msg, self._encode)
 
-        def evict(ref: weakref.ref[Msg]) -> None:
-            # Only our own entry: a new message may already have been cached under a reused id.
-            current = entries.get(key)
-            if current is not None and current[0] is ref:
-                del entries[key]
-
-        entries[key] = (weakref.ref(msg, evict), encoded)
-        return encoded
+    def _encode(self, msg: Msg) -> bytes:
+        return b",".join(dumps(m) for m in message_to_wire(msg, send_reasoning=self._send_reasoning))
 
 
 def tool_to_wire(tool: ToolSchema) -> WireDict:
