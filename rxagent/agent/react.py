@@ -87,7 +87,6 @@ from rxagent.tools.events import (
     ToolBatchFinished,
     ToolCallFinished,
     ToolCallProgress,
-    ToolCallSuspended,
     ToolEvent,
     ToolPermissionRequired,
 )
@@ -306,8 +305,19 @@ class ReActAgent:
             re-subscribe: a new run.
 
         ``deltas=False`` leaves out the per-token events (text, thinking and tool-argument deltas) for
-        consumers that only want the folded results: ``call`` uses it when no middleware watches them.
+        consumers that only want the folded results.
         """
+        return self._events(input, ctx, control, deltas=deltas, quiet=False)
+
+    def _events(
+        self,
+        input: AgentInput,
+        ctx: RuntimeContext | None,
+        control: RunControl | None,
+        *,
+        deltas: bool,
+        quiet: bool,
+    ) -> Observable[AgentEvent]:
         context = ctx or RuntimeContext(session_id=DEFAULT_SESSION)
         key: SessionKey = (context.user_id, context.session_id or DEFAULT_SESSION)
         run_input = _normalise(input)
@@ -328,7 +338,7 @@ class ReActAgent:
                 await self.store.save(key, lease.state)
                 lease.saved = True
 
-            run = _Run(self, context, key, lease.state, run_control, save, deltas=deltas)
+            run = _Run(self, context, key, lease.state, run_control, save, deltas=deltas, quiet=quiet)
             counter = itertools.count()
 
             def stamp(event: AgentEvent) -> AgentEvent:
@@ -352,11 +362,15 @@ class ReActAgent:
     def call_observable(
         self, input: AgentInput, ctx: RuntimeContext | None = None, *, control: RunControl | None = None
     ) -> Observable[AgentResult]:
-        """The same pipeline as :meth:`stream_events`, filtered to the final :class:`AgentResult`."""
-        # Nobody sees the deltas of a filtered run unless a middleware hook does: skip building them.
-        watched = has_hooks(self.middleware, "agent") or has_hooks(self.middleware, "reasoning")
-        results: Observable[AgentResult] = self.stream_events(
-            input, ctx, control=control, deltas=watched
+        """The same pipeline as :meth:`stream_events`, filtered to the final :class:`AgentResult`.
+
+        Nobody sees the other events of a filtered run unless a middleware hook does, so when none is
+        installed at ``agent``, ``reasoning`` or ``acting`` they are not built at all (the result's
+        ``seq`` is then 0: it counts what subscribers saw).
+        """
+        watched = any(has_hooks(self.middleware, cut) for cut in ("agent", "reasoning", "acting"))
+        results: Observable[AgentResult] = self._events(
+            input, ctx, control, deltas=watched, quiet=not watched
         ).pipe(
             ops.filter(lambda event: isinstance(event, AgentResult))  # type: ignore[arg-type]
         )
@@ -446,6 +460,8 @@ class _Run:
     phase: Phase | None = None
     deferred_input: list[Msg] = field(default_factory=lambda: [])
     deltas: bool = True
+    quiet: bool = False
+    """Only the AgentResult is emitted (``call`` when no hook watches events): no other event is built."""
     repair_cache: tuple[int, list[Msg]] = field(default_factory=lambda: (0, []))
     upcoming: Callable[[], Observable[AgentEvent]] | None = None
     budget: RetryBudget = field(init=False)
@@ -485,7 +501,13 @@ class _Run:
         if phase == self.phase:
             return []
         self.phase = phase
+        if self.quiet:
+            return []
         return [PhaseChanged(**self.head, phase=phase, iteration=self.iteration)]
+
+    def shown(self, *events: AgentEvent) -> Observable[AgentEvent]:
+        """``events`` as a stream, or an empty one in a quiet run."""
+        return _just() if self.quiet else _just(*events)
 
     def finish(self, reason: RunReason, message: Msg | None, **extra: Any) -> Observable[AgentEvent]:
         """The closing events: the final phase, then the one AgentResult."""
@@ -520,13 +542,12 @@ class _Run:
 
     def execute(self, run_input: RunInput) -> Observable[AgentEvent]:
         """The run's steps, each subscribed at the top by ``run_steps`` (constant depth however long)."""
-        started = RunStarted(**self.head, agent=self.agent.name, input=list(run_input.messages))
 
         def first() -> Observable[AgentEvent]:
             self.then(lambda: self.route(run_input))
-            return _just(started)
+            return _just(RunStarted(**self.head, agent=self.agent.name, input=list(run_input.messages)))
 
-        self.then(first)
+        self.then((lambda: self.route(run_input)) if self.quiet else first)
         return run_steps(self.next_step, self.stopped)
 
     def then(self, step: Callable[[], Observable[AgentEvent]]) -> None:
@@ -708,6 +729,8 @@ class _Run:
 
         def on_item(item: ChatChunk | RetryAttempt) -> Sequence[AgentEvent]:
             if isinstance(item, RetryAttempt):
+                if self.quiet:
+                    return ()
                 return [
                     RetryScheduled(
                         **head,
@@ -748,6 +771,8 @@ class _Run:
             self.usage.add(usage)
             self.last_message = message
             self.state.messages.append(message)
+            if self.quiet:
+                return []
             finished = ModelCallFinished(
                 **head,
                 iteration=step.iteration,
@@ -758,16 +783,17 @@ class _Run:
             completed = [ToolCallCompleted(**head, call=c) for c in message.tool_calls]
             return [finished, *completed, MessageCompleted(**head, message=message)]
 
-        opening = [
-            *self.phase_to("THINKING"),
-            ModelCallStarted(
-                **head,
-                iteration=step.iteration,
-                model=model.model_name,
-                messages=len(request.messages),
-                tools=[t.name for t in request.tools],
-            ),
-        ]
+        opening = self.phase_to("THINKING")
+        if not self.quiet:
+            opening.append(
+                ModelCallStarted(
+                    **head,
+                    iteration=step.iteration,
+                    model=model.model_name,
+                    messages=len(request.messages),
+                    tools=[t.name for t in request.tools],
+                )
+            )
 
         def step_down(error: Exception) -> Observable[AgentEvent] | None:
             return self.step_down_tool_choice(error, request, step)
@@ -809,7 +835,7 @@ class _Run:
             error_type=type(error).__name__,
             message=f"{error}; retrying with tool_choice={lower!r}",
         )
-        return reactivex.concat(_just(note), reactivex.defer(lambda _: self.reasoning_inner(step)))
+        return reactivex.concat(self.shown(note), reactivex.defer(lambda _: self.reasoning_inner(step)))
 
     # ---- after a reasoning step ---------------------------------------------------------------------
 
@@ -875,7 +901,9 @@ class _Run:
                 )
         tool_message = Msg.from_tool_results(*results)
         self.state.messages.append(tool_message)
-        closing: list[AgentEvent] = [MessageCompleted(**self.head, message=tool_message)]
+        closing: list[AgentEvent] = (
+            [] if self.quiet else [MessageCompleted(**self.head, message=tool_message)]
+        )
         if accepted is not None:
             return reactivex.concat(
                 _just(*closing), self.finish("STRUCTURED_OUTPUT", message, structured=accepted)
@@ -910,6 +938,14 @@ class _Run:
         durations: dict[str, float] = {}
 
         def on_tool_event(event: ToolEvent) -> list[AgentEvent]:
+            if isinstance(event, ToolCallFinished):
+                durations[event.call.id] = event.duration_s
+                return []
+            if isinstance(event, ToolBatchFinished):
+                batch.append(event)
+                return []
+            if self.quiet:
+                return []
             if isinstance(event, ToolBodyStarted):
                 return [ToolExecutionStarted(**head, call=event.call)]
             if isinstance(event, ToolCallProgress):
@@ -924,15 +960,9 @@ class _Run:
                         data=update.data,
                     )
                 ]
-            if isinstance(event, ToolCallFinished):
-                durations[event.call.id] = event.duration_s
-                return []
             if isinstance(event, ToolPermissionRequired):
                 return [ToolPermissionAsked(**head, call=event.call, reason=event.decision.reason)]
-            if isinstance(event, ToolCallSuspended):
-                return [ToolSuspended(**head, call=event.call)]
-            batch.append(event)
-            return []
+            return [ToolSuspended(**head, call=event.call)]
 
         def done() -> list[AgentEvent]:
             return self.batch_done(step, batch[0] if batch else None, durations)
@@ -944,7 +974,7 @@ class _Run:
             self.ending = AgentResult(
                 **head, message=None, reason="ERROR", detail=f"tool system error: {error}"
             )
-            return _just(event)
+            return self.shown(event)
 
         opening = [*self.phase_to("TOOL_PENDING"), *self.phase_to("TOOL_EXECUTING")]
         return self.executor.execute(step.calls, self.view, self.ctx, approved=approved).pipe(
@@ -963,9 +993,14 @@ class _Run:
         head = self.head
         if batch is None:  # interrupted before the batch finished
             return []
-        events: list[AgentEvent] = [
-            ToolResult(**head, result=r, duration_s=durations.get(r.tool_use_id, 0.0)) for r in batch.results
-        ]
+        events: list[AgentEvent] = (
+            []
+            if self.quiet
+            else [
+                ToolResult(**head, result=r, duration_s=durations.get(r.tool_use_id, 0.0))
+                for r in batch.results
+            ]
+        )
         self.state.partial_results.extend(batch.results)
         for waiting in batch.waiting:
             if isinstance(waiting, ToolPermissionRequired):
@@ -995,7 +1030,10 @@ class _Run:
         message = Msg.from_tool_results(*ordered)
         self.state.messages.append(message)
         self.state.partial_results = []
-        return [*self.phase_to("OBSERVING"), MessageCompleted(**self.head, message=message)]
+        closing = self.phase_to("OBSERVING")
+        if not self.quiet:
+            closing.append(MessageCompleted(**self.head, message=message))
+        return closing
 
     def calls_of_last_assistant(self) -> tuple[ToolUseBlock, ...]:
         for message in reversed(self.state.messages):
@@ -1026,11 +1064,12 @@ class _Run:
                 )
                 self.state.messages.append(Msg.system(hint, metadata={"rxagent": "repeat_guard"}))
                 arguments: JsonValue = call.input
-                events.append(
-                    RepeatGuardTriggered(
-                        **self.head, tool=call.name, arguments=arguments, count=self.repeat_count
+                if not self.quiet:
+                    events.append(
+                        RepeatGuardTriggered(
+                            **self.head, tool=call.name, arguments=arguments, count=self.repeat_count
+                        )
                     )
-                )
                 self.repeat_count = 0
                 self.repeat_key = None
         return events

@@ -101,6 +101,19 @@ class SSEDecoder:
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Decode one network read and return the events it completed, in order."""
+        if (
+            chunk.startswith(b"data: ")
+            and chunk.find(b"\n") == len(chunk) - 2
+            and chunk.endswith(b"\n\n")
+            and not (self._partial or self._data or self._skip_lf or self._at_start)
+            and b"\r" not in chunk
+        ):
+            # The common case, one token's event per read (`data: …` and its blank line), decoded at once.
+            self._line += 2
+            data = chunk[6:-2].decode("utf-8", "replace")
+            event = SSEEvent(data, self._event or "message", self._last_id, self._line - 1)
+            self._event = None
+            return [event]
         if self._skip_lf and chunk:
             self._skip_lf = False
             if chunk[0] == _LF:

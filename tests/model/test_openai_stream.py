@@ -212,6 +212,22 @@ async def test_malformed_json_names_the_line_and_the_text_and_is_not_retried(ser
     assert len(server.requests) == 1
 
 
+async def test_what_the_standard_json_module_accepts_still_parses(server: OpenAIServer) -> None:
+    # Chunks are parsed by pydantic-core, which rejects a lone surrogate escape (a Python server's
+    # json.dumps of a token cut inside an emoji sends one); the standard library's parser takes it.
+    lone = b'data: {"choices": [{"index": 0, "delta": {"content": "a\\ud83d"}}]}\n\n'
+    pair = b'data: {"choices": [{"index": 0, "delta": {"content": "\\ud83d\\ude00 \\u00e9"}}]}\n\n'
+    big = b'data: {"choices": [{"index": 0, "delta": {"content": "n"}}], "n": 12345678901234567890123}\n\n'
+    server.script(Reply.sse(lone, pair, big, finish_chunk(), DONE))
+    async with make_model(server) as model:
+        seen = await expect(model.stream(ask()))
+    assert seen.completed
+    assert [c.text for c in seen.items[:3]] == ["a\ud83d", "\U0001f600 \u00e9", "n"]
+    raw = seen.items[2].raw
+    assert raw is not None
+    assert raw["n"] == 12345678901234567890123
+
+
 @pytest.mark.parametrize(
     ("data", "message"),
     [

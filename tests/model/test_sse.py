@@ -224,6 +224,31 @@ def test_matches_the_reference_for_any_fields_endings_and_splits(
     assert triples(decode(*reads)) == reference(stream)
 
 
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["", "event: delta\n", "id: 7\n", ": keep-alive\n", "data: first\n"]),
+            st.text(max_size=12).map(lambda t: t.replace("\r", "").replace("\n", "")),
+        ),
+        min_size=1,
+        max_size=10,
+    )
+)
+def test_one_whole_event_per_read_matches_the_reference(events: list[tuple[str, str]]) -> None:
+    # How servers stream tokens: every read is one whole `data: …` event (the decoder's fast path),
+    # sometimes after reads holding other fields of the same event.
+    reads: list[bytes] = []
+    for prefix, text in events:
+        if prefix:
+            reads.append(prefix.encode())
+        reads.append(f"data: {text}\n\n".encode())
+    stream = b"".join(reads)
+    decoded = decode(*reads)
+    assert triples(decoded) == reference(stream)
+    assert [e.line for e in decoded] == [e.line for e in decode(stream)]
+
+
 def test_module_examples() -> None:
     results = doctest.testmod(rxagent.model.sse)
     assert results.attempted > 0
