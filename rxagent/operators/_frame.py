@@ -6,8 +6,8 @@ from collections.abc import Callable, Iterable
 from typing import TypeVar
 
 from reactivex import Observable, abc
-from reactivex.disposable import CompositeDisposable, Disposable, SingleAssignmentDisposable
 
+from rxagent.operators._slot import Slot
 from rxagent.operators._typing import Operator
 
 __all__ = ["frame"]
@@ -31,8 +31,6 @@ def frame(
         def subscribe(
             observer: abc.ObserverBase[_R], scheduler: abc.SchedulerBase | None = None
         ) -> abc.DisposableBase:
-            upstream = SingleAssignmentDisposable()
-            fallback = SingleAssignmentDisposable()
             ended = False
 
             def emit(values: Iterable[_R]) -> None:
@@ -55,7 +53,7 @@ def frame(
                 if ended:
                     return
                 ended = True
-                upstream.dispose()
+                slot.release()
                 try:
                     if after is not None:
                         emit(after())
@@ -76,30 +74,38 @@ def frame(
                     except Exception as failure:
                         error = failure
                 if replacement is None:
+                    slot.release()
                     observer.on_error(error)
                     return
-                fallback.disposable = replacement.subscribe(observer, scheduler=scheduler)
+                slot.current = replacement.subscribe(observer, scheduler=scheduler)
 
-            stop: Callable[[], None] = lambda: None  # noqa: E731 - replaced when `until` is given
-            unhook: Callable[[], None] = lambda: None  # noqa: E731 - replaced when `inject` is given
+            stop: Callable[[], None] | None = None
+            unhook: Callable[[], None] | None = None
+
+            def release() -> None:
+                if stop is not None:
+                    stop()
+                if unhook is not None:
+                    unhook()
+
+            slot = Slot(release)
             try:
                 if before is not None:
                     emit(before())
             except Exception as error:
                 observer.on_error(error)
-                return Disposable()
+                return slot
             if until is not None:
                 stop = until(on_completed)
             if inject is not None:
                 unhook = inject(on_next)
             if not ended:
-                upstream.disposable = source.subscribe(on_next, on_error, on_completed, scheduler=scheduler)
-
-            def release() -> None:
-                stop()
-                unhook()
-
-            return CompositeDisposable(upstream, fallback, Disposable(release))
+                upstream = source.subscribe(on_next, on_error, on_completed, scheduler=scheduler)
+                if ended:  # it ended during subscribe: a recovery stream may hold the slot now
+                    upstream.dispose()
+                else:
+                    slot.current = upstream
+            return slot
 
         return Observable(subscribe)
 

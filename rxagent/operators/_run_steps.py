@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from reactivex import Observable, abc
-from reactivex.disposable import SerialDisposable, SingleAssignmentDisposable
+
+from rxagent.operators._slot import Slot
 
 __all__ = ["run_steps"]
 
@@ -36,55 +37,92 @@ def run_steps(
     def subscribe(
         observer: abc.ObserverBase[_T], scheduler: abc.SchedulerBase | None = None
     ) -> abc.DisposableBase:
-        current = SerialDisposable()
-        running = False
-        again = False
-        recovering = False
-        recovery: Observable[_T] | None = None
-
-        def on_error(error: Exception) -> None:
-            nonlocal recovering, recovery
-            if recover is not None and not recovering:
-                try:
-                    replacement = recover(error)
-                except Exception as failure:
-                    observer.on_error(failure)
-                    return
-                if replacement is not None:
-                    recovering, recovery = True, replacement
-                    advance()
-                    return
-            observer.on_error(error)
-
-        def advance() -> None:
-            nonlocal running, again, recovery
-            again = True
-            if running:  # a step completed during its own subscription: the loop below picks it up
-                return
-            running = True
-            try:
-                while again and not current.is_disposed:
-                    again = False
-                    if recovering:
-                        step, recovery = recovery, None
-                    else:
-                        try:
-                            step = next_step()
-                        except Exception as error:
-                            on_error(error)
-                            return
-                    if step is None:
-                        observer.on_completed()
-                        return
-                    holder = SingleAssignmentDisposable()
-                    current.disposable = holder
-                    holder.disposable = step.subscribe(
-                        observer.on_next, on_error, advance, scheduler=scheduler
-                    )
-            finally:
-                running = False
-
-        advance()
-        return current
+        loop = _StepLoop(observer, scheduler, next_step, recover)
+        loop.advance()
+        return loop.current
 
     return Observable(subscribe)
+
+
+class _StepLoop(Generic[_T]):
+    """One subscription of :func:`run_steps`.
+
+    A class rather than closures that call each other: ``advance`` and ``on_error`` as closures would
+    reference themselves through their cells, a cycle that leaves every finished loop (and the whole run
+    it references) to the garbage collector. Here the only cycle runs through :attr:`current` (the
+    step's subscription holds the bound methods) and is cut when the loop ends.
+    """
+
+    __slots__ = (
+        "_again",
+        "_next_step",
+        "_observer",
+        "_recover",
+        "_recovering",
+        "_recovery",
+        "_running",
+        "_scheduler",
+        "current",
+    )
+
+    def __init__(
+        self,
+        observer: abc.ObserverBase[_T],
+        scheduler: abc.SchedulerBase | None,
+        next_step: Callable[[], Observable[_T] | None],
+        recover: Callable[[Exception], Observable[_T] | None] | None,
+    ) -> None:
+        self._observer = observer
+        self._scheduler = scheduler
+        self._next_step = next_step
+        self._recover = recover
+        self._running = False
+        self._again = False
+        self._recovering = False
+        self._recovery: Observable[_T] | None = None
+        self.current = Slot()
+
+    def on_error(self, error: Exception) -> None:
+        recover = self._recover
+        if recover is not None and not self._recovering:
+            try:
+                replacement = recover(error)
+            except Exception as failure:
+                self._fail(failure)
+                return
+            if replacement is not None:
+                self._recovering, self._recovery = True, replacement
+                self.advance()
+                return
+        self._fail(error)
+
+    def _fail(self, error: Exception) -> None:
+        self.current.release()
+        self._observer.on_error(error)
+
+    def advance(self) -> None:
+        self._again = True
+        if self._running:  # a step completed during its own subscription: the loop below picks it up
+            return
+        self._running = True
+        current = self.current
+        try:
+            while self._again and not current.is_disposed:
+                self._again = False
+                if self._recovering:
+                    step, self._recovery = self._recovery, None
+                else:
+                    try:
+                        step = self._next_step()
+                    except Exception as error:
+                        self.on_error(error)
+                        return
+                current.release()  # the step before has ended
+                if step is None:
+                    self._observer.on_completed()
+                    return
+                current.current = step.subscribe(
+                    self._observer.on_next, self.on_error, self.advance, scheduler=self._scheduler
+                )
+        finally:
+            self._running = False

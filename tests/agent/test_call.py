@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import gc
 from collections.abc import Callable
 from typing import Any
 
@@ -13,6 +15,7 @@ from rxagent import ScriptedModel, ScriptedResponse, ScriptedToolCall
 from rxagent.agent import ActingStep, AgentOptions, Middleware, ReActAgent, insert
 from rxagent.context import RuntimeContext
 from rxagent.events import AgentEvent, AgentResult, ToolExecutionStarted, ToolResult
+from rxagent.operators import to_list
 from rxagent.tools import Toolkit, tool
 
 from .helpers import run
@@ -95,3 +98,19 @@ async def test_a_request_hook_still_shapes_the_request_under_call() -> None:
     result = await ReActAgent(model, middleware=[trimmed]).call("hi")
     assert result.text == "fine"
     assert model.requests[0].max_tokens == 5
+
+
+async def test_a_finished_run_leaves_no_cycles_for_the_garbage_collector() -> None:
+    # Every step's subscriptions, closures and messages go when the run ends, by reference counting: a run
+    # that left cycles behind made the collector sweep after every conversation.
+    agent = ReActAgent(ScriptedModel(script() * 3), Toolkit([add]))
+    await agent.call("warm up")
+    gc.collect()
+    gc.disable()
+    try:
+        await agent.call("add")
+        await to_list(agent.stream_events("add again"))
+        await asyncio.sleep(0)  # let finished tasks run their done callbacks
+        assert gc.collect() == 0
+    finally:
+        gc.enable()

@@ -1,0 +1,146 @@
+"""frame: items before, a mapping of each item, items after, in one subscription; recover, until, inject."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import reactivex
+from reactivex.subject import Subject
+
+from rxagent.operators import Outcome, frame, from_async_iterable, sync_of
+from tests.streams import Counter, expect
+
+
+def doubled(item: int) -> tuple[int, ...]:
+    return (item, item * 10)
+
+
+@contextmanager
+def collector_off() -> Iterator[None]:
+    """Reference counting alone must free what a finished stream held: no garbage collector."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+async def test_frame_completes() -> None:
+    source = from_async_iterable(Counter(2)).pipe(frame(doubled, before=lambda: (-1,), after=lambda: (99,)))
+    seen = await expect(source)
+    assert seen.items == [-1, 0, 0, 1, 10, 99]
+    assert seen.outcome == Outcome.completed()
+
+
+async def test_frame_errors_from_the_source_the_mapper_and_after() -> None:
+    boom = ValueError("boom")
+    assert (await expect(reactivex.throw(boom).pipe(frame(doubled)))).error is boom
+
+    def failing(item: int) -> tuple[int]:
+        raise KeyError(item)
+
+    mapped = await expect(sync_of(1, 2).pipe(frame(failing)))
+    assert isinstance(mapped.error, KeyError)
+    assert mapped.items == []
+    assert mapped.signals == 1
+
+    def after() -> tuple[int]:
+        raise boom
+
+    late = await expect(sync_of(1).pipe(frame(doubled, after=after)))
+    assert late.items == [1, 10]
+    assert late.error is boom
+
+
+async def test_frame_recover_continues_with_another_stream_or_lets_the_error_stand() -> None:
+    boom = ValueError("boom")
+    failing = reactivex.concat(sync_of(1), reactivex.throw(boom))
+    recovered = await expect(failing.pipe(frame(doubled, recover=lambda error: sync_of(7, 8))))
+    assert recovered.items == [1, 10, 7, 8]
+    assert recovered.outcome == Outcome.completed()
+
+    standing = await expect(failing.pipe(frame(doubled, recover=lambda error: None)))
+    assert standing.error is boom
+
+    def broken(error: Exception) -> None:
+        raise RuntimeError("recovery failed")
+
+    replaced = await expect(failing.pipe(frame(doubled, recover=broken)))
+    assert isinstance(replaced.error, RuntimeError)
+
+
+async def test_frame_cancel_disposes_upstream_and_unregisters_hooks() -> None:
+    counter = Counter()
+    registered: list[str] = []
+
+    def until(stop: Callable[[], None]) -> Callable[[], None]:
+        registered.append("until")
+        return lambda: registered.remove("until")
+
+    def inject(push: Callable[[int], None]) -> Callable[[], None]:
+        registered.append("inject")
+        return lambda: registered.remove("inject")
+
+    seen = expect(from_async_iterable(counter).pipe(frame(doubled, until=until, inject=inject)))
+    await counter.until_pulled(3)
+    assert sorted(registered) == ["inject", "until"]
+    seen.dispose()
+    await counter.closed.wait()
+    assert counter.closes == 1
+    assert registered == []
+    assert seen.outcome is None  # a cancel ends silently
+
+
+async def test_frame_until_ends_the_source_early_as_a_completion() -> None:
+    counter = Counter()
+    stops: list[Callable[[], None]] = []
+    source = from_async_iterable(counter).pipe(
+        frame(doubled, after=lambda: ("after",), until=lambda stop: stops.append(stop) or (lambda: None))
+    )
+    seen = expect(source)
+    await counter.until_pulled(2)
+    stops[0]()
+    await seen
+    assert seen.items[-1] == "after"
+    assert seen.outcome == Outcome.completed()
+    await counter.closed.wait()  # the source was disposed
+
+
+async def test_frame_inject_routes_outside_items_through_each() -> None:
+    subject: Subject[int] = Subject()
+    pushes: list[Callable[[int], None]] = []
+    seen = expect(subject.pipe(frame(doubled, inject=lambda push: pushes.append(push) or (lambda: None))))
+    subject.on_next(1)
+    pushes[0](5)
+    subject.on_completed()
+    assert (await seen).items == [1, 10, 5, 50]
+
+
+async def test_frame_resubscribe_is_cold() -> None:
+    befores: list[int] = []
+    source = from_async_iterable(Counter(1)).pipe(frame(doubled, before=lambda: befores.append(1) or ()))
+    first = await expect(source)
+    second = await expect(source)
+    assert first.items == second.items == [0, 0]
+    assert befores == [1, 1]
+
+
+async def test_a_finished_frame_is_freed_without_the_garbage_collector() -> None:
+    class Marker:
+        pass
+
+    with collector_off():
+        marker = Marker()
+        alive = weakref.ref(marker)
+
+        def each(item: int, held: Marker = marker) -> tuple[int]:
+            return (item,)
+
+        seen = await expect(from_async_iterable(Counter(3)).pipe(frame(each, after=lambda: (9,))))
+        assert seen.items == [0, 1, 2, 9]
+        del marker, each, seen
+        assert alive() is None
