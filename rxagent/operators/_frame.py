@@ -8,6 +8,7 @@ from typing import TypeVar
 from reactivex import Observable, abc
 
 from rxagent.operators._slot import Slot
+from rxagent.operators._source import Source, subscribe_to
 from rxagent.operators._typing import Operator
 
 __all__ = ["frame"]
@@ -37,8 +38,10 @@ def frame(
                 for value in values:
                     observer.on_next(value)
 
+            # `slot.is_disposed`: a source subscribed directly may still be emitting synchronously when
+            # a downstream `take` disposes this subscription; nothing passes after that.
             def on_next(item: _T) -> None:
-                if ended:
+                if ended or slot.is_disposed:
                     return
                 try:
                     produced = each(item)
@@ -50,7 +53,7 @@ def frame(
 
             def on_completed() -> None:
                 nonlocal ended
-                if ended:
+                if ended or slot.is_disposed:
                     return
                 ended = True
                 slot.release()
@@ -64,7 +67,7 @@ def frame(
 
             def on_error(error: Exception) -> None:
                 nonlocal ended
-                if ended:
+                if ended or slot.is_disposed:
                     return
                 ended = True
                 replacement = None
@@ -77,7 +80,9 @@ def frame(
                     slot.release()
                     observer.on_error(error)
                     return
-                slot.current = replacement.subscribe(observer, scheduler=scheduler)
+                slot.current = subscribe_to(
+                    replacement, observer.on_next, observer.on_error, observer.on_completed, scheduler
+                )
 
             stop: Callable[[], None] | None = None
             unhook: Callable[[], None] | None = None
@@ -100,13 +105,13 @@ def frame(
             if inject is not None:
                 unhook = inject(on_next)
             if not ended:
-                upstream = source.subscribe(on_next, on_error, on_completed, scheduler=scheduler)
+                upstream = subscribe_to(source, on_next, on_error, on_completed, scheduler)
                 if ended:  # it ended during subscribe: a recovery stream may hold the slot now
                     upstream.dispose()
                 else:
                     slot.current = upstream
             return slot
 
-        return Observable(subscribe)
+        return Source(subscribe)
 
     return operator

@@ -10,6 +10,7 @@ from reactivex import Observable, abc
 from reactivex.disposable import Disposable
 
 from rxagent.operators._flow_control import current_gate
+from rxagent.operators._source import Source
 
 __all__ = ["from_async_iterable", "running_loop", "start_task"]
 
@@ -132,7 +133,7 @@ def from_async_iterable(factory: Callable[[], AsyncIterator[_T]]) -> Observable[
 
         return Disposable(dispose)
 
-    return Observable(subscribe)
+    return Source(subscribe)
 
 
 async def _close(iterator: AsyncIterator[Any]) -> None:

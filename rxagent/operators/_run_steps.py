@@ -8,6 +8,7 @@ from typing import Generic, TypeVar
 from reactivex import Observable, abc
 
 from rxagent.operators._slot import Slot
+from rxagent.operators._source import Source, subscribe_to
 
 __all__ = ["run_steps"]
 
@@ -41,7 +42,7 @@ def run_steps(
         loop.advance()
         return loop.current
 
-    return Observable(subscribe)
+    return Source(subscribe)
 
 
 class _StepLoop(Generic[_T]):
@@ -82,7 +83,13 @@ class _StepLoop(Generic[_T]):
         self._recovery: Observable[_T] | None = None
         self.current = Slot()
 
+    def on_next(self, item: _T) -> None:
+        if not self.current.is_disposed:  # a step subscribed directly may outlive a downstream `take`
+            self._observer.on_next(item)
+
     def on_error(self, error: Exception) -> None:
+        if self.current.is_disposed:
+            return
         recover = self._recover
         if recover is not None and not self._recovering:
             try:
@@ -121,8 +128,8 @@ class _StepLoop(Generic[_T]):
                 if step is None:
                     self._observer.on_completed()
                     return
-                current.current = step.subscribe(
-                    self._observer.on_next, self.on_error, self.advance, scheduler=self._scheduler
+                current.current = subscribe_to(
+                    step, self.on_next, self.on_error, self.advance, self._scheduler
                 )
         finally:
             self._running = False

@@ -7,6 +7,8 @@ from typing import TypeVar
 from reactivex import Observable, abc
 from reactivex.disposable import Disposable
 
+from rxagent.operators._source import Source
+
 __all__ = ["sync_of"]
 
 _T = TypeVar("_T")
@@ -23,4 +25,4 @@ def sync_of(*items: _T) -> Observable[_T]:
         observer.on_completed()
         return Disposable()
 
-    return Observable(subscribe)
+    return Source(subscribe)

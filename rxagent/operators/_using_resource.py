@@ -12,6 +12,7 @@ from reactivex.disposable import Disposable, SingleAssignmentDisposable
 
 from rxagent.operators._from_async_iterable import running_loop, start_task
 from rxagent.operators._outcome import Outcome
+from rxagent.operators._source import Source, subscribe_to
 
 __all__ = ["using_resource"]
 
@@ -164,7 +165,7 @@ def using_resource(
                 stream = use(resource)
             except Exception as error:  # released as failed through the same path as a stream error
                 stream = reactivex.throw(error)
-            inner.disposable = stream.subscribe(on_next, on_error, on_completed, scheduler=scheduler)
+            inner.disposable = subscribe_to(stream, on_next, on_error, on_completed, scheduler)
 
         task = start_task(loop, open_resource(), name="rxagent.using_resource.acquire")
 
@@ -183,7 +184,7 @@ def using_resource(
 
         return Disposable(dispose)
 
-    return Observable(subscribe)
+    return Source(subscribe)
 
 
 async def _await_logged(pending: Awaitable[None], resource: object) -> None:

@@ -44,6 +44,7 @@ from rxagent.messages import TextBlock, ToolResultBlock, ToolResultStatus, ToolU
 from rxagent.operators._frame import frame
 from rxagent.operators._from_async_iterable import running_loop, start_task
 from rxagent.operators._run_steps import run_steps
+from rxagent.operators._source import Source
 from rxagent.operators._sync_of import sync_of
 from rxagent.tools._tool import ProgressUpdate, Tool, ToolContext, ToolSystemError
 from rxagent.tools.arguments import ArgumentProblem, ToolArgumentError, parse_arguments
@@ -344,6 +345,7 @@ class ToolExecutor:
         ) -> abc.DisposableBase:
             loop = running_loop("a tool call")
             done = False
+            disposed = False
 
             def emit_progress(update: ProgressUpdate) -> None:
                 if not done:
@@ -388,19 +390,20 @@ class ToolExecutor:
                     event = finished(text, status, started, value)
                 done = True
                 observer.on_next(event)
-                observer.on_completed()
+                if not disposed:  # a downstream `take` may have ended the call at its result
+                    observer.on_completed()
 
             task = start_task(loop, body(), f"rxagent.tool:{tool.name}")
 
             def dispose() -> None:
-                nonlocal done
-                done = True
+                nonlocal done, disposed
+                done = disposed = True
                 tool_context.cancel()
                 task.cancel()
 
             return Disposable(dispose)
 
-        return Observable(subscribe)
+        return Source(subscribe)
 
 
 class _ToolRaisedTimeout(Exception):
