@@ -22,7 +22,7 @@ from typing import Any, TypeAlias, TypeVar
 from reactivex import Observable, abc
 from reactivex.disposable import Disposable
 
-__all__ = ["Source", "subscribe_to"]
+__all__ = ["Source", "deferred", "subscribe_to"]
 
 _T = TypeVar("_T")
 
@@ -84,3 +84,18 @@ def subscribe_to(
             on_error(error)
             return Disposable()
     return source.subscribe(on_next, on_error, on_completed, scheduler=scheduler)
+
+
+def deferred(factory: Callable[[], Observable[_T]]) -> Source[_T]:
+    """``reactivex.defer`` as a :class:`Source`: ``factory()`` per subscription, subscribed directly.
+
+    For per-subscription state on rxagent's hot paths (a tool batch's plan, say); ``factory`` raising is
+    an error signal.
+    """
+
+    def subscribe(
+        observer: abc.ObserverBase[_T], scheduler: abc.SchedulerBase | None = None
+    ) -> abc.DisposableBase:
+        return subscribe_to(factory(), observer.on_next, observer.on_error, observer.on_completed, scheduler)
+
+    return Source(subscribe)

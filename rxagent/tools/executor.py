@@ -44,7 +44,7 @@ from rxagent.messages import TextBlock, ToolResultBlock, ToolResultStatus, ToolU
 from rxagent.operators._frame import frame
 from rxagent.operators._from_async_iterable import running_loop, start_task
 from rxagent.operators._run_steps import run_steps
-from rxagent.operators._source import Source
+from rxagent.operators._source import Source, deferred
 from rxagent.operators._sync_of import sync_of
 from rxagent.tools._tool import ProgressUpdate, Tool, ToolContext, ToolSystemError
 from rxagent.tools.arguments import ArgumentProblem, ToolArgumentError, parse_arguments
@@ -172,7 +172,7 @@ class ToolExecutor:
         runtime = context or RuntimeContext()
         batch = tuple(calls)
 
-        def per_subscription(_: abc.SchedulerBase | None) -> Observable[ToolEvent]:
+        def per_subscription() -> Observable[ToolEvent]:
             results: dict[int, ToolResultBlock] = {}
             waiting: dict[int, ToolPermissionRequired | ToolCallSuspended] = {}
             direct: list[bool] = []
@@ -225,7 +225,7 @@ class ToolExecutor:
 
             return run_steps(next_stage).pipe(frame(record, after=finished))
 
-        return reactivex.defer(per_subscription)
+        return deferred(per_subscription)
 
     def _together(self, streams: list[Observable[ToolEvent]]) -> Observable[ToolEvent]:
         if len(streams) == 1:

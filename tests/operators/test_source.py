@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import reactivex
-from reactivex import abc
+from reactivex import Observable, abc
 from reactivex import operators as ops
 from reactivex.disposable import Disposable
 
 from rxagent.operators import Outcome, frame, from_async_iterable, run_steps, sync_of
-from rxagent.operators._source import Source, subscribe_to
+from rxagent.operators._source import Source, deferred, subscribe_to
 from tests.streams import Counter, expect
 
 
@@ -90,3 +90,21 @@ async def test_sync_of_is_a_source_and_completes_in_subscribe() -> None:
     log, callbacks = record()
     subscribe_to(sync_of("a", "b"), **callbacks)
     assert log == ["a", "b", "completed"]
+
+
+async def test_deferred_builds_a_stream_per_subscription_and_reports_a_failing_factory() -> None:
+    built: list[int] = []
+
+    def factory() -> Observable[int]:
+        built.append(len(built))
+        return sync_of(len(built))
+
+    source = deferred(factory)
+    assert (await expect(source)).items == [1]
+    assert (await expect(source)).items == [2]
+    assert built == [0, 1]
+
+    def broken() -> Observable[int]:
+        raise KeyError("no plan")
+
+    assert isinstance((await expect(deferred(broken))).error, KeyError)
