@@ -389,7 +389,7 @@ class StreamParser:
                 raise stream_error_of(error, self._redact)
             return None
         choice = choices[0]
-        if choice.get("index"):
+        if choice.get("index") not in (0, None):
             return None  # n > 1: rxagent follows the first choice only
         delta = choice.get("delta") or _NO_FIELDS
         text = delta.get("content")
@@ -413,7 +413,7 @@ class StreamParser:
         deltas: list[ToolCallDelta] = []
         for position, call in enumerate(calls):
             index = call.get("index")
-            if type(index) is not int:
+            if not isinstance(index, int):
                 index = position  # some servers leave out `index`: the fragment's position stands in
             call_id = call.get("id") or None
             if call_id is not None and type(call_id) is not str:

@@ -76,8 +76,8 @@ def frame(
                         replacement = recover(error)
                     except Exception as failure:
                         error = failure
+                slot.release()
                 if replacement is None:
-                    slot.release()
                     observer.on_error(error)
                     return
                 slot.current = subscribe_to(

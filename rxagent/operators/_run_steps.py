@@ -56,6 +56,7 @@ class _StepLoop(Generic[_T]):
 
     __slots__ = (
         "_again",
+        "_ended",
         "_next_step",
         "_observer",
         "_recover",
@@ -79,6 +80,7 @@ class _StepLoop(Generic[_T]):
         self._recover = recover
         self._running = False
         self._again = False
+        self._ended = False
         self._recovering = False
         self._recovery: Observable[_T] | None = None
         self.current = Slot()
@@ -88,7 +90,7 @@ class _StepLoop(Generic[_T]):
             self._observer.on_next(item)
 
     def on_error(self, error: Exception) -> None:
-        if self.current.is_disposed:
+        if self._ended or self.current.is_disposed:
             return
         recover = self._recover
         if recover is not None and not self._recovering:
@@ -104,10 +106,13 @@ class _StepLoop(Generic[_T]):
         self._fail(error)
 
     def _fail(self, error: Exception) -> None:
+        self._ended = True
         self.current.release()
         self._observer.on_error(error)
 
     def advance(self) -> None:
+        if self._ended:
+            return
         self._again = True
         if self._running:  # a step completed during its own subscription: the loop below picks it up
             return
@@ -122,10 +127,11 @@ class _StepLoop(Generic[_T]):
                     try:
                         step = self._next_step()
                     except Exception as error:
-                        self.on_error(error)
-                        return
+                        self.on_error(error)  # a recovery step sets `_again`: the loop goes on with it
+                        continue
                 current.release()  # the step before has ended
                 if step is None:
+                    self._ended = True
                     self._observer.on_completed()
                     return
                 current.current = subscribe_to(

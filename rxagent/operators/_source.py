@@ -42,7 +42,7 @@ class Source(Observable[_T]):
 class _Callbacks(abc.ObserverBase[_T]):
     """Three callbacks as an observer, with nothing in between."""
 
-    __slots__ = ("_on_completed", "_on_error", "_on_next")
+    __slots__ = ("_on_completed", "_on_error", "_on_next", "stopped")
 
     def __init__(
         self,
@@ -53,14 +53,18 @@ class _Callbacks(abc.ObserverBase[_T]):
         self._on_next = on_next
         self._on_error = on_error
         self._on_completed = on_completed
+        self.stopped = False
+        """A terminal signal has been delivered."""
 
     def on_next(self, value: _T) -> None:
         self._on_next(value)
 
     def on_error(self, error: Exception) -> None:
+        self.stopped = True
         self._on_error(error)
 
     def on_completed(self) -> None:
+        self.stopped = True
         self._on_completed()
 
 
@@ -74,14 +78,18 @@ def subscribe_to(
     """Subscribe to ``source``: directly when it is a :class:`Source`, else through ``subscribe``.
 
     Dispose the result once the source has ended. A direct subscribe function that raises is reported as
-    ``on_error``, as ``subscribe`` would.
+    ``on_error``, as ``subscribe`` would; after a terminal signal there is no one to report it to, so it
+    propagates (a consumer's own failure in ``on_completed``, say), as with ``subscribe``.
     """
     if isinstance(source, Source):
         direct: Any = source.direct  # Source[_T]; the isinstance check cannot carry the type argument
+        observer = _Callbacks(on_next, on_error, on_completed)
         try:
-            return direct(_Callbacks(on_next, on_error, on_completed), scheduler)
+            return direct(observer, scheduler)
         except Exception as error:
-            on_error(error)
+            if observer.stopped:
+                raise
+            observer.on_error(error)
             return Disposable()
     return source.subscribe(on_next, on_error, on_completed, scheduler=scheduler)
 

@@ -138,12 +138,15 @@ def using_resource(
             if phase == "using":
                 observer.on_next(item)
 
+        # The stream has ended: let go of its subscription (it may be a Source, subscribed directly).
         def on_error(error: Exception) -> None:
             if phase == "using":
+                inner.dispose()
                 release_then_forward(held[0], error)
 
         def on_completed() -> None:
             if phase == "using":
+                inner.dispose()
                 release_then_forward(held[0], None)
 
         async def open_resource() -> None:

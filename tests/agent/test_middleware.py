@@ -121,6 +121,22 @@ async def test_a_middleware_can_stop_the_run_with_a_reason() -> None:
     assert len(model.requests) == 1
 
 
+async def test_a_stop_run_raised_by_a_hook_instead_of_emitted_also_stops_the_run() -> None:
+    class Budget(Middleware):
+        def reasoning(
+            self,
+            step: ReasoningStep,
+            ctx: RuntimeContext,
+            next: Callable[[ReasoningStep], Observable[AgentEvent]],
+        ) -> Observable[AgentEvent]:
+            raise StopRun("no budget at all")
+
+    model = ScriptedModel(["never"])
+    result, _ = await run(ReActAgent(model, middleware=[Budget()]), "go")
+    assert (result.reason, result.detail) == ("STOPPED", "no budget at all")
+    assert model.requests == []
+
+
 async def test_the_request_hook_sees_and_rewrites_the_final_request() -> None:
     seen: list[ChatRequest] = []
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import weakref
 from collections.abc import Callable, Iterator
@@ -74,6 +75,16 @@ async def test_run_steps_recover_turns_an_error_into_one_final_step() -> None:
 
     again = await expect(run_steps(steps_of(reactivex.throw(boom)), recover_failing))
     assert isinstance(again.error, KeyError)
+
+
+async def test_run_steps_recovers_from_next_step_raising() -> None:
+    def broken() -> Observable[int] | None:
+        raise KeyError("no step")
+
+    async with asyncio.timeout(5):  # it used to hang: the recovery step was never started
+        seen = await expect(run_steps(broken, lambda error: sync_of(-1)))
+    assert seen.items == [-1]
+    assert seen.outcome == Outcome.completed()
 
 
 async def test_run_steps_cancel_disposes_the_current_step_and_starts_no_other() -> None:

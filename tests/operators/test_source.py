@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import reactivex
 from reactivex import Observable, abc
 from reactivex import operators as ops
@@ -108,3 +109,21 @@ async def test_deferred_builds_a_stream_per_subscription_and_reports_a_failing_f
         raise KeyError("no plan")
 
     assert isinstance((await expect(deferred(broken))).error, KeyError)
+
+
+def test_a_consumer_failing_after_the_end_is_not_swallowed() -> None:
+    # reactivex re-raises what a subscribe function raises once its observer has stopped (here, the
+    # consumer's own on_completed); subscribing directly must not turn that into a dropped on_error.
+    def broken() -> None:
+        raise RuntimeError("consumer bug")
+
+    steps = iter([sync_of(1)])
+    chains = [
+        sync_of(1).pipe(frame(lambda item: (item,)), frame(lambda item: (item,))),
+        run_steps(lambda: next(steps, None)).pipe(frame(lambda item: (item,))),
+    ]
+    for chain in chains:
+        errors: list[Exception] = []
+        with pytest.raises(RuntimeError, match="consumer bug"):
+            chain.subscribe(on_error=errors.append, on_completed=broken)
+        assert errors == []
