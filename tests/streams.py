@@ -14,14 +14,14 @@ loop), records items and the terminal signal, and awaiting it waits for that sig
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Generator
+from collections.abc import AsyncIterator, Callable, Generator
 from typing import Any, Generic, TypeVar
 
 from reactivex import Observable
 
 from rxagent.operators import Outcome
 
-__all__ = ["Counter", "Recording", "expect"]
+__all__ = ["Counter", "FrameHooks", "Recording", "expect"]
 
 _T = TypeVar("_T")
 
@@ -139,3 +139,20 @@ class Counter:
         for count, reached in self._pulls:
             if self.pulled >= count and not reached.done():
                 reached.set_result(None)
+
+
+class FrameHooks:
+    """``until`` and ``inject`` hooks for ``frame`` that record which of them are registered right now."""
+
+    def __init__(self) -> None:
+        self.registered: list[str] = []
+
+    def until(self, stop: Callable[[], None]) -> Callable[[], None]:
+        return self._register("until")
+
+    def inject(self, push: Callable[[Any], None]) -> Callable[[], None]:
+        return self._register("inject")
+
+    def _register(self, name: str) -> Callable[[], None]:
+        self.registered.append(name)
+        return lambda: self.registered.remove(name)

@@ -11,7 +11,7 @@ import reactivex
 from reactivex.subject import Subject
 
 from rxagent.operators import Outcome, frame, from_async_iterable, sync_of
-from tests.streams import Counter, expect
+from tests.streams import Counter, FrameHooks, expect
 
 
 def doubled(item: int) -> tuple[int, ...]:
@@ -75,23 +75,14 @@ async def test_frame_recover_continues_with_another_stream_or_lets_the_error_sta
 
 async def test_frame_cancel_disposes_upstream_and_unregisters_hooks() -> None:
     counter = Counter()
-    registered: list[str] = []
-
-    def until(stop: Callable[[], None]) -> Callable[[], None]:
-        registered.append("until")
-        return lambda: registered.remove("until")
-
-    def inject(push: Callable[[int], None]) -> Callable[[], None]:
-        registered.append("inject")
-        return lambda: registered.remove("inject")
-
-    seen = expect(from_async_iterable(counter).pipe(frame(doubled, until=until, inject=inject)))
+    hooks = FrameHooks()
+    seen = expect(from_async_iterable(counter).pipe(frame(doubled, until=hooks.until, inject=hooks.inject)))
     await counter.until_pulled(3)
-    assert sorted(registered) == ["inject", "until"]
+    assert sorted(hooks.registered) == ["inject", "until"]
     seen.dispose()
     await counter.closed.wait()
     assert counter.closes == 1
-    assert registered == []
+    assert hooks.registered == []
     assert seen.outcome is None  # a cancel ends silently
 
 

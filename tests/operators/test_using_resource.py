@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import doctest
 import logging
-from collections.abc import Callable
 
 import pytest
 import reactivex
@@ -15,7 +14,7 @@ from reactivex.subject import Subject
 
 import rxagent.operators._using_resource
 from rxagent.operators import Outcome, frame, from_async_iterable, sync_of, to_list, using_resource
-from tests.streams import Counter, expect
+from tests.streams import Counter, FrameHooks, expect
 
 
 class Pool:
@@ -371,23 +370,14 @@ async def test_using_resource_release_error_chained_to_the_error_is_noted_withou
 @pytest.mark.parametrize("synchronous", [False, True])
 async def test_using_resource_lets_go_of_the_stream_when_it_ends(synchronous: bool) -> None:
     # A frame's hooks are unregistered when its subscription is disposed: the ended stream must be.
-    hooks: list[str] = []
-
-    def until(stop: Callable[[], None]) -> Callable[[], None]:
-        hooks.append("until")
-        return lambda: hooks.remove("until")
-
-    def inject(push: Callable[[int], None]) -> Callable[[], None]:
-        hooks.append("inject")
-        return lambda: hooks.remove("inject")
-
+    hooks = FrameHooks()
     pool = Pool()
     stream = sync_of(1, 2) if synchronous else from_async_iterable(Counter(2))
-    hooked = frame(lambda item: (item,), until=until, inject=inject)
+    hooked = frame(lambda item: (item,), until=hooks.until, inject=hooks.inject)
     framed = using_resource(pool.acquire, lambda _: stream.pipe(hooked), pool.release)
     seen = await expect(framed)
     assert seen.outcome == Outcome.completed()
-    assert hooks == []
+    assert hooks.registered == []
     assert pool.released == [("r1", Outcome.completed())]
 
 
