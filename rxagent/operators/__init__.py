@@ -4,6 +4,11 @@ Each public function here is a thin, documented entry that imports its implement
 private module (``_fold_message.py``, ``_using_resource.py``, …), as ``reactivex.operators`` does. Every
 operator is cold and re-subscribable (per-subscription state lives inside ``subscribe``), and every
 source is loop-bound: it subscribes inside a running asyncio loop and disposing it cancels its task.
+
+To everyone else they are ordinary ``reactivex`` observables. Among themselves the hot ones (``frame``,
+``run_steps``, ``sync_of``, ``from_async_iterable``, ``using_resource``) subscribe directly, without
+reactivex's per-subscribe wrapping (see ``_source.py`` for the promises that makes safe), and they
+leave no reference cycles behind: a finished agent run is freed by reference counting alone.
 """
 
 from __future__ import annotations
