@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-import threading
 import typing
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
@@ -84,7 +83,8 @@ class ToolContext:
         self.runtime = runtime
         """The run's :class:`~rxagent.context.RuntimeContext`."""
         self._emit = emit
-        self._cancelled = threading.Event()
+        # A plain flag: one writer (the loop), readers in a worker thread; nobody waits on it.
+        self._cancelled = False
         try:
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
@@ -92,7 +92,7 @@ class ToolContext:
 
     def progress(self, message: str = "", *, fraction: float | None = None, data: JsonValue = None) -> None:
         """Publish a progress update; safe to call from a sync tool's worker thread."""
-        if self._emit is None or self._cancelled.is_set():
+        if self._emit is None or self._cancelled:
             return
         update = ProgressUpdate(message=message, fraction=fraction, data=data)
         loop = self._loop
@@ -104,11 +104,11 @@ class ToolContext:
     @property
     def cancelled(self) -> bool:
         """True once the call was cancelled or timed out: a sync tool should check it and return early."""
-        return self._cancelled.is_set()
+        return self._cancelled
 
     def cancel(self) -> None:
         """Mark the call cancelled (the executor does this on dispose and timeout)."""
-        self._cancelled.set()
+        self._cancelled = True
 
 
 def _on_loop_thread(loop: asyncio.AbstractEventLoop) -> bool:
