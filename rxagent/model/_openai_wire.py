@@ -395,9 +395,7 @@ class StreamParser:
         text = delta.get("content")
         if text is not None and type(text) is not str:
             text = text_of(text)
-        thinking = delta.get("reasoning_content") or delta.get("reasoning")
-        if thinking is not None and type(thinking) is not str:
-            thinking = thinking_of(delta)
+        thinking = thinking_of(delta)
         calls = delta.get("tool_calls")
         deltas = self._tool_call_deltas(calls) if calls else ()
         finish = choice.get("finish_reason")
@@ -407,7 +405,7 @@ class StreamParser:
             self.finished = True
         if not (text or thinking or deltas or reason):
             return None  # the role-only first delta, keep-alive chunks, usage-only chunks
-        return ChatChunk(text or "", thinking or "", deltas, None, reason, obj)
+        return ChatChunk(text or "", thinking, deltas, None, reason, obj)
 
     def _tool_call_deltas(self, calls: Any) -> tuple[ToolCallDelta, ...]:
         deltas: list[ToolCallDelta] = []
@@ -415,17 +413,11 @@ class StreamParser:
             index = call.get("index")
             if not isinstance(index, int):
                 index = position  # some servers leave out `index`: the fragment's position stands in
-            call_id = call.get("id") or None
-            if call_id is not None and type(call_id) is not str:
-                call_id = None
+            call_id = call_id_of(call.get("id"))
             function = call.get("function") or _NO_FIELDS
             name = function.get("name")
-            if name:
-                name = self._new_name(call_id if call_id is not None else index, name)
-            arguments = function.get("arguments")
-            if type(arguments) is not str:
-                arguments = arguments_text(arguments)
-            deltas.append(ToolCallDelta(index, call_id, name or None, arguments))
+            name = self._new_name(call_id if call_id is not None else index, name) if name else None
+            deltas.append(ToolCallDelta(index, call_id, name, arguments_text(function.get("arguments"))))
         return tuple(deltas)
 
     def _new_name(self, key: str | int, name: Any) -> str | None:

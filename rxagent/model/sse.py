@@ -110,10 +110,9 @@ class SSEDecoder:
         ):
             # The common case, one token's event per read (`data: …` and its blank line), decoded at once.
             self._line += 2
-            data = chunk[6:-2].decode("utf-8", "replace")
-            event = SSEEvent(data, self._event or "message", self._last_id, self._line - 1)
-            self._event = None
-            return [event]
+            self._data_line = self._line - 1
+            self._data.append(chunk[6:-2])
+            return [self._dispatch()]
         if self._skip_lf and chunk:
             self._skip_lf = False
             if chunk[0] == _LF:

@@ -133,14 +133,8 @@ class MessageFold:
         if chunk.thinking:
             self._thinking.append(chunk.thinking)
         if chunk.tool_calls:
-            by_index = self._by_index
             for delta in chunk.tool_calls:
-                # The common fragment (no id, arguments only) continues the call at its index.
-                call = None if delta.id else by_index.get(delta.index)
-                if call is None or delta.name:
-                    (call or self._call_for(delta)).add(delta)
-                elif delta.arguments:
-                    call.arguments.append(delta.arguments)
+                self._call_for(delta).add(delta)
         if chunk.usage is not None:
             self._add_usage(chunk.usage)
         if chunk.finish_reason is not None:
