@@ -365,8 +365,8 @@ class ReActAgent:
         """The same pipeline as :meth:`stream_events`, filtered to the final :class:`AgentResult`.
 
         Nobody sees the other events of a filtered run unless a middleware hook does, so when none is
-        installed at ``agent``, ``reasoning`` or ``acting`` they are not built at all (the result's
-        ``seq`` is then 0: it counts what subscribers saw).
+        installed at ``agent``, ``reasoning`` or ``acting`` the per-step ones are not even built (the
+        result's ``seq`` then counts fewer events: it counts what the run emitted).
         """
         watched = any(has_hooks(self.middleware, cut) for cut in ("agent", "reasoning", "acting"))
         results: Observable[AgentResult] = self._events(
@@ -461,7 +461,8 @@ class _Run:
     deferred_input: list[Msg] = field(default_factory=lambda: [])
     deltas: bool = True
     quiet: bool = False
-    """Only the AgentResult is emitted (``call`` when no hook watches events): no other event is built."""
+    """``call`` with no hook watching events: the per-step events are not built (rare ones, such as a
+    retry notice, still are; ``call_observable`` filters everything but the result out)."""
     repair_cache: tuple[int, list[Msg]] = field(default_factory=lambda: (0, []))
     upcoming: Callable[[], Observable[AgentEvent]] | None = None
     budget: RetryBudget = field(init=False)
@@ -504,10 +505,6 @@ class _Run:
         if self.quiet:
             return []
         return [PhaseChanged(**self.head, phase=phase, iteration=self.iteration)]
-
-    def shown(self, *events: AgentEvent) -> Observable[AgentEvent]:
-        """``events`` as a stream, or an empty one in a quiet run."""
-        return _just() if self.quiet else _just(*events)
 
     def finish(self, reason: RunReason, message: Msg | None, **extra: Any) -> Observable[AgentEvent]:
         """The closing events: the final phase, then the one AgentResult."""
@@ -729,8 +726,6 @@ class _Run:
 
         def on_item(item: ChatChunk | RetryAttempt) -> Sequence[AgentEvent]:
             if isinstance(item, RetryAttempt):
-                if self.quiet:
-                    return ()
                 return [
                     RetryScheduled(
                         **head,
@@ -835,7 +830,7 @@ class _Run:
             error_type=type(error).__name__,
             message=f"{error}; retrying with tool_choice={lower!r}",
         )
-        return reactivex.concat(self.shown(note), reactivex.defer(lambda _: self.reasoning_inner(step)))
+        return reactivex.concat(_just(note), reactivex.defer(lambda _: self.reasoning_inner(step)))
 
     # ---- after a reasoning step ---------------------------------------------------------------------
 
@@ -901,9 +896,7 @@ class _Run:
                 )
         tool_message = Msg.from_tool_results(*results)
         self.state.messages.append(tool_message)
-        closing: list[AgentEvent] = (
-            [] if self.quiet else [MessageCompleted(**self.head, message=tool_message)]
-        )
+        closing: list[AgentEvent] = [MessageCompleted(**self.head, message=tool_message)]
         if accepted is not None:
             return reactivex.concat(
                 _just(*closing), self.finish("STRUCTURED_OUTPUT", message, structured=accepted)
@@ -974,7 +967,7 @@ class _Run:
             self.ending = AgentResult(
                 **head, message=None, reason="ERROR", detail=f"tool system error: {error}"
             )
-            return self.shown(event)
+            return _just(event)
 
         opening = [*self.phase_to("TOOL_PENDING"), *self.phase_to("TOOL_EXECUTING")]
         return self.executor.execute(step.calls, self.view, self.ctx, approved=approved).pipe(
@@ -1064,12 +1057,11 @@ class _Run:
                 )
                 self.state.messages.append(Msg.system(hint, metadata={"rxagent": "repeat_guard"}))
                 arguments: JsonValue = call.input
-                if not self.quiet:
-                    events.append(
-                        RepeatGuardTriggered(
-                            **self.head, tool=call.name, arguments=arguments, count=self.repeat_count
-                        )
+                events.append(
+                    RepeatGuardTriggered(
+                        **self.head, tool=call.name, arguments=arguments, count=self.repeat_count
                     )
+                )
                 self.repeat_count = 0
                 self.repeat_key = None
         return events
