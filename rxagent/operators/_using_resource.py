@@ -99,6 +99,7 @@ def using_resource(
         def release_then_forward(resource: _R, error: Exception | None) -> None:
             nonlocal phase
             phase = "releasing"
+            inner.dispose()  # the stream has ended: let go of it (a Source is subscribed directly)
             outcome = Outcome.completed() if error is None else Outcome.failed(error)
             try:
                 pending = release(resource, outcome)
@@ -138,15 +139,12 @@ def using_resource(
             if phase == "using":
                 observer.on_next(item)
 
-        # The stream has ended: let go of its subscription (it may be a Source, subscribed directly).
         def on_error(error: Exception) -> None:
             if phase == "using":
-                inner.dispose()
                 release_then_forward(held[0], error)
 
         def on_completed() -> None:
             if phase == "using":
-                inner.dispose()
                 release_then_forward(held[0], None)
 
         async def open_resource() -> None:
