@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self
@@ -245,6 +246,25 @@ API_KEY = "sk-test-3f9a1c-DO-NOT-LEAK"
 """The key the test models send; no error, repr or traceback may contain it."""
 
 FAST_RETRY = RetryPolicy(max_attempts=3, base_delay=0.01, jitter=0)
+
+
+@asynccontextmanager
+async def raw_http_server(answer: bytes) -> AsyncIterator[str]:
+    """A loopback TCP server that reads a request's head and answers ``answer`` verbatim (broken HTTP,
+    say); yields its ``/v1`` base URL."""
+
+    async def respond(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(answer)
+        await writer.drain()
+        writer.close()
+
+    listener = await asyncio.start_server(respond, "127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{listener.sockets[0].getsockname()[1]}/v1"
+    finally:
+        listener.close()
+        await listener.wait_closed()
 
 
 def make_model(server: OpenAIServer | str, **options: Any) -> OpenAIChatModel:

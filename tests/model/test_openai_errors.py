@@ -23,6 +23,7 @@ from tests.model.openai_server import (
     ask,
     finish_chunk,
     make_model,
+    raw_http_server,
     text_chunk,
 )
 from tests.streams import expect
@@ -267,20 +268,11 @@ async def test_total_timeout_includes_retry_waits(server: OpenAIServer) -> None:
 
 
 async def test_an_invalid_http_response_is_a_connection_error() -> None:
-    async def garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readuntil(b"\r\n\r\n")
-        writer.write(b"HTTP/1.1 2x0 WHAT\r\nContent-Length: 0\r\n\r\n")
-        await writer.drain()
-        writer.close()
-
-    listener = await asyncio.start_server(garbage, "127.0.0.1", 0)
-    port = listener.sockets[0].getsockname()[1]
-    try:
-        async with make_model(f"http://127.0.0.1:{port}/v1", retry=ONE_ATTEMPT) as model:
-            seen = await expect(model.stream(ask()))
-    finally:
-        listener.close()
-        await listener.wait_closed()
+    async with (
+        raw_http_server(b"HTTP/1.1 2x0 WHAT\r\nContent-Length: 0\r\n\r\n") as base_url,
+        make_model(base_url, retry=ONE_ATTEMPT) as model,
+    ):
+        seen = await expect(model.stream(ask()))
     assert isinstance(seen.error, RetryExhausted)
     error = seen.error.last_error
     assert isinstance(error, ModelConnectionError)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import socket
@@ -25,6 +24,7 @@ from tests.model.openai_server import (
     ask,
     event,
     make_model,
+    raw_http_server,
     text_chunk,
 )
 from tests.streams import expect
@@ -101,24 +101,11 @@ async def test_connection_failures_never_show_the_key(caplog: pytest.LogCaptureF
         probe.bind(("127.0.0.1", 0))
         refused_port = probe.getsockname()[1]
 
-    async def garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readuntil(b"\r\n\r\n")
-        writer.write(b"NOT HTTP AT ALL\r\n\r\n")
-        await writer.drain()
-        writer.close()
-
-    listener = await asyncio.start_server(garbage, "127.0.0.1", 0)
-    garbage_port = listener.sockets[0].getsockname()[1]
-    try:
-        for port in (refused_port, garbage_port):
-            model = make_model(
-                f"http://127.0.0.1:{port}/v1", retry=RetryPolicy(max_attempts=2, base_delay=0.01)
-            )
+    async with raw_http_server(b"NOT HTTP AT ALL\r\n\r\n") as garbage_url:
+        for base_url in (f"http://127.0.0.1:{refused_port}/v1", garbage_url):
+            model = make_model(base_url, retry=RetryPolicy(max_attempts=2, base_delay=0.01))
             async with model:
                 seen = await expect(model.stream(ask()))
             assert seen.error is not None
             assert_key_hidden(seen.error)
-    finally:
-        listener.close()
-        await listener.wait_closed()
     assert API_KEY not in caplog.text
