@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -11,7 +11,30 @@ from rxagent.messages import new_id
 if TYPE_CHECKING:
     from rxagent.state import AgentState
 
-__all__ = ["RunContext", "RuntimeContext"]
+__all__ = ["RunContext", "RuntimeContext", "ToolScope"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolScope:
+    """Which tools one run may use and the values preset for them: one shared agent, a view per caller.
+
+    A multi-tenant app passes one per request in :attr:`RuntimeContext.tools`, so each user gets their
+    own tools and their tenant id without an agent per tenant.
+
+    Attributes:
+        allow: the only tool names the run may see and call (``None``: every tool of the toolkit).
+        groups: tool groups active at the start for a session that has not activated its own
+            (``None``: the toolkit's defaults).
+        presets: per-tool values injected at execution (``{"search": {"tenant": "acme"}}``): hidden from
+            the model's schema, and they win over anything the model sends.
+        shared_presets: values preset for every tool that has a parameter of that name
+            (``{"tenant_id": "acme"}``).
+    """
+
+    allow: Collection[str] | None = None
+    groups: Collection[str] | None = None
+    presets: Mapping[str, Mapping[str, Any]] = field(default_factory=lambda: {})
+    shared_presets: Mapping[str, Any] = field(default_factory=lambda: {})
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,12 +46,14 @@ class RuntimeContext:
         session_id: the conversation the run belongs to.
         trace_id: correlates every event, log line and request of the run.
         attributes: free-form application data (tenant, locale, feature flags, …).
+        tools: the tools this run may use and their preset values (``None``: the agent's whole toolkit).
     """
 
     user_id: str | None = None
     session_id: str | None = None
     trace_id: str = field(default_factory=lambda: new_id("trace"))
     attributes: Mapping[str, Any] = field(default_factory=lambda: {})
+    tools: ToolScope | None = None
 
 
 @dataclass(frozen=True, slots=True)

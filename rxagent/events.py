@@ -8,7 +8,8 @@ dashboards, logs and other processes.
 
 A run's events always satisfy: :class:`RunStarted` first; deltas of a message before the
 :class:`MessageCompleted` that holds it; tool results in the order of the calls; exactly one
-:class:`AgentResult`, last.
+:class:`AgentResult`, last — failed runs included (reason ``ERROR``, after an :class:`ErrorEvent`), and
+built after every other event, so its ``time`` is when the run ended.
 """
 
 from __future__ import annotations
@@ -78,8 +79,10 @@ turn answered. ``PERMISSION_ASKING``: a call waits for a human decision. ``TOOL_
 tool waits for the caller. ``TOOL_RETURN_DIRECT``: return-direct tools produced the answer.
 ``INTERRUPTED``: the user interrupted the run. ``STRUCTURED_OUTPUT``: structured output was produced (or
 its retries ran out: see ``AgentResult.structured_error``). ``NO_ANSWER``: the model produced no answer
-text even after a re-prompt. ``STOPPED``: a middleware stopped the run. ``ERROR``: a tool's
-infrastructure failed (``ToolSystemError``)."""
+text even after a re-prompt. ``STOPPED``: a middleware stopped the run. ``ERROR``: the run failed — a
+tool's infrastructure failed (``ToolSystemError``: the stream then completes), or the model, the store or
+the input failed (an :class:`ErrorEvent` precedes the result and the stream then errors with the
+original error)."""
 
 
 @dataclass(slots=True, kw_only=True)

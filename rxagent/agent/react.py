@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
+import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
@@ -77,12 +79,13 @@ from rxagent.operators._from_async_iterable import from_async_iterable
 from rxagent.operators._map_many import map_many
 from rxagent.operators._outcome import Outcome
 from rxagent.operators._run_steps import run_steps
-from rxagent.operators._serialize_on_key import KeyedSerializer
+from rxagent.operators._serialize_on_key import KeyedSerializer, Turn
 from rxagent.operators._sync_of import sync_of
 from rxagent.operators._using_resource import using_resource
 from rxagent.retry import RetryAttempt, RetryBudget
 from rxagent.state import AgentState, InMemoryStateStore, PendingCall, SessionKey, StateStore
 from rxagent.tools._tool import ToolSystemError
+from rxagent.tools.arguments import ToolArgumentError
 from rxagent.tools.events import (
     ToolBatchFinished,
     ToolCallFinished,
@@ -93,7 +96,7 @@ from rxagent.tools.events import (
 from rxagent.tools.events import ToolCallStarted as ToolBodyStarted
 from rxagent.tools.executor import ToolExecutor, ToolInterceptor, result_of
 from rxagent.tools.permissions import Permissions
-from rxagent.tools.toolkit import Toolkit
+from rxagent.tools.toolkit import Toolkit, Unavailable
 
 __all__ = [
     "AgentInput",
@@ -110,11 +113,18 @@ DEFAULT_SESSION = "default"
 
 @dataclass(frozen=True, slots=True)
 class ToolDecision:
-    """A human's answer to a call that asked for permission: allow runs the *same* call, deny refuses it."""
+    """A human's answer to a call that asked for permission.
+
+    ``allow=True`` runs the *same* call; with ``arguments`` it runs the call with those arguments instead
+    (an edit): they are checked against the tool's schema when the decision arrives and pass the
+    permission gate again, and the edited call is what runs and what the history records. ``allow=False``
+    refuses the call (``reason`` is shown to the model).
+    """
 
     call_id: str
     allow: bool
     reason: str = ""
+    arguments: Mapping[str, JsonValue] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +143,24 @@ AgentInput: TypeAlias = (
 
 
 class PendingToolCallsError(RuntimeError):
-    """New input arrived while tool calls wait for decisions or results (and recovery is off)."""
+    """The input does not fit the session's pending tool calls, and nothing was changed.
+
+    Raised when new text arrives while calls wait for decisions or results (and recovery is off), and
+    when decisions or results are refused: an unknown call id, two answers for one call, the wrong kind
+    of answer for a call, or edited arguments the tool's schema rejects.
+    """
+
+
+class SessionBusyError(RuntimeError):
+    """A run waited longer than ``AgentOptions.session_wait`` for its session, which other runs held."""
+
+    def __init__(self, key: SessionKey, waited: float, ahead: int) -> None:
+        user = f"user {key[0]!r}, " if key[0] is not None else ""
+        super().__init__(
+            f"session {key[1]!r} ({user}in this process) stayed busy for {waited:g} s; the run gave up "
+            f"waiting with {ahead} run(s) still ahead of it"
+        )
+        self.key = key
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +182,9 @@ class AgentOptions:
         temperature, max_tokens: request options.
         first_tool_choice: tool choice for the run's first reasoning step (``"required"`` makes the model
             use a tool before it answers); later steps use ``auto``.
+        session_wait: seconds a run waits for its session while other runs hold it before failing with
+            :class:`SessionBusyError` (``None``: as long as it takes). ``RunControl.position`` shows the
+            queue moving meanwhile.
     """
 
     max_iters: int = 10
@@ -169,50 +199,88 @@ class AgentOptions:
     temperature: float | None = None
     max_tokens: int | None = None
     first_tool_choice: ToolChoice | None = None
+    session_wait: float | None = None
 
     def __post_init__(self) -> None:
         if self.max_iters < 1:
             raise ValueError("max_iters must be at least 1")
         if self.repeat_guard < 0 or self.structured_retries < 0 or self.retry_budget < 0:
             raise ValueError("repeat_guard, structured_retries and retry_budget must be >= 0")
+        if self.session_wait is not None and not self.session_wait >= 0:
+            raise ValueError("session_wait must be None or a number of seconds >= 0")
+
+
+RunStatus: TypeAlias = Literal["idle", "queued", "running"]
+"""Where the run a :class:`RunControl` watches stands: none bound, waiting for its session, or running."""
 
 
 class RunControl:
-    """Lets the caller interrupt a run: the model stream or the running tools stop, dangling calls get
-    ``interrupted`` results, and the run ends with reason ``INTERRUPTED`` (unlike dispose, which only
-    cleans up)."""
+    """The caller's handle on a run: interrupt it from any thread, and see where it waits for its session.
+
+    An interrupt stops the model stream or the running tools; calls that already finished keep their real
+    results, unfinished calls get ``interrupted`` results, and the run ends with reason ``INTERRUPTED``
+    (unlike dispose, which only cleans up). A control is bound to one run at a time, from subscription
+    until the run has released its session; it can be reused for the next run.
+    """
 
     def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._interrupted = False
         self._callbacks: list[Callable[[], None]] = []
+        self._turn: Turn | None = None
 
-    def interrupt(self) -> None:
-        """Interrupt the run; it takes effect on the loop's next turn.
+    def interrupt(self) -> bool:
+        """Interrupt the bound run; safe from any thread (a UI thread, a signal handler, a widget callback).
 
-        Deferring matters when ``interrupt`` is called from inside an event handler: the event being
-        delivered reaches every subscriber before the run's closing events do.
+        The interrupt is marshalled onto the run's event loop and takes effect on the loop's next turn, so
+        an event being delivered when ``interrupt`` is called from its handler still reaches every
+        subscriber before the run's closing events. An interrupt while the run waits for its session ends
+        it as soon as it gets the session, before any model call.
+
+        Returns:
+            ``True`` when a run was bound to receive it; ``False`` (a no-op) before the run is subscribed,
+            after it has ended, or when it was already interrupted.
         """
-        if self._interrupted:
-            return
-        self._interrupted = True
-        callbacks = tuple(self._callbacks)
+        with self._guard:
+            loop = self._loop
+            if loop is None or self._interrupted:
+                return False
+            self._interrupted = True
         try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = None
-        for callback in callbacks:
-            if loop is not None:
-                loop.call_soon(callback)
-            else:
-                callback()
+            loop.call_soon_threadsafe(self._fire)
+        except RuntimeError:  # the loop closed: the run is over
+            return False
+        return True
+
+    def _fire(self) -> None:
+        for callback in tuple(self._callbacks):
+            callback()
 
     @property
     def interrupted(self) -> bool:
-        """True once :meth:`interrupt` was called."""
+        """True once the bound run was interrupted."""
         return self._interrupted
 
+    @property
+    def status(self) -> RunStatus:
+        """``idle`` (no run bound), ``queued`` (waiting for its session) or ``running``."""
+        turn = self._turn
+        if self._loop is None:
+            return "idle"
+        return "running" if turn is None or turn.position == 0 else "queued"
+
+    @property
+    def position(self) -> int | None:
+        """``0`` while the run holds its session, ``n`` while it waits ``n``-th in line, else ``None``."""
+        turn = self._turn
+        return turn.position if turn is not None else None
+
     def on_interrupt(self, callback: Callable[[], None]) -> Callable[[], None]:
-        """Call ``callback`` on interrupt (at once if already interrupted); returns an unregister function."""
+        """Call ``callback`` on interrupt (at once if already interrupted); returns an unregister function.
+
+        For the run's own steps: register and call on the run's loop.
+        """
         if self._interrupted:
             callback()
             return lambda: None
@@ -223,6 +291,24 @@ class RunControl:
                 self._callbacks.remove(callback)
 
         return unregister
+
+    def bind(self, loop: asyncio.AbstractEventLoop, turn: Turn | None = None) -> None:
+        """Attach the control to a run starting on ``loop`` (the agent does this at subscription).
+
+        Raises:
+            RuntimeError: the control is bound to another run that has not ended.
+        """
+        with self._guard:
+            if self._loop is not None:
+                raise RuntimeError("this RunControl is already bound to a run that has not ended")
+            self._loop, self._turn, self._interrupted = loop, turn, False
+            self._callbacks.clear()
+
+    def unbind(self) -> None:
+        """Detach from the ended run: later interrupts are no-ops until the next :meth:`bind`."""
+        with self._guard:
+            self._loop, self._turn = None, None
+            self._callbacks.clear()
 
 
 _NO_ANSWER_PROMPT = Msg.user(
@@ -298,12 +384,21 @@ class ReActAgent:
         Lifecycle:
             value: the session state is saved *before* the ``AgentResult`` is emitted, so a consumer may
             stop at the result (``break`` out of ``async for``) without losing the run.
-            complete: after the ``AgentResult``; the session lease is released.
-            error: the state is saved, then the error passes (a failing save is attached to it as a note).
-            cancel: the model call or tools in flight are cancelled, the session is released unsaved,
-            nothing more is emitted.
+            complete: after the ``AgentResult``; the session is released.
+            error: a run that fails once started still ends with exactly one ``AgentResult``: an
+            :class:`~rxagent.events.ErrorEvent` (the error's type and message), the ``ERROR`` phase and an
+            ``AgentResult`` with reason ``ERROR`` come last, the state saved before them, and then the
+            stream errors with the original error (a failing save is attached to it as a note; ``call``
+            raises it). Calls that finished keep their results; calls cut short get ``error`` results;
+            calls waiting for a decision stay pending. A run that never started — its session stayed
+            busy past ``AgentOptions.session_wait`` (:class:`SessionBusyError`), or the store failed to
+            load it — errors with no events.
+            cancel: the model call or tools in flight are cancelled and nothing more is emitted; the
+            session is saved with what happened (finished calls keep their results, calls cut short get
+            ``interrupted`` results, the half-streamed answer is dropped), then released.
             re-subscribe: a new run.
 
+        ``control`` interrupts the run from any thread and shows its place in the session's queue.
         ``deltas=False`` leaves out the per-token events (text, thinking and tool-argument deltas) for
         consumers that only want the folded results.
         """
@@ -321,24 +416,37 @@ class ReActAgent:
         context = ctx or RuntimeContext(session_id=DEFAULT_SESSION)
         key: SessionKey = (context.user_id, context.session_id or DEFAULT_SESSION)
         run_input = _normalise(input)
-        run_control = control or RunControl()
+        wait = self.options.session_wait
 
         async def acquire() -> _Lease:
-            lock = self._sessions.lock_for(key)
-            await lock.acquire()
+            run_control = control or RunControl()
+            turn = self._sessions.turn(key)
+            run_control.bind(asyncio.get_running_loop(), turn)
             try:
+                try:
+                    async with asyncio.timeout(wait):
+                        await turn.acquire()
+                except TimeoutError:
+                    raise SessionBusyError(key, wait or 0.0, turn.left_at or 0) from None
                 state = await self.store.load(key) or AgentState()
             except BaseException:
-                lock.release()
+                turn.release()
+                run_control.unbind()
                 raise
-            return _Lease(lock, state)
+            return _Lease(turn, run_control, state)
 
         def use(lease: _Lease) -> Observable[AgentEvent]:
-            async def save() -> None:
-                await self.store.save(key, lease.state)
+            async def save(failure: Exception | None = None) -> None:
+                try:
+                    await self.store.save(key, lease.state)
+                except Exception as save_error:
+                    if failure is None:
+                        raise
+                    failure.add_note(f"saving the session after this error failed too: {save_error!r}")
                 lease.saved = True
 
-            run = _Run(self, context, key, lease.state, run_control, save, deltas=deltas, quiet=quiet)
+            run = _Run(self, context, key, lease.state, lease.control, save, deltas=deltas, quiet=quiet)
+            lease.run = run
             counter = itertools.count()
 
             def stamp(event: AgentEvent) -> AgentEvent:
@@ -346,16 +454,22 @@ class ReActAgent:
                 return event
 
             events = chain(self.middleware, "agent", run.ctx, run.execute)(run_input)
-            if has_hooks(self.middleware, "agent"):  # a StopRun from an agent hook itself
-                events = events.pipe(ops.catch(lambda error, _: run.stopped(error) or reactivex.throw(error)))
+            if has_hooks(self.middleware, "agent"):  # an agent hook's own StopRun or failure
+                events = events.pipe(ops.catch(lambda error, _: run.recover(error) or reactivex.throw(error)))
             return events.pipe(ops.map(stamp))
 
         async def release(lease: _Lease, outcome: Outcome) -> None:
             try:
-                if outcome.kind == "failed" or (outcome.kind == "completed" and not lease.saved):
+                if not lease.saved:
+                    if outcome.kind == "cancelled" and lease.run is not None:
+                        # What happened stays recorded: finished calls keep their results.
+                        cancelled = "The run was cancelled before this call finished."
+                        lease.run.settle(cancelled, "interrupted", answer_waiting=False)
                     await self.store.save(key, lease.state)
             finally:
-                lease.lock.release()
+                lease.run = None  # the run's save closure holds the lease: cut the cycle
+                lease.turn.release()
+                lease.control.unbind()
 
         return using_resource(acquire, use, release)
 
@@ -400,9 +514,12 @@ class ReActAgent:
 
 @dataclass(slots=True)
 class _Lease:
-    lock: Any
+    turn: Turn
+    control: RunControl
     state: AgentState
+    run: _Run | None = None
     saved: bool = False
+    """The run saved (or tried to, for a failure) the state for its ending: the release saves no more."""
 
 
 def _normalise(value: AgentInput) -> RunInput:
@@ -426,6 +543,12 @@ def _normalise(value: AgentInput) -> RunInput:
     return RunInput(messages, decisions)
 
 
+def _edits_of(message: Msg) -> dict[str, JsonValue]:
+    """The original argument texts of a message's calls that a human edited before approving them."""
+    recorded = message.metadata.get("rxagent_edited_calls")
+    return dict(recorded) if isinstance(recorded, dict) else {}
+
+
 def _just(*events: AgentEvent) -> Observable[AgentEvent]:
     return sync_of(*events)
 
@@ -446,7 +569,7 @@ class _Run:
     key: SessionKey
     state: AgentState
     control: RunControl
-    save: Callable[[], Awaitable[None]]
+    save: Callable[[Exception | None], Awaitable[None]]
     run_id: str = field(default_factory=lambda: new_id("run"))
     iteration: int = 0
     usage: UsageTotals = field(default_factory=UsageTotals)
@@ -459,6 +582,10 @@ class _Run:
     repeat_count: int = 0
     phase: Phase | None = None
     deferred_input: list[Msg] = field(default_factory=lambda: [])
+    finished_calls: dict[str, ToolResultBlock] = field(default_factory=lambda: {})
+    """Results of the batch in flight, as its calls finish: an interrupt or cancel keeps them."""
+    ended: bool = False
+    """The AgentResult was emitted: nothing that fails later may produce another."""
     deltas: bool = True
     quiet: bool = False
     """``call`` with no hook watching events: the per-step events are not built (rare ones, such as a
@@ -486,8 +613,16 @@ class _Run:
             "trace_id": self.ctx.trace_id,
             "seq": 0,
         }
+        scope = self.caller.tools
         groups = self.state.active_groups
-        self.view = self.agent.toolkit.view(active_groups=groups)
+        if groups is None and scope is not None:
+            groups = scope.groups
+        self.view = self.agent.toolkit.view(
+            allow=scope.allow if scope is not None else None,
+            active_groups=groups,
+            presets=scope.presets if scope is not None else None,
+            shared_presets=scope.shared_presets if scope is not None else None,
+        )
         self.executor = ToolExecutor(
             parallel=self.agent.options.parallel_tools,
             max_concurrency=self.agent.options.max_tool_concurrency,
@@ -506,34 +641,49 @@ class _Run:
             return []
         return [PhaseChanged(**self.head, phase=phase, iteration=self.iteration)]
 
-    def finish(self, reason: RunReason, message: Msg | None, **extra: Any) -> Observable[AgentEvent]:
-        """The closing events: the final phase, then the one AgentResult."""
+    def finish(
+        self, reason: RunReason, message: Msg | None, *, failure: Exception | None = None, **extra: Any
+    ) -> Observable[AgentEvent]:
+        """The closing events: the final phase, then the one AgentResult (built last, so it is the newest).
 
-        result = AgentResult(
-            **self.head,
-            message=message,
-            reason=reason,
-            usage=self.usage,
-            iterations=self.iteration,
-            pending=[p.call for p in self.state.pending],
-            **extra,
-        )
+        The state is saved first, so a consumer may stop at the result; a run ending in ``failure`` keeps
+        that error whatever the save does (a failing save becomes a note on it).
+        """
         closing = self.phase_to(_FINAL_PHASE.get(reason, "FINISHED"))
 
+        def result() -> tuple[AgentEvent]:
+            self.ended = True
+            return (
+                AgentResult(
+                    **self.head,
+                    message=message,
+                    reason=reason,
+                    usage=self.usage,
+                    iterations=self.iteration,
+                    pending=[p.call for p in self.state.pending],
+                    **extra,
+                ),
+            )
+
         async def save() -> AsyncIterator[AgentEvent]:
-            await self.save()  # before the result, so a consumer may stop at the result
+            await self.save(failure)  # before the result, so a consumer may stop at the result
             return
             yield  # an async generator that yields nothing
 
-        return from_async_iterable(save).pipe(
-            frame(_nothing, before=lambda: closing, after=lambda: (result,))
-        )
+        return from_async_iterable(save).pipe(frame(_nothing, before=lambda: closing, after=result))
 
-    def stopped(self, error: Exception) -> Observable[AgentEvent] | None:
-        """A middleware's StopRun ends the run with reason STOPPED; any other error stands (``None``)."""
+    def recover(self, error: Exception) -> Observable[AgentEvent] | None:
+        """How a failing step ends the run: a middleware's StopRun with reason STOPPED; any other error
+        with an ErrorEvent and reason ERROR, then the error itself. ``None`` once the result is out."""
+        if self.ended:
+            return None
         if isinstance(error, StopRun):
             return self.finish("STOPPED", self.last_message, detail=error.reason)
-        return None
+        self.settle("The run failed before this call finished.", "error", answer_waiting=False)
+        kind = type(error).__name__
+        report = ErrorEvent(**self.head, error_type=kind, message=str(error))
+        ending = self.finish("ERROR", None, failure=error, detail=f"{kind}: {error}")
+        return reactivex.concat(_just(report), ending, reactivex.throw(error))
 
     # ---- the run -----------------------------------------------------------------------------------
 
@@ -545,7 +695,7 @@ class _Run:
             return _just(RunStarted(**self.head, agent=self.agent.name, input=list(run_input.messages)))
 
         self.then((lambda: self.route(run_input)) if self.quiet else first)
-        return run_steps(self.next_step, self.stopped)
+        return run_steps(self.next_step, self.recover)
 
     def then(self, step: Callable[[], Observable[AgentEvent]]) -> None:
         """Make ``step`` the next step, run when the current one completes."""
@@ -579,23 +729,20 @@ class _Run:
         return self.loop()
 
     def resume(self, decisions: Sequence[Any], messages: Sequence[Msg]) -> Observable[AgentEvent]:
-        """Apply decisions and external results to the pending calls; run the approved ones."""
+        """Apply decisions and external results to the pending calls; run the approved ones.
+
+        The whole input is checked before anything changes, so a refused input leaves no trace.
+        """
         by_id = {p.call.id: p for p in self.state.pending}
-        for decision in decisions:  # check everything before changing anything: a refusal leaves no trace
-            pending = by_id.get(decision.call_id)
-            if pending is None:
-                raise PendingToolCallsError(f"no pending tool call with id {decision.call_id!r}")
-            if isinstance(decision, ExternalResult) and pending.kind != "external":
-                raise PendingToolCallsError(f"call {decision.call_id!r} asks for permission, not a result")
-            if isinstance(decision, ToolDecision) and pending.kind != "ask":
-                raise PendingToolCallsError(f"call {decision.call_id!r} is external: send an ExternalResult")
+        edits = self.check_decisions(decisions, by_id)
         approved: list[ToolUseBlock] = []
         for decision in decisions:
             call = by_id.pop(decision.call_id).call
             if isinstance(decision, ExternalResult):
                 self.state.partial_results.append(result_of(call, decision.output, decision.status))
             elif decision.allow:
-                approved.append(call)
+                edited = edits.get(call.id)
+                approved.append(self.record_edit(call, edited) if edited is not None else call)
             else:
                 why = f": {decision.reason}" if decision.reason else ""
                 self.state.partial_results.append(
@@ -609,6 +756,68 @@ class _Run:
             return self.acting(step, approved_ids={c.id for c in approved})
         closing = [] if self.state.pending else self.close_tool_batch()
         return reactivex.concat(_just(*closing), self.after_acting())
+
+    def check_decisions(
+        self, decisions: Sequence[Any], pending: Mapping[str, PendingCall]
+    ) -> dict[str, dict[str, JsonValue]]:
+        """Refuse (with :class:`PendingToolCallsError`) any input that does not fit the pending calls.
+
+        Returns the edited arguments of approvals that carry them, checked against their tools' schemas.
+        """
+        seen: set[str] = set()
+        edits: dict[str, dict[str, JsonValue]] = {}
+        for decision in decisions:
+            call_id = decision.call_id
+            waiting = pending.get(call_id)
+            if waiting is None:
+                known = ", ".join(repr(i) for i in pending) or "none"
+                raise PendingToolCallsError(f"no pending tool call with id {call_id!r} (pending: {known})")
+            if call_id in seen:
+                raise PendingToolCallsError(f"two answers for tool call {call_id!r}: send one per call")
+            seen.add(call_id)
+            if isinstance(decision, ExternalResult) and waiting.kind != "external":
+                raise PendingToolCallsError(f"call {call_id!r} asks for permission, not a result")
+            if isinstance(decision, ToolDecision) and waiting.kind != "ask":
+                raise PendingToolCallsError(f"call {call_id!r} is external: send an ExternalResult")
+            if isinstance(decision, ToolDecision) and decision.arguments is not None:
+                if not decision.allow:
+                    raise PendingToolCallsError(
+                        f"call {call_id!r}: edited arguments come with an approval, not a denial"
+                    )
+                edits[call_id] = self.checked_edit(waiting.call, decision.arguments)
+        return edits
+
+    def checked_edit(self, call: ToolUseBlock, arguments: Mapping[str, JsonValue]) -> dict[str, JsonValue]:
+        resolved = self.view.resolve(call.name)
+        if isinstance(resolved, Unavailable):
+            raise PendingToolCallsError(f"call {call.id!r}: {resolved.message}")
+        edited = dict(arguments)
+        try:
+            resolved.tool.prepare(edited, resolved.presets)
+        except ToolArgumentError as error:
+            refused = f"call {call.id!r}: the edited arguments were refused: {error}"
+            raise PendingToolCallsError(refused) from None
+        return edited
+
+    def record_edit(self, call: ToolUseBlock, arguments: dict[str, JsonValue]) -> ToolUseBlock:
+        """The history keeps the edited call (same id) in place of the model's, noting the original."""
+        text = json.dumps(arguments)
+        edited = call.model_copy(
+            update={"input": arguments, "raw_arguments": text, "state": "complete", "error": None}
+        )
+        messages = self.state.messages
+        for index in range(len(messages) - 1, -1, -1):
+            message = messages[index]
+            if message.role == "assistant" and any(c.id == call.id for c in message.tool_calls):
+                content = tuple(
+                    edited if isinstance(b, ToolUseBlock) and b.id == call.id else b for b in message.content
+                )
+                originals = dict(_edits_of(message))
+                originals[call.id] = call.raw_arguments
+                metadata = {**message.metadata, "rxagent_edited_calls": originals}
+                messages[index] = message.model_copy(update={"content": content, "metadata": metadata})
+                break
+        return edited
 
     def loop(self) -> Observable[AgentEvent]:
         """The next reasoning step (or the summarising one past the limit); schedules what follows it."""
@@ -933,6 +1142,7 @@ class _Run:
         def on_tool_event(event: ToolEvent) -> list[AgentEvent]:
             if isinstance(event, ToolCallFinished):
                 durations[event.call.id] = event.duration_s
+                self.finished_calls[event.call.id] = event.result
                 return []
             if isinstance(event, ToolBatchFinished):
                 batch.append(event)
@@ -984,8 +1194,9 @@ class _Run:
         self, step: ActingStep, batch: ToolBatchFinished | None, durations: Mapping[str, float]
     ) -> list[AgentEvent]:
         head = self.head
-        if batch is None:  # interrupted before the batch finished
+        if batch is None:  # interrupted before the batch finished: settled by `interrupted_end`
             return []
+        self.finished_calls.clear()
         events: list[AgentEvent] = (
             []
             if self.quiet
@@ -1080,25 +1291,44 @@ class _Run:
         return self.loop()
 
     def interrupted_end(self) -> Observable[AgentEvent]:
-        """Dangling calls get interrupted results; the run ends with reason INTERRUPTED."""
-        answered = {r.tool_use_id for r in self.state.partial_results}
-        last = self.state.messages[-1] if self.state.messages else None
-        dangling: Iterable[ToolUseBlock] = (
-            last.tool_calls if last is not None and last.role == "assistant" else ()
+        """The run ends with reason INTERRUPTED, its dangling calls settled (see :meth:`settle`)."""
+        closing = self.settle(
+            "Interrupted by the user before it finished.", "interrupted", answer_waiting=True
         )
-        for call in dangling:
-            if call.id not in answered:
-                self.state.partial_results.append(
-                    result_of(call, "Interrupted by the user before it finished.", "interrupted")
-                )
-        for pending in self.state.pending:
-            if pending.call.id not in answered:
-                self.state.partial_results.append(
-                    result_of(pending.call, "Interrupted by the user.", "interrupted")
-                )
-        self.state.pending = []
-        closing = self.close_tool_batch()
         message = (
             self.last_message if self.last_message is not None and self.last_message.has_answer_text else None
         )
         return reactivex.concat(_just(*closing), self.finish("INTERRUPTED", message))
+
+    def settle(self, unfinished: str, status: ToolResultStatus, *, answer_waiting: bool) -> list[AgentEvent]:
+        """Answer the calls of the last assistant message that ran or were running; close the batch if done.
+
+        Calls that finished keep their real results (a charge that went through stays recorded as done,
+        so the model does not charge again); calls still running get ``unfinished`` with ``status``.
+        Calls waiting for a decision or a result are answered as interrupted when ``answer_waiting``
+        (an interrupt: the user moved on), else they stay pending (a cancel or a failure changes no
+        decision the caller still has to make).
+        """
+        answered = {r.tool_use_id for r in self.state.partial_results}
+        waiting = {p.call.id for p in self.state.pending}
+        last = self.state.messages[-1] if self.state.messages else None
+        dangling = last.tool_calls if last is not None and last.role == "assistant" else ()
+        for call in dangling:
+            if call.id in answered or (call.id in waiting and not answer_waiting):
+                continue
+            finished = self.finished_calls.get(call.id)
+            if finished is not None:
+                self.state.partial_results.append(finished)
+            elif call.id in waiting:
+                self.state.partial_results.append(result_of(call, "Interrupted by the user.", "interrupted"))
+            else:
+                self.state.partial_results.append(result_of(call, unfinished, status))
+        self.finished_calls.clear()
+        if answer_waiting:
+            for pending in self.state.pending:  # waiting calls outside that message (a damaged state)
+                if pending.call.id not in answered and all(c.id != pending.call.id for c in dangling):
+                    self.state.partial_results.append(
+                        result_of(pending.call, "Interrupted by the user.", "interrupted")
+                    )
+            self.state.pending = []
+        return [] if self.state.pending else self.close_tool_batch()

@@ -362,6 +362,8 @@ class StreamParser:
         try:
             decoded = _loads(data)
         except ValueError as error:
+            if not data.strip():  # `data:` with nothing after it: an event without content, not an error
+                return None
             problem = f"malformed JSON in the event stream ({error})"
         else:
             if not _is_object(decoded):

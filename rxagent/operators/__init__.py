@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Literal, TypeAlias, TypeVar
 from reactivex import Observable
 
 from rxagent.operators._flow_control import BufferOverflowError
+from rxagent.operators._from_async_iterable import SourceCancelledError
 from rxagent.operators._outcome import Outcome
 from rxagent.operators._typing import Operator
 
@@ -32,6 +33,7 @@ __all__ = [
     "Operator",
     "Outcome",
     "OverflowPolicy",
+    "SourceCancelledError",
     "do_finally",
     "fold_message",
     "frame",
@@ -178,6 +180,10 @@ def from_async_iterable(factory: Callable[[], AsyncIterator[_T]]) -> Observable[
     Lifecycle:
         complete/error: as the iterator ends. cancel: the driving task is cancelled and the iterator's
         ``aclose()`` runs. re-subscribe: ``factory()`` is called again.
+        A cancellation that is not a dispose — a deadline the iterator set with ``asyncio.timeout``
+        firing while the task waits at a slow consumer's flow gate, outside the iterator — is thrown into
+        the iterator, so the stream ends with the iterator's own error (its timeout), else with
+        ``SourceCancelledError``: never without a terminal signal.
     """
     from rxagent.operators._from_async_iterable import from_async_iterable as impl
 
@@ -234,11 +240,11 @@ def to_async_iterator(
 
     ``overflow="block"`` pauses rxagent's own sources when ``max_buffer`` items are buffered and resumes
     them at ``low_watermark`` (default ``max_buffer // 4``). Items already in flight when it paused are
-    still accepted up to a hard cap of ``2 * max_buffer``; a source that cannot pause (a synchronous one)
-    and overruns that cap fails the iteration with :class:`BufferOverflowError`. ``"drop_oldest"`` keeps
-    the newest ``max_buffer`` items; ``"error"`` fails with ``BufferOverflowError`` as soon as an item
-    arrives while ``max_buffer`` are buffered. An overflow failure discards the buffer and is raised by
-    the next ``__anext__``; a source error is raised after the items buffered before it.
+    still accepted up to a hard cap of ``max_buffer + max(max_buffer, 64)``; a source that cannot pause (a
+    synchronous one) and overruns that cap fails the iteration with :class:`BufferOverflowError`.
+    ``"drop_oldest"`` keeps the newest ``max_buffer`` items; ``"error"`` fails with ``BufferOverflowError``
+    as soon as an item arrives while ``max_buffer`` are buffered. An overflow failure discards the buffer
+    and is raised by the next ``__anext__``; a source error is raised after the items buffered before it.
 
     Lifecycle:
         Subscribes on the first ``__anext__``. Cancelling the consuming task or calling ``aclose()``

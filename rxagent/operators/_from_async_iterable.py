@@ -12,7 +12,7 @@ from reactivex.disposable import Disposable
 from rxagent.operators._flow_control import current_gate
 from rxagent.operators._source import Source
 
-__all__ = ["from_async_iterable", "running_loop", "start_task"]
+__all__ = ["SourceCancelledError", "from_async_iterable", "running_loop", "start_task"]
 
 _T = TypeVar("_T")
 
@@ -72,7 +72,9 @@ def from_async_iterable(factory: Callable[[], AsyncIterator[_T]]) -> Observable[
         cancel: disposing cancels the task; the iterator's ``aclose()`` runs (its ``finally`` blocks and
         ``async with`` exits release what it holds); nothing more is emitted. Disposed from inside
         ``on_next`` (a downstream ``take``), the task is not cancelled but stops before the next pull,
-        so the iterator's cleanup is not interrupted.
+        so the iterator's cleanup is not interrupted. A cancellation that is not a dispose (the
+        iterator's own ``asyncio.timeout`` firing while the task waits at the flow gate) is thrown into
+        the iterator; the stream ends with what it raises (or :class:`SourceCancelledError`).
         re-subscribe: a new iterator from ``factory()``; nothing is shared between subscriptions.
 
     Example:
@@ -108,6 +110,13 @@ def from_async_iterable(factory: Callable[[], AsyncIterator[_T]]) -> Observable[
                         await gate.wait_open()
             except Exception as error:  # the iterator's (or a downstream on_next's) error ends the stream
                 failure = error
+            except asyncio.CancelledError:
+                if disposed:
+                    raise
+                # Not our dispose: a deadline the iterator set with `asyncio.timeout` (which targets this
+                # task) fired while the task waited here, at the gate, outside the iterator. Hand the
+                # cancellation to the iterator, where its deadline turns it into its timeout error.
+                failure = await _cancel_inside(iterator)
             finally:
                 if iterator is not None:
                     try:
@@ -134,6 +143,26 @@ def from_async_iterable(factory: Callable[[], AsyncIterator[_T]]) -> Observable[
         return Disposable(dispose)
 
     return Source(subscribe)
+
+
+class SourceCancelledError(RuntimeError):
+    """A source's task was cancelled by something other than a dispose, and its iterator did not say why.
+
+    The stream still ends with a terminal signal: an observer is never left waiting forever.
+    """
+
+
+async def _cancel_inside(iterator: AsyncIterator[Any] | None) -> Exception:
+    """Throw the task's cancellation into ``iterator`` and return the error the stream ends with."""
+    athrow: Callable[[BaseException], Awaitable[object]] | None = getattr(iterator, "athrow", None)
+    if athrow is not None:
+        try:
+            await athrow(asyncio.CancelledError())
+        except (StopAsyncIteration, asyncio.CancelledError):
+            pass
+        except Exception as error:  # the iterator's own answer, e.g. its deadline's timeout error
+            return error
+    return SourceCancelledError("the source's task was cancelled from outside, not by a dispose")
 
 
 async def _close(iterator: AsyncIterator[Any]) -> None:

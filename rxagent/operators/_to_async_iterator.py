@@ -40,9 +40,10 @@ def to_async_iterator(
       rxagent's sources (``from_async_iterable`` and everything built on it) stop pulling until the
       consumer has drained the buffer to ``low_watermark``; the gate is published in ``current_gate``
       while subscribing. Items already in flight when the gate closed (a ``flat_map`` burst, several
-      merged sources each finishing their current item) are still accepted, up to a hard cap of
-      ``2 * max_buffer``; a source that cannot pause (a synchronous one, a reactivex timer) and
-      overruns the hard cap fails the iteration with :class:`BufferOverflowError`.
+      merged sources each finishing their current item, an agent run's closing events) are still
+      accepted, up to a hard cap of ``max_buffer + max(max_buffer, 64)`` items; a source that cannot
+      pause (a synchronous one, a reactivex timer) and overruns the hard cap fails the iteration with
+      :class:`BufferOverflowError`.
     - ``"drop_oldest"``: the oldest buffered item is discarded to make room; never fails.
     - ``"error"``: fails the iteration with :class:`BufferOverflowError` when an item arrives while
       ``max_buffer`` items are buffered.
@@ -110,7 +111,9 @@ async def _iterate(
     loop = asyncio.get_running_loop()
     buffer: deque[_T] = deque(maxlen=max_buffer if overflow == "drop_oldest" else None)
     gate = FlowGate() if overflow == "block" else None
-    hard_cap = 2 * max_buffer if overflow == "block" else max_buffer
+    # The slack takes bursts a source cannot pause inside (a run's closing events come together) while
+    # still bounding memory when a source cannot pause at all.
+    hard_cap = max_buffer + max(max_buffer, _BURST) if overflow == "block" else max_buffer
     subscription = SingleAssignmentDisposable()
     ended = False
     failure: Exception | None = None
@@ -170,6 +173,8 @@ async def _iterate(
 
 
 _POLICIES: tuple[OverflowPolicy, ...] = get_args(OverflowPolicy)
+_BURST = 64
+"""Items a ``block`` buffer accepts beyond ``max_buffer`` from a burst that cannot pause (at least)."""
 
 
 def _overflow_message(overflow: OverflowPolicy, max_buffer: int, hard_cap: int) -> str:
@@ -177,6 +182,6 @@ def _overflow_message(overflow: OverflowPolicy, max_buffer: int, hard_cap: int) 
         return f"to_async_iterator: the buffer is full ({max_buffer} items) and overflow='error'"
     return (
         f"to_async_iterator: the source kept emitting while paused and overran the hard cap of "
-        f"{hard_cap} items (twice max_buffer={max_buffer}); a source that cannot pause needs a faster "
-        "consumer, a larger max_buffer, or overflow='drop_oldest'"
+        f"{hard_cap} items (max_buffer={max_buffer} plus a burst allowance); a source that cannot pause "
+        "needs a faster consumer, a larger max_buffer, or overflow='drop_oldest'"
     )

@@ -204,10 +204,12 @@ async def test_to_async_iterator_block_accepts_a_burst_within_the_hard_cap() -> 
 async def test_to_async_iterator_block_fails_a_source_that_cannot_pause_beyond_the_hard_cap() -> None:
     pulled: list[int] = []
     iterator = to_async_iterator(reactivex.from_iterable(numbers(100, pulled)), max_buffer=10)
-    with pytest.raises(BufferOverflowError, match="hard cap of 20 items"):
-        await anext(iterator)  # immediate: the 20 buffered items are discarded
-    assert len(pulled) == 21  # the source was disposed at the first item beyond the cap
-    assert await collect(reactivex.from_iterable(range(20)), max_buffer=10) == list(range(20))
+    with pytest.raises(BufferOverflowError, match="hard cap of 74 items"):
+        await anext(iterator)  # immediate: the 74 buffered items are discarded
+    assert len(pulled) == 75  # the source was disposed at the first item beyond the cap (10 + 64)
+    assert await collect(reactivex.from_iterable(range(74)), max_buffer=10) == list(range(74))
+    with pytest.raises(BufferOverflowError, match="hard cap of 400 items"):  # 200 + 200
+        await anext(to_async_iterator(reactivex.from_iterable(range(1000)), max_buffer=200))
 
 
 async def test_to_async_iterator_drop_oldest_keeps_the_newest() -> None:
