@@ -21,8 +21,8 @@ from typing import Annotated, Any, Literal, TypeAlias
 
 from pydantic import Field, JsonValue, TypeAdapter
 
+from rxagent.chunks import Usage
 from rxagent.messages import Msg, ToolResultBlock, ToolUseBlock
-from rxagent.model.types import Usage
 
 __all__ = [
     "AgentEvent",

@@ -1,43 +1,108 @@
-"""The agent: the ReAct loop assembled from operators, its middleware cut points, structured output."""
+"""The agent: the ReAct loop assembled from public steps, its middleware cut points, structured output.
+
+``ReActAgent`` is the lifecycle (session, save, serialisation) around :func:`default_steps`; the steps,
+the nodes between them and the decisions that pick the next node are public, so other agents are built
+from the same parts (see :mod:`rxagent.agent.steps` and ``rxagent.agent.recipes``).
+"""
 
 from __future__ import annotations
 
-from rxagent.agent.middleware import (
-    ActingStep,
-    CutPoint,
-    Middleware,
-    ReasoningStep,
-    RunInput,
-    StopRun,
-    insert,
+from rxagent.agent.acting import ActingDecision, act_step
+from rxagent.agent.control import RunControl, RunStatus
+from rxagent.agent.decisions import (
+    after_acting,
+    after_reasoning,
+    after_tools,
+    continue_reasoning,
+    route_input,
 )
-from rxagent.agent.react import (
+from rxagent.agent.inputs import (
     AgentInput,
-    AgentOptions,
     ExternalResult,
     PendingToolCallsError,
-    ReActAgent,
-    RunControl,
+    RunInput,
+    SessionBusyError,
     ToolDecision,
+    normalise_input,
 )
-from rxagent.agent.structured import OUTPUT_TOOL
+from rxagent.agent.middleware import ActingStep, CutPoint, Middleware, ReasoningStep, StopRun, insert
+from rxagent.agent.nodes import (
+    Act,
+    CheckOutput,
+    Finish,
+    Interrupt,
+    Next,
+    Node,
+    Reason,
+    Reprompt,
+    Start,
+    Step,
+    StepOutput,
+)
+from rxagent.agent.options import AgentOptions, StructuredMode
+from rxagent.agent.output import check_output_step
+from rxagent.agent.react import DEFAULT_SESSION, ReActAgent, default_steps
+from rxagent.agent.reasoning import ReasoningDecision, build_request, reason_step, structured_path
+from rxagent.agent.routing import RouteDecision, apply_input, start_step
+from rxagent.agent.run import RunState
+from rxagent.agent.steps import emit, finish_step, interrupt_step, reprompt_step, run_loop
+from rxagent.agent.structured import OUTPUT_TOOL, extract_json
 from rxagent.agent.transcript import repair_transcript
 
 __all__ = [
+    "DEFAULT_SESSION",
     "OUTPUT_TOOL",
+    "Act",
+    "ActingDecision",
     "ActingStep",
     "AgentInput",
     "AgentOptions",
+    "CheckOutput",
     "CutPoint",
     "ExternalResult",
+    "Finish",
+    "Interrupt",
     "Middleware",
+    "Next",
+    "Node",
     "PendingToolCallsError",
     "ReActAgent",
+    "Reason",
+    "ReasoningDecision",
     "ReasoningStep",
+    "Reprompt",
+    "RouteDecision",
     "RunControl",
     "RunInput",
+    "RunState",
+    "RunStatus",
+    "SessionBusyError",
+    "Start",
+    "Step",
+    "StepOutput",
     "StopRun",
+    "StructuredMode",
     "ToolDecision",
+    "act_step",
+    "after_acting",
+    "after_reasoning",
+    "after_tools",
+    "apply_input",
+    "build_request",
+    "check_output_step",
+    "continue_reasoning",
+    "default_steps",
+    "emit",
+    "extract_json",
+    "finish_step",
     "insert",
+    "interrupt_step",
+    "normalise_input",
+    "reason_step",
     "repair_transcript",
+    "reprompt_step",
+    "route_input",
+    "run_loop",
+    "start_step",
+    "structured_path",
 ]

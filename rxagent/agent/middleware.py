@@ -36,20 +36,19 @@ from typing import Any, Literal, TypeAlias, TypeVar, cast
 
 from reactivex import Observable
 
+from rxagent.agent.inputs import RunInput
 from rxagent.context import RunContext, RuntimeContext
 from rxagent.events import AgentEvent
-from rxagent.messages import Msg, ToolUseBlock
+from rxagent.messages import ToolUseBlock
 from rxagent.model.types import ChatChunk, ChatRequest
-from rxagent.operators._typing import Operator
-from rxagent.tools.events import ToolEvent
-from rxagent.tools.executor import ToolInvocation
+from rxagent.operators import Operator
+from rxagent.tools import ToolEvent, ToolInvocation
 
 __all__ = [
     "ActingStep",
     "CutPoint",
     "Middleware",
     "ReasoningStep",
-    "RunInput",
     "StopRun",
     "chain",
     "has_hooks",
@@ -69,14 +68,6 @@ class StopRun(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
-
-
-@dataclass(frozen=True, slots=True)
-class RunInput:
-    """The ``agent`` cut point's input: the new messages (or the decisions on pending calls) of a run."""
-
-    messages: tuple[Msg, ...]
-    decisions: tuple[Any, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,7 @@
 """Structured output: the answer as a validated pydantic model (or JSON matching a schema).
 
-Two paths, picked per run (``structured_mode``, default ``auto``):
+Three paths, picked per run (``structured_mode``, default ``auto``: the first the model's capabilities
+allow, in this order):
 
 - **native**: when the model declares ``json_schema_output``, the request asks for JSON matching the
   schema (``response_format``) and the answer text is validated.
@@ -9,16 +10,19 @@ Two paths, picked per run (``structured_mode``, default ``auto``):
   answer). The tool choice follows a ladder, stepping down when the model rejects forcing (reasoning
   models often do) with a 400 error: force ``generate_response`` (when it is the only tool and the model
   declares ``forced_tool_choice``) → ``required`` → ``auto`` plus an instruction in the request.
+- **prompted**: for models with neither, the schema goes into the instructions and the JSON is read from
+  the answer text: a fenced block or bare JSON, the first complete object (:func:`extract_json`).
 
-Either way a validation failure goes back to the model with the error, up to ``structured_retries``
+Every way, a validation failure goes back to the model with the error, up to ``structured_retries``
 times; after that the run ends with ``structured=None`` and ``structured_error`` saying why.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from jsonschema import Draft202012Validator
 from pydantic import BaseModel, JsonValue, ValidationError
@@ -26,7 +30,7 @@ from pydantic import BaseModel, JsonValue, ValidationError
 from rxagent.model.types import JsonSchemaFormat, ToolSchema
 from rxagent.tools.schema import strip_titles
 
-__all__ = ["OUTPUT_TOOL", "OutputSpec"]
+__all__ = ["OUTPUT_TOOL", "OutputSpec", "extract_json", "prompted_instructions"]
 
 OUTPUT_TOOL = "generate_response"
 """Name of the per-run tool whose arguments are the structured answer."""
@@ -82,7 +86,7 @@ class OutputSpec:
         return value
 
     def validate_text(self, text: str) -> Any:
-        """Validate JSON answer text (native path)."""
+        """Validate JSON answer text (native path: the whole answer is the JSON, fenced or not)."""
         stripped = text.strip()
         if stripped.startswith("```"):  # models often fence JSON even when asked not to
             stripped = stripped.strip("`").removeprefix("json").strip()
@@ -91,6 +95,55 @@ class OutputSpec:
         except json.JSONDecodeError as error:
             raise ValueError(f"the answer is not valid JSON: {error.msg} at character {error.pos}") from None
         return self.validate(value)
+
+    def validate_answer(self, text: str) -> Any:
+        """Validate the JSON object found in answer text (prompted path, see :func:`extract_json`)."""
+        return self.validate(extract_json(text))
+
+
+_FENCE = re.compile(r"```[ \t]*(?:json|JSON)?[ \t]*\n(.*?)```", re.DOTALL)
+
+
+def extract_json(text: str) -> dict[str, Any]:
+    """The JSON object an answer holds: the first fenced block that parses, else the first complete
+    ``{...}`` object in the text (prose around it is ignored).
+
+    Raises:
+        ValueError: the text holds no JSON object.
+
+    Example:
+        >>> extract_json('Sure! Here it is: {"city": "Oslo", "n": 2} Hope that helps.')
+        {'city': 'Oslo', 'n': 2}
+    """
+    decoder = json.JSONDecoder()
+    for match in _FENCE.finditer(text):
+        try:
+            value: Any = json.loads(match.group(1))
+        except json.JSONDecodeError:
+            continue
+        if isinstance(value, dict):
+            return cast("dict[str, Any]", value)
+    start = text.find("{")
+    while start >= 0:
+        try:
+            value, _ = decoder.raw_decode(text, start)
+        except json.JSONDecodeError:
+            start = text.find("{", start + 1)
+            continue
+        if isinstance(value, dict):
+            return cast("dict[str, Any]", value)
+        start = text.find("{", start + 1)
+    raise ValueError("the answer holds no JSON object; reply with only the JSON object")
+
+
+def prompted_instructions(output: OutputSpec) -> str:
+    """The instruction that carries the schema on the prompted path."""
+    schema = json.dumps(output.schema, separators=(",", ":"))
+    about = f" ({output.description})" if output.description else ""
+    return (
+        f"Give your final answer{about} as a single JSON object that matches this JSON schema, and nothing "
+        f"else. Schema: {schema}"
+    )
 
 
 def _pydantic_problems(error: ValidationError) -> str:

@@ -1,7 +1,7 @@
 """The model contract: what goes into a model (:class:`ChatRequest`), what streams out (:class:`ChatChunk`).
 
-Chunks are the hot path (one per streamed token or fragment), so they are plain slotted classes built
-without validation; requests are built once per call and are frozen dataclasses that middleware derives
+The chunk types live in the bottom layer (:mod:`rxagent.chunks`, which operators and events use too) and
+are re-exported here; requests are built once per call and are frozen dataclasses that middleware derives
 new versions of with :func:`dataclasses.replace`.
 """
 
@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
+from typing import Literal, Protocol, TypeAlias, runtime_checkable
 
 from pydantic import JsonValue
 from reactivex import Observable
 
+from rxagent.chunks import ChatChunk, FinishReason, ToolCallDelta, Usage
 from rxagent.messages import Msg
 from rxagent.retry import RetryBudget
 
@@ -31,72 +32,6 @@ __all__ = [
     "ToolSchema",
     "Usage",
 ]
-
-FinishReason: TypeAlias = Literal["stop", "tool_calls", "length", "content_filter", "error"]
-"""Why the model stopped: natural end, to call tools, token limit, provider filter, or provider error."""
-
-
-@dataclass(slots=True)
-class Usage:
-    """Token usage of one model call (or, added up with ``+``, of several)."""
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_tokens: int = 0
-    reasoning_tokens: int = 0
-
-    @property
-    def total_tokens(self) -> int:
-        """Input plus output tokens."""
-        return self.input_tokens + self.output_tokens
-
-    def __add__(self, other: Usage) -> Usage:
-        return Usage(
-            self.input_tokens + other.input_tokens,
-            self.output_tokens + other.output_tokens,
-            self.cache_read_tokens + other.cache_read_tokens,
-            self.reasoning_tokens + other.reasoning_tokens,
-        )
-
-    def to_json(self) -> dict[str, JsonValue]:
-        """The usage as a JSON object (as stored in ``Msg.metadata["usage"]``)."""
-        return {
-            "input_tokens": self.input_tokens,
-            "output_tokens": self.output_tokens,
-            "cache_read_tokens": self.cache_read_tokens,
-            "reasoning_tokens": self.reasoning_tokens,
-        }
-
-
-@dataclass(slots=True)
-class ToolCallDelta:
-    """A fragment of one streamed tool call.
-
-    Providers send a call's id and name once (usually first) and its arguments in fragments. ``index``
-    says which call a fragment belongs to, but some providers reuse an index for different calls, so
-    :func:`rxagent.operators.fold_message` keys calls by ``id`` whenever one is present.
-    """
-
-    index: int
-    id: str | None = None
-    name: str | None = None
-    arguments: str = ""
-
-
-@dataclass(slots=True)
-class ChatChunk:
-    """One streamed piece of a model's answer. Every field is optional; most chunks carry one delta.
-
-    Treat chunks as immutable once emitted: several subscribers may see the same object.
-    """
-
-    text: str = ""
-    thinking: str = ""
-    tool_calls: tuple[ToolCallDelta, ...] = ()
-    usage: Usage | None = None
-    finish_reason: FinishReason | None = None
-    raw: Mapping[str, Any] | None = None
-    """The provider's decoded chunk, for fields rxagent does not model."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,11 @@ private module (``_fold_message.py``, ``_using_resource.py``, …), as ``reactiv
 operator is cold and re-subscribable (per-subscription state lives inside ``subscribe``), and every
 source is loop-bound: it subscribes inside a running asyncio loop and disposing it cancels its task.
 
+The plumbing for writing fast loop-bound sources is public too: :class:`Source` and :func:`subscribe_to`
+(direct subscription, see ``_source.py``), :func:`deferred`, :class:`Slot`, :func:`running_loop` and
+:func:`start_task`; so are the :class:`MessageFold` accumulator behind ``fold_message`` and the
+:class:`KeyedSerializer` that makes runs on one session take turns.
+
 To everyone else they are ordinary ``reactivex`` observables. Among themselves the hot ones (``frame``,
 ``run_steps``, ``sync_of``, ``from_async_iterable``, ``using_resource``) subscribe directly, without
 reactivex's per-subscribe wrapping (see ``_source.py`` for the promises that makes safe), and they
@@ -19,21 +24,31 @@ from typing import TYPE_CHECKING, Literal, TypeAlias, TypeVar
 from reactivex import Observable
 
 from rxagent.operators._flow_control import BufferOverflowError
-from rxagent.operators._from_async_iterable import SourceCancelledError
+from rxagent.operators._fold_message import MessageFold
+from rxagent.operators._from_async_iterable import SourceCancelledError, running_loop, start_task
 from rxagent.operators._outcome import Outcome
+from rxagent.operators._serialize_on_key import KeyedSerializer, Turn
+from rxagent.operators._slot import Slot
+from rxagent.operators._source import Source, deferred, subscribe_to
 from rxagent.operators._typing import Operator
 
 if TYPE_CHECKING:
+    from rxagent.chunks import ChatChunk
     from rxagent.messages import Msg
-    from rxagent.model.types import ChatChunk
     from rxagent.retry import RetryBudget, RetryPolicy
 
 __all__ = [
     "BufferOverflowError",
+    "KeyedSerializer",
+    "MessageFold",
     "Operator",
     "Outcome",
     "OverflowPolicy",
+    "Slot",
+    "Source",
     "SourceCancelledError",
+    "Turn",
+    "deferred",
     "do_finally",
     "fold_message",
     "frame",
@@ -42,6 +57,9 @@ __all__ = [
     "map_many",
     "retry_backoff",
     "run_steps",
+    "running_loop",
+    "start_task",
+    "subscribe_to",
     "sync_of",
     "timeout_total",
     "to_async_iterator",

@@ -16,8 +16,8 @@ from pydantic import JsonValue
 from reactivex import Observable
 from reactivex import operators as ops
 
+from rxagent.chunks import ChatChunk, FinishReason, ToolCallDelta, Usage
 from rxagent.messages import ContentBlock, Msg, TextBlock, ThinkingBlock, ToolUseBlock, new_id
-from rxagent.model.types import ChatChunk, FinishReason, ToolCallDelta, Usage
 from rxagent.operators._typing import Operator
 
 __all__ = ["MessageFold", "fold_message"]

@@ -18,9 +18,9 @@ from rxagent.tools._tool import (
 from rxagent.tools.arguments import ArgumentProblem, ToolArgumentError
 from rxagent.tools.events import (
     ToolBatchFinished,
+    ToolBodyStarted,
     ToolCallFinished,
     ToolCallProgress,
-    ToolCallStarted,
     ToolCallSuspended,
     ToolEvent,
     ToolPermissionRequired,
@@ -50,10 +50,10 @@ __all__ = [
     "Tool",
     "ToolArgumentError",
     "ToolBatchFinished",
+    "ToolBodyStarted",
     "ToolCallFinished",
     "ToolCallNext",
     "ToolCallProgress",
-    "ToolCallStarted",
     "ToolCallSuspended",
     "ToolContext",
     "ToolEvent",

@@ -1,7 +1,7 @@
 """What the tool executor emits while it runs a batch of calls.
 
 Events are small frozen dataclasses (cheap to build; the agent layer turns them into JSON events). A
-batch emits, as things happen: :class:`ToolCallStarted`, :class:`ToolCallProgress`,
+batch emits, as things happen: :class:`ToolBodyStarted`, :class:`ToolCallProgress`,
 :class:`ToolCallFinished` for every call that runs (or is refused or rejected), plus
 :class:`ToolPermissionRequired` / :class:`ToolCallSuspended` for calls that wait for a human or for the
 caller, and last of all one :class:`ToolBatchFinished` with the results in the order of the calls.
@@ -18,9 +18,9 @@ from rxagent.tools.permissions import PermissionDecision
 
 __all__ = [
     "ToolBatchFinished",
+    "ToolBodyStarted",
     "ToolCallFinished",
     "ToolCallProgress",
-    "ToolCallStarted",
     "ToolCallSuspended",
     "ToolEvent",
     "ToolPermissionRequired",
@@ -28,7 +28,7 @@ __all__ = [
 
 
 @dataclass(frozen=True, slots=True)
-class ToolCallStarted:
+class ToolBodyStarted:
     """A call passed the gate and its body started; ``arguments`` are the final values (presets included)."""
 
     call: ToolUseBlock
@@ -85,7 +85,7 @@ class ToolBatchFinished:
 
 
 ToolEvent: TypeAlias = (
-    ToolCallStarted
+    ToolBodyStarted
     | ToolCallProgress
     | ToolCallFinished
     | ToolPermissionRequired

@@ -50,9 +50,9 @@ from rxagent.tools._tool import ProgressUpdate, Tool, ToolContext, ToolSystemErr
 from rxagent.tools.arguments import ArgumentProblem, ToolArgumentError, parse_arguments
 from rxagent.tools.events import (
     ToolBatchFinished,
+    ToolBodyStarted,
     ToolCallFinished,
     ToolCallProgress,
-    ToolCallStarted,
     ToolCallSuspended,
     ToolEvent,
     ToolPermissionRequired,
@@ -352,7 +352,7 @@ class ToolExecutor:
                     observer.on_next(ToolCallProgress(call, update))
 
             tool_context = ToolContext(call.id, tool.name, runtime, emit_progress)
-            observer.on_next(ToolCallStarted(call, values))
+            observer.on_next(ToolBodyStarted(call, values))
             started = time.perf_counter()
 
             async def body() -> None:

@@ -20,10 +20,10 @@ from rxagent.tools import (
     Permissions,
     SchemaTool,
     ToolBatchFinished,
+    ToolBodyStarted,
     ToolCallFinished,
     ToolCallNext,
     ToolCallProgress,
-    ToolCallStarted,
     ToolCallSuspended,
     ToolContext,
     ToolEvent,
@@ -191,7 +191,7 @@ async def test_progress_comes_between_start_and_finish_and_is_never_a_result() -
 
     events = await run([call("steps", id="s")], Toolkit([steps]))
     kinds = [type(e).__name__ for e in events]
-    assert kinds == ["ToolCallStarted"] + ["ToolCallProgress"] * 3 + ["ToolCallFinished", "ToolBatchFinished"]
+    assert kinds == ["ToolBodyStarted"] + ["ToolCallProgress"] * 3 + ["ToolCallFinished", "ToolBatchFinished"]
     assert texts(events) == ["done"]
 
 
@@ -291,7 +291,7 @@ async def test_dispose_cancels_running_async_tools_and_emits_nothing_more() -> N
     subscription.dispose()
     await asyncio.wait_for(cleaned.wait(), 1)
     await asyncio.sleep(0)
-    assert [type(e) for e in seen] == [ToolCallStarted]
+    assert [type(e) for e in seen] == [ToolBodyStarted]
 
 
 async def test_dispose_while_a_sync_tool_runs_discards_its_result_and_flags_cancellation() -> None:
@@ -319,7 +319,7 @@ async def test_dispose_while_a_sync_tool_runs_discards_its_result_and_flags_canc
     await asyncio.get_running_loop().run_in_executor(None, finished.wait, 5)
     await asyncio.sleep(0.01)
     assert saw_cancel == [True]
-    assert [type(e) for e in seen] == [ToolCallStarted]
+    assert [type(e) for e in seen] == [ToolBodyStarted]
 
 
 async def test_the_batch_is_cold() -> None:

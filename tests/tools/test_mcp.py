@@ -39,9 +39,9 @@ from rxagent.messages import ToolResultBlock, ToolUseBlock
 from rxagent.tools import (
     Permissions,
     ToolBatchFinished,
+    ToolBodyStarted,
     ToolCallFinished,
     ToolCallProgress,
-    ToolCallStarted,
     ToolContext,
     ToolEvent,
     ToolExecutor,
@@ -339,7 +339,7 @@ async def test_a_call_returns_the_text_of_the_result(any_era: Connected) -> None
     events = await run(toolkit, call("add", a=2, b=3), call("echo", text="héllo ✓\nnext line"))
 
     assert [(r.status, r.text) for r in results(events)] == [("ok", "5"), ("ok", "héllo ✓\nnext line")]
-    started = [e for e in events if isinstance(e, ToolCallStarted)]
+    started = [e for e in events if isinstance(e, ToolBodyStarted)]
     assert [e.arguments for e in started] == [{"a": 2, "b": 3}, {"text": "héllo ✓\nnext line"}]
     finished = [e for e in events if isinstance(e, ToolCallFinished)]
     assert [e.value for e in finished] == ["5", "héllo ✓\nnext line"]
@@ -396,7 +396,7 @@ async def test_invalid_arguments_are_refused_before_the_server_sees_them(connect
     assert "text: ['not', 'a', 'string'] is not of type 'string' (rule: type)" in checked[3].text
     assert "seconds: -1 is less than the minimum of 0 (rule: minimum)" in checked[4].text
     assert "text: is required but missing" in checked[5].text
-    assert not [e for e in events if isinstance(e, ToolCallStarted)]
+    assert not [e for e in events if isinstance(e, ToolBodyStarted)]
     assert await server_calls(toolkit) == before
 
 

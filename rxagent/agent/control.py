@@ -1,0 +1,114 @@
+"""The caller's handle on a run: interrupt it from any thread, see where it waits for its session."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from typing import Literal, TypeAlias
+
+from rxagent.operators import Turn
+
+__all__ = ["RunControl", "RunStatus"]
+
+RunStatus: TypeAlias = Literal["idle", "queued", "running"]
+"""Where the run a :class:`RunControl` watches stands: none bound, waiting for its session, or running."""
+
+
+class RunControl:
+    """The caller's handle on a run: interrupt it from any thread, and see where it waits for its session.
+
+    An interrupt stops the model stream or the running tools; calls that already finished keep their real
+    results, unfinished calls get ``interrupted`` results, and the run ends with reason ``INTERRUPTED``
+    (unlike dispose, which only cleans up). A control is bound to one run at a time, from subscription
+    until the run has released its session; it can be reused for the next run.
+    """
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._interrupted = False
+        self._callbacks: list[Callable[[], None]] = []
+        self._turn: Turn | None = None
+
+    def interrupt(self) -> bool:
+        """Interrupt the bound run; safe from any thread (a UI thread, a signal handler, a widget callback).
+
+        The interrupt is marshalled onto the run's event loop and takes effect on the loop's next turn, so
+        an event being delivered when ``interrupt`` is called from its handler still reaches every
+        subscriber before the run's closing events. An interrupt while the run waits for its session ends
+        it as soon as it gets the session, before any model call.
+
+        Returns:
+            ``True`` when a run was bound to receive it; ``False`` (a no-op) before the run is subscribed,
+            after it has ended, or when it was already interrupted.
+        """
+        with self._guard:
+            loop = self._loop
+            if loop is None or self._interrupted:
+                return False
+            self._interrupted = True
+        try:
+            loop.call_soon_threadsafe(self._fire)
+        except RuntimeError:  # the loop closed: the run is over
+            return False
+        return True
+
+    def _fire(self) -> None:
+        # Innermost first: a step that ends itself gracefully on interrupt (a model call keeps the text
+        # streamed so far) registered after the loop around it, and must act before the loop cuts it.
+        for callback in reversed(tuple(self._callbacks)):
+            callback()
+
+    @property
+    def interrupted(self) -> bool:
+        """True once the bound run was interrupted."""
+        return self._interrupted
+
+    @property
+    def status(self) -> RunStatus:
+        """``idle`` (no run bound), ``queued`` (waiting for its session) or ``running``."""
+        turn = self._turn
+        if self._loop is None:
+            return "idle"
+        return "running" if turn is None or turn.position == 0 else "queued"
+
+    @property
+    def position(self) -> int | None:
+        """``0`` while the run holds its session, ``n`` while it waits ``n``-th in line, else ``None``."""
+        turn = self._turn
+        return turn.position if turn is not None else None
+
+    def on_interrupt(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` on interrupt (at once if already interrupted); returns an unregister function.
+
+        For the run's own steps: register and call on the run's loop.
+        """
+        if self._interrupted:
+            callback()
+            return lambda: None
+        self._callbacks.append(callback)
+
+        def unregister() -> None:
+            if callback in self._callbacks:
+                self._callbacks.remove(callback)
+
+        return unregister
+
+    def bind(self, loop: asyncio.AbstractEventLoop, turn: Turn | None = None) -> None:
+        """Attach the control to a run starting on ``loop`` (the agent does this at subscription).
+
+        Raises:
+            RuntimeError: the control is bound to another run that has not ended.
+        """
+        with self._guard:
+            if self._loop is not None:
+                raise RuntimeError("this RunControl is already bound to a run that has not ended")
+            self._loop, self._turn, self._interrupted = loop, turn, False
+            self._callbacks.clear()
+
+    def unbind(self) -> None:
+        """Detach from the ended run: later interrupts are no-ops until the next :meth:`bind`."""
+        with self._guard:
+            self._loop, self._turn = None, None
+            self._callbacks.clear()

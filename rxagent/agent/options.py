@@ -1,0 +1,63 @@
+"""How an agent's loop behaves: one frozen settings object."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, TypeAlias
+
+from rxagent.model.types import ToolChoice
+
+__all__ = ["AgentOptions", "StructuredMode"]
+
+StructuredMode: TypeAlias = Literal["auto", "native", "tool", "prompted"]
+"""How structured output is asked for (see :class:`AgentOptions`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AgentOptions:
+    """How the loop behaves.
+
+    Attributes:
+        max_iters: reasoning steps before the tool-less summarising turn (reason ``MAX_ITERATIONS``).
+        parallel_tools: run consecutive concurrency-safe calls together.
+        max_tool_concurrency: most calls running at once.
+        tool_timeout: seconds for tools without their own timeout.
+        repeat_guard: same call, same arguments, same result this many times in a row injects a hint to
+            change strategy (0 disables).
+        recover_pending: new user input while calls are pending gives those calls ``interrupted``
+            results instead of failing (an asking call is never run by recovery).
+        structured_mode: how structured output is asked for: ``native`` (the model's JSON-schema output),
+            ``tool`` (a tool whose arguments are the answer), ``prompted`` (the schema in the instructions
+            and the JSON read from the answer text, for models with neither), or ``auto`` (the first of
+            native, tool, prompted that the model's capabilities allow).
+        structured_retries: attempts the model gets to fix invalid structured output.
+        retry_budget: model-call retries allowed per run, shared by all its calls.
+        temperature, max_tokens: request options.
+        first_tool_choice: tool choice for the run's first reasoning step (``"required"`` makes the model
+            use a tool before it answers); later steps use ``auto``.
+        session_wait: seconds a run waits for its session while other runs hold it before failing with
+            :class:`SessionBusyError` (``None``: as long as it takes). ``RunControl.position`` shows the
+            queue moving meanwhile.
+    """
+
+    max_iters: int = 10
+    parallel_tools: bool = True
+    max_tool_concurrency: int = 8
+    tool_timeout: float | None = None
+    repeat_guard: int = 3
+    recover_pending: bool = False
+    structured_mode: StructuredMode = "auto"
+    structured_retries: int = 2
+    retry_budget: int = 8
+    temperature: float | None = None
+    max_tokens: int | None = None
+    first_tool_choice: ToolChoice | None = None
+    session_wait: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_iters < 1:
+            raise ValueError("max_iters must be at least 1")
+        if self.repeat_guard < 0 or self.structured_retries < 0 or self.retry_budget < 0:
+            raise ValueError("repeat_guard, structured_retries and retry_budget must be >= 0")
+        if self.session_wait is not None and not self.session_wait >= 0:
+            raise ValueError("session_wait must be None or a number of seconds >= 0")

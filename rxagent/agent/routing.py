@@ -1,0 +1,189 @@
+"""The start step: route a run's input by what the session waits for.
+
+New text with nothing pending joins the history and goes to the model. When calls are pending, the input
+must answer them: approvals (possibly with edited arguments), denials and external results are checked as
+a whole before anything changes (a refused input leaves no trace), then applied; approved calls run next
+(:func:`~rxagent.agent.decisions.route_input`). New text while calls wait is refused, unless
+``AgentOptions.recover_pending`` answers the waiting calls as interrupted (never running an asking call).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import reactivex
+from pydantic import JsonValue
+from reactivex import Observable
+
+from rxagent.agent.decisions import route_input
+from rxagent.agent.inputs import ExternalResult, PendingToolCallsError, RunInput, ToolDecision
+from rxagent.agent.nodes import Start, StepOutput
+from rxagent.agent.run import RunState
+from rxagent.agent.steps import emit
+from rxagent.events import AgentEvent, RunStarted
+from rxagent.messages import Msg, ToolUseBlock
+from rxagent.operators import sync_of
+from rxagent.state import PendingCall
+from rxagent.tools import ToolArgumentError, Unavailable, result_of
+
+__all__ = ["EDITED_CALLS", "RouteDecision", "apply_input", "start_step"]
+
+RouteDecision = Callable[[tuple[ToolUseBlock, ...], RunState], Any]
+"""``(approved calls, run) -> next node``: where a run goes once its input is applied."""
+
+EDITED_CALLS = "rxagent_edited_calls"
+"""The assistant message's metadata key mapping edited call ids to the model's original argument text."""
+
+
+def start_step(route: RouteDecision = route_input) -> Callable[[Start, RunState], Observable[StepOutput]]:
+    """The step for :class:`~rxagent.agent.nodes.Start`: ``RunStarted``, the input applied, then
+    ``Next(route(approved, run))``.
+
+    Args:
+        route: picks the first node once the input is applied (a planning agent starts with its
+            ``Plan`` node here).
+    """
+
+    def step(node: Start, run: RunState) -> Observable[StepOutput]:
+        opening: list[AgentEvent] = (
+            []
+            if run.quiet
+            else [RunStarted(**run.head, agent=run.agent.name, input=list(node.input.messages))]
+        )
+        try:
+            approved, closing = apply_input(node.input, run)
+        except PendingToolCallsError as refused:  # after RunStarted, so the run's events stay well formed
+            return reactivex.concat(sync_of(*opening), reactivex.throw(refused))
+        return emit(*opening, *closing, then=route(approved, run))
+
+    return step
+
+
+def apply_input(run_input: RunInput, run: RunState) -> tuple[tuple[ToolUseBlock, ...], list[AgentEvent]]:
+    """Apply ``run_input`` to the session: returns the calls a human approved and the events to emit.
+
+    Raises:
+        PendingToolCallsError: the input does not fit the pending calls (nothing was changed).
+    """
+    state = run.state
+    if state.pending:
+        if run_input.decisions:
+            return _resume(run, run_input.decisions, run_input.messages)
+        if not run.agent.options.recover_pending:
+            waiting = ", ".join(f"{p.call.name} ({p.call.id}, {p.kind})" for p in state.pending)
+            raise PendingToolCallsError(
+                f"this session has tool calls waiting for a decision or a result: {waiting}. Send "
+                "ToolDecision / ExternalResult values, or enable AgentOptions.recover_pending"
+            )
+        for pending in state.pending:
+            text = "The user moved on without deciding on this call; it was not run."
+            state.partial_results.append(result_of(pending.call, text, "interrupted"))
+        state.pending.clear()
+        closing = run.close_tool_batch()
+        state.messages.extend(run_input.messages)
+        return (), closing
+    if run_input.decisions:
+        raise PendingToolCallsError("this session has no tool calls waiting; there is nothing to decide")
+    state.messages.extend(run_input.messages)
+    return (), []
+
+
+def _resume(
+    run: RunState, decisions: Sequence[ToolDecision | ExternalResult], messages: Sequence[Msg]
+) -> tuple[tuple[ToolUseBlock, ...], list[AgentEvent]]:
+    state = run.state
+    by_id = {p.call.id: p for p in state.pending}
+    edits = _check_decisions(run, decisions, by_id)  # everything is checked before anything changes
+    approved: list[ToolUseBlock] = []
+    for decision in decisions:
+        call = by_id.pop(decision.call_id).call
+        if isinstance(decision, ExternalResult):
+            state.partial_results.append(result_of(call, decision.output, decision.status))
+        elif decision.allow:
+            edited = edits.get(call.id)
+            approved.append(_record_edit(run, call, edited) if edited is not None else call)
+        else:
+            why = f": {decision.reason}" if decision.reason else ""
+            state.partial_results.append(result_of(call, f"The user denied this call{why}.", "denied"))
+    state.pending = list(by_id.values())
+    run.deferred_input = list(messages)  # joins the history after the tool results it follows
+    if approved or state.pending:
+        return tuple(approved), []
+    closing = run.close_tool_batch()
+    state.messages.extend(run.deferred_input)
+    run.deferred_input = []
+    return (), closing
+
+
+def _check_decisions(
+    run: RunState, decisions: Sequence[ToolDecision | ExternalResult], pending: Mapping[str, PendingCall]
+) -> dict[str, dict[str, JsonValue]]:
+    """Refuse any input that does not fit the pending calls; return the checked edits of approvals."""
+    seen: set[str] = set()
+    edits: dict[str, dict[str, JsonValue]] = {}
+    for decision in decisions:
+        call_id = decision.call_id
+        waiting = pending.get(call_id)
+        if waiting is None:
+            known = ", ".join(repr(i) for i in pending) or "none"
+            raise PendingToolCallsError(f"no pending tool call with id {call_id!r} (pending: {known})")
+        if call_id in seen:
+            raise PendingToolCallsError(f"two answers for tool call {call_id!r}: send one per call")
+        seen.add(call_id)
+        if isinstance(decision, ExternalResult):
+            if waiting.kind != "external":
+                raise PendingToolCallsError(f"call {call_id!r} asks for permission, not a result")
+            continue
+        if waiting.kind != "ask":
+            raise PendingToolCallsError(f"call {call_id!r} is external: send an ExternalResult")
+        if decision.arguments is not None:
+            if not decision.allow:
+                raise PendingToolCallsError(
+                    f"call {call_id!r}: edited arguments come with an approval, not a denial"
+                )
+            edits[call_id] = _checked_edit(run, waiting.call, decision.arguments)
+    return edits
+
+
+def _checked_edit(
+    run: RunState, call: ToolUseBlock, arguments: Mapping[str, JsonValue]
+) -> dict[str, JsonValue]:
+    resolved = run.view.resolve(call.name)
+    if isinstance(resolved, Unavailable):
+        raise PendingToolCallsError(f"call {call.id!r}: {resolved.message}")
+    edited = dict(arguments)
+    try:
+        resolved.tool.prepare(edited, resolved.presets)
+    except ToolArgumentError as error:
+        refused = f"call {call.id!r}: the edited arguments were refused: {error}"
+        raise PendingToolCallsError(refused) from None
+    return edited
+
+
+def _record_edit(run: RunState, call: ToolUseBlock, arguments: dict[str, JsonValue]) -> ToolUseBlock:
+    """The history keeps the edited call (same id) in place of the model's, noting the original text."""
+    edited = call.model_copy(
+        update={
+            "input": arguments,
+            "raw_arguments": json.dumps(arguments),
+            "state": "complete",
+            "error": None,
+        }
+    )
+    messages = run.state.messages
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if message.role == "assistant" and any(c.id == call.id for c in message.tool_calls):
+            content = tuple(
+                edited if getattr(block, "id", None) == call.id and block.type == "tool_use" else block
+                for block in message.content
+            )
+            recorded = message.metadata.get(EDITED_CALLS)
+            originals: dict[str, JsonValue] = dict(recorded) if isinstance(recorded, dict) else {}
+            originals[call.id] = call.raw_arguments
+            metadata = {**message.metadata, EDITED_CALLS: originals}
+            messages[index] = message.model_copy(update={"content": content, "metadata": metadata})
+            break
+    return edited

@@ -1,0 +1,225 @@
+"""Everything one run knows: :class:`RunState`, the value every step receives.
+
+A run's steps (see :mod:`rxagent.agent.steps`) are functions of a node and a ``RunState``. The state holds
+the session's :class:`~rxagent.state.AgentState` (saved when the run ends), the run's identity and
+context, its tools (a per-run view and executor), its counters (iteration, usage, retry budget) and the
+helpers every step shares: building event headers, changing phase, closing a batch of tool results, the
+repaired history a request sends. It is created per subscription, so runs never share it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from rxagent.agent.control import RunControl
+from rxagent.agent.transcript import repair_transcript
+from rxagent.context import RunContext, RuntimeContext
+from rxagent.events import AgentEvent, MessageCompleted, Phase, PhaseChanged, UsageTotals
+from rxagent.messages import Msg, ToolResultBlock, ToolResultStatus, ToolUseBlock, new_id
+from rxagent.retry import RetryBudget
+from rxagent.state import AgentState, SessionKey
+from rxagent.tools import ToolExecutor, ToolView, result_of
+
+if TYPE_CHECKING:
+    from rxagent.agent.react import ReActAgent
+
+__all__ = ["RunState"]
+
+
+@dataclass(eq=False)
+class RunState:
+    """One run's state, shared by its steps.
+
+    Attributes:
+        agent: the agent running (its model, toolkit, options, middleware, permissions, output type).
+        caller: the context the caller passed in.
+        key: the session's ``(user_id, session_id)``.
+        state: the session's conversation and pending calls; saved when the run ends.
+        control: interrupts the run; the loop checks it between steps.
+        save: saves ``state`` (the finish step calls it before the result; an error passed to it gets a
+            failing save attached as a note instead of replaced).
+        run_id: the run's id, in every event.
+        iteration: reasoning steps taken.
+        usage: token totals over the run's model calls.
+        last_message: the last assistant message folded in this run.
+        vars: free per-run data for custom steps (a plan and its progress, say); never saved.
+        quiet: nobody watches the per-step events (``call`` with no hook): steps skip building them.
+        deltas: per-token events are wanted.
+        ctx: the context hooks, interceptors and tools receive (the caller's plus the run id and state).
+        view: the tools this run may use (the toolkit narrowed by ``caller.tools`` and active groups).
+        executor: runs batches of tool calls for this run.
+        budget: model-call retries left, shared by every call of the run.
+        head: the header fields every event of the run carries (``Event(**run.head, ...)``).
+    """
+
+    agent: ReActAgent
+    caller: RuntimeContext
+    key: SessionKey
+    state: AgentState
+    control: RunControl
+    save: Callable[[Exception | None], Awaitable[None]]
+    run_id: str = field(default_factory=lambda: new_id("run"))
+    iteration: int = 0
+    usage: UsageTotals = field(default_factory=UsageTotals)
+    last_message: Msg | None = None
+    vars: dict[str, Any] = field(default_factory=lambda: {})
+    quiet: bool = False
+    deltas: bool = True
+    phase: Phase | None = None
+    """The phase last announced (:meth:`phase_to` emits a change only)."""
+    ended: bool = False
+    """The AgentResult was emitted: nothing that fails later may produce another."""
+    reprompted: bool = False
+    """The model was already asked once more for an answer after a reply without one."""
+    structured_attempts: int = 0
+    """Structured answers refused so far."""
+    tool_choice_rung: int = 0
+    """How far down the forced-tool-choice ladder the model's refusals have pushed this run."""
+    repeat_key: tuple[str, str, str] | None = None
+    repeat_count: int = 0
+    deferred_input: list[Msg] = field(default_factory=lambda: [])
+    """New messages that came with decisions: they join the history after the results they follow."""
+    finished_calls: dict[str, ToolResultBlock] = field(default_factory=lambda: {})
+    """Results of the batch in flight, as its calls finish: an interrupt or a cancel keeps them."""
+    failure: str | None = None
+    """Why the tools' infrastructure failed (a ``ToolSystemError``): the run ends with reason ERROR."""
+    repair_cache: tuple[int, list[Msg]] = field(default_factory=lambda: (0, []))
+    budget: RetryBudget = field(init=False)
+    head: dict[str, Any] = field(init=False)
+    ctx: RunContext = field(init=False)
+    view: ToolView = field(init=False)
+    executor: ToolExecutor = field(init=False)
+
+    def __post_init__(self) -> None:
+        caller, agent = self.caller, self.agent
+        self.ctx = RunContext(
+            user_id=caller.user_id,
+            session_id=self.key[1],
+            trace_id=caller.trace_id,
+            attributes=caller.attributes,
+            tools=caller.tools,
+            run_id=self.run_id,
+            state=self.state,
+        )
+        self.budget = RetryBudget(max_retries=agent.options.retry_budget)
+        self.head = {
+            "run_id": self.run_id,
+            "session_id": self.key[1],
+            "trace_id": self.ctx.trace_id,
+            "seq": 0,
+        }
+        scope = caller.tools
+        groups = self.state.active_groups
+        if groups is None and scope is not None:
+            groups = scope.groups
+        self.view = agent.toolkit.view(
+            allow=scope.allow if scope is not None else None,
+            active_groups=groups,
+            presets=scope.presets if scope is not None else None,
+            shared_presets=scope.shared_presets if scope is not None else None,
+        )
+        self.executor = ToolExecutor(
+            parallel=agent.options.parallel_tools,
+            max_concurrency=agent.options.max_tool_concurrency,
+            permissions=agent.permissions,
+            interceptors=agent.tool_interceptors(),
+            default_timeout=agent.options.tool_timeout,
+        )
+
+    # ---- events ------------------------------------------------------------------------------------
+
+    def phase_to(self, phase: Phase) -> list[AgentEvent]:
+        """Move to ``phase``: the :class:`PhaseChanged` to emit, if the phase changed and anyone looks."""
+        if phase == self.phase:
+            return []
+        self.phase = phase
+        if self.quiet:
+            return []
+        return [PhaseChanged(**self.head, phase=phase, iteration=self.iteration)]
+
+    # ---- the conversation ----------------------------------------------------------------------------
+
+    def history(self) -> list[Msg]:
+        """The history as a request sends it: repaired (see :mod:`rxagent.agent.transcript`), incrementally.
+
+        Repair carries state only across an assistant message with tool calls, so the repaired form of
+        a prefix that does not end in one is final; within a run the history only grows, so each step
+        repairs just what was appended since the last stable point instead of the whole conversation.
+        """
+        history = self.state.messages
+        stable, done = self.repair_cache
+        if stable > len(history):  # the history was replaced: start over
+            stable, done = 0, []
+        end = len(history)
+        while end > stable and history[end - 1].role == "assistant" and history[end - 1].tool_calls:
+            end -= 1
+        if end > stable:
+            done = done + repair_transcript(history[stable:end])
+            stable = end
+        self.repair_cache = (stable, done)
+        return done + repair_transcript(history[stable:])
+
+    def calls_of_last_assistant(self) -> tuple[ToolUseBlock, ...]:
+        """The tool calls of the newest assistant message (the batch results answer)."""
+        for message in reversed(self.state.messages):
+            if message.role == "assistant":
+                return message.tool_calls
+        return ()
+
+    def close_tool_batch(self) -> list[AgentEvent]:
+        """Send the finished batch's results as one tool message, in the order of the calls.
+
+        Returns the events to emit (the ``OBSERVING`` phase, the tool message); nothing when no result
+        is waiting.
+        """
+        results = self.state.partial_results
+        if not results:
+            return []
+        order = {c.id: i for i, c in enumerate(self.calls_of_last_assistant())}
+        ordered = sorted(results, key=lambda r: order.get(r.tool_use_id, len(order)))
+        message = Msg.from_tool_results(*ordered)
+        self.state.messages.append(message)
+        self.state.partial_results = []
+        closing = self.phase_to("OBSERVING")
+        if not self.quiet:
+            closing.append(MessageCompleted(**self.head, message=message))
+        return closing
+
+    def settle(self, unfinished: str, status: ToolResultStatus, *, answer_waiting: bool) -> list[AgentEvent]:
+        """Answer the calls of the last assistant message that ran or were running; close the batch if done.
+
+        Calls that finished keep their real results (a charge that went through stays recorded as done,
+        so the model does not charge again); calls still running get ``unfinished`` with ``status``.
+        Calls waiting for a decision or a result are answered as interrupted when ``answer_waiting``
+        (an interrupt: the user moved on), else they stay pending (a cancel or a failure changes no
+        decision the caller still has to make).
+        """
+        answered = {r.tool_use_id for r in self.state.partial_results}
+        waiting = {p.call.id for p in self.state.pending}
+        last = self.state.messages[-1] if self.state.messages else None
+        dangling = last.tool_calls if last is not None and last.role == "assistant" else ()
+        for call in dangling:
+            if call.id in answered or (call.id in waiting and not answer_waiting):
+                continue
+            finished = self.finished_calls.get(call.id)
+            if finished is not None:
+                self.state.partial_results.append(finished)
+            elif call.id in waiting:
+                self.state.partial_results.append(result_of(call, "Interrupted by the user.", "interrupted"))
+            else:
+                self.state.partial_results.append(result_of(call, unfinished, status))
+        self.finished_calls.clear()
+        if answer_waiting:
+            for pending in self.state.pending:  # waiting calls outside that message (a damaged state)
+                if pending.call.id not in answered and all(c.id != pending.call.id for c in dangling):
+                    self.state.partial_results.append(
+                        result_of(pending.call, "Interrupted by the user.", "interrupted")
+                    )
+            self.state.pending = []
+        return [] if self.state.pending else self.close_tool_batch()
+
+    def add_messages(self, messages: Sequence[Msg]) -> None:
+        """Append ``messages`` to the conversation (what custom steps use to say something to the model)."""
+        self.state.messages.extend(messages)

@@ -1,0 +1,213 @@
+"""The loop as values: nodes say where a run goes next, steps go there, :func:`run_loop` runs them.
+
+A **node** (:mod:`rxagent.agent.nodes`) is a small frozen value naming the next thing to do:
+:class:`Start` (route the input), :class:`Reason` (one model turn), :class:`Act` (run a batch of tool
+calls), :class:`Finish` (save and emit the result), and a few more the default assembly uses
+(:class:`Reprompt`, :class:`CheckOutput`, :class:`Interrupt`). A **step** is a function
+``(node, run) -> Observable[AgentEvent | Next]``: it emits the run's events and ends with one
+:class:`Next` naming the following node — a value, not a side effect.
+**Decisions** between steps (``after_reasoning``, ``after_tools``, …, in :mod:`rxagent.agent.decisions`)
+are plain functions that tests call without streams.
+
+::
+
+    run_loop(steps, Start(input), run):
+        Start ── RunStarted ── Next(Reason)
+          ─▶ Reason ── deltas … MessageCompleted ── Next(Act(calls))
+          ─▶ Act ── ToolResult … ── Next(Reason)
+          ─▶ Reason ── … ── Next(Finish(MODEL_STOP))
+          ─▶ Finish ── AgentResult
+
+A user's assembly is a mapping from node types to steps, merged over :func:`default_steps` (a planning
+step, a reviewer before tools run, a reflection after the answer — see ``rxagent.agent.recipes``). Every
+assembly gets the same guarantees from :func:`run_loop` and the agent's lifecycle around it:
+
+- **interrupt**: before each step the loop checks ``run.control``; an interrupt while a step runs lets
+  the step end itself if it knows how (a model call keeps what streamed so far), else cuts it; either
+  way the loop goes to :class:`Interrupt` (finished calls keep their results, the run ends
+  ``INTERRUPTED``).
+- **failure**: a step that fails ends the run with an ``ErrorEvent`` and an ``AgentResult`` with
+  reason ``ERROR`` (saved first), then the error; a middleware's ``StopRun`` ends it ``STOPPED``.
+- **cancel** and **save**: the agent's lifecycle (``ReActAgent.stream_events``) saves the state on
+  every ending and releases the session, whatever the steps are.
+- **depth**: steps are subscribed one after another at constant stack depth (``run_steps``).
+- **middleware**: the ``agent`` cut point wraps the whole loop; the built-in steps apply the
+  ``reasoning``/``request``/``model_call`` and ``acting``/``tool_call`` cut points, so a custom step that
+  reuses them (``reason_step(...)``, ``act_step(...)``, :func:`~rxagent.agent.reasoning.model_turn`) gets
+  them too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable, Mapping
+from typing import Any
+
+import reactivex
+from reactivex import Observable
+
+from rxagent.agent.decisions import continue_reasoning
+from rxagent.agent.middleware import StopRun
+from rxagent.agent.nodes import Finish, Interrupt, Next, Reprompt, Step, StepOutput
+from rxagent.agent.run import RunState
+from rxagent.events import AgentEvent, AgentResult, ErrorEvent, Phase, RunReason
+from rxagent.messages import Msg
+from rxagent.operators import frame, from_async_iterable, run_steps, sync_of
+
+__all__ = [
+    "NO_ANSWER_PROMPT",
+    "emit",
+    "finish",
+    "finish_step",
+    "interrupt_step",
+    "recover",
+    "reprompt_step",
+    "run_loop",
+]
+
+
+def emit(*events: AgentEvent, then: Any) -> Observable[StepOutput]:
+    """A step's output made of ``events`` and then ``Next(then)``: what simple steps return.
+
+    Example:
+        >>> def note(node: Note, run: RunState) -> Observable[StepOutput]:  # doctest: +SKIP
+        ...     run.add_messages([Msg.system(node.text)])
+        ...     return emit(then=Reason())
+    """
+    return sync_of(*events, Next(then))
+
+
+# ---- the assembly ------------------------------------------------------------------------------------
+
+
+def run_loop(steps: Mapping[type, Step], first: Any, run: RunState) -> Observable[AgentEvent]:
+    """Run the steps of ``steps`` from node ``first`` until a step finishes the run.
+
+    Each step is looked up by its node's type and subscribed when the one before it completes (constant
+    stack depth however long the run); its :class:`Next` names the node after it. See the module for the
+    interrupt, failure and middleware guarantees this adds to any assembly.
+
+    Args:
+        steps: a step per node type (start from :func:`default_steps` and replace or add entries).
+        first: the first node (``Start(run_input)`` for an agent run).
+        run: the run's state.
+
+    Returns:
+        The run's events, ending with its :class:`~rxagent.events.AgentResult`.
+
+    Raises:
+        KeyError: (as the stream's error) a node whose type has no step.
+        RuntimeError: (as the stream's error) a step that completed without naming the next node.
+
+    Lifecycle:
+        complete: after the :class:`Finish` step's result. error: a failing step ends the run as the
+        module says, then the error passes. cancel: disposes the current step.
+        re-subscribe: not supported — a ``RunState`` is one run; the agent builds one per subscription.
+    """
+    upcoming: list[Any] = [first]
+
+    def take_next(item: StepOutput) -> Iterable[AgentEvent]:
+        if type(item) is Next:
+            upcoming.append(item.node)
+            return ()
+        return (item,)  # type: ignore[return-value] - every other item is an event
+
+    def next_step() -> Observable[AgentEvent] | None:
+        if run.ended:
+            return None
+        if not upcoming:
+            raise RuntimeError("a step completed without naming the next node (emit Next(node) last)")
+        node: Any = upcoming.pop()
+        ending = isinstance(node, Interrupt) or (isinstance(node, Finish) and node.reason == "INTERRUPTED")
+        if run.control.interrupted and not ending:
+            node, ending = Interrupt(), True
+        kind: type[Any] = type(node)  # pyright: ignore[reportUnknownVariableType] - any value can be a node
+        step = steps.get(kind)
+        if step is None:
+            known = ", ".join(sorted(t.__name__ for t in steps))
+            raise KeyError(f"no step for node {kind.__name__} (steps: {known})")
+        if ending or isinstance(node, Finish):  # the closing steps always run to their end
+            return step(node, run).pipe(frame(take_next))
+        # `until`: an interrupt cuts a step that does not end itself on interrupt. The steps that do (a
+        # model call keeps what streamed so far) act first: interrupt callbacks run innermost first.
+        return step(node, run).pipe(frame(take_next, until=run.control.on_interrupt))
+
+    return run_steps(next_step, lambda error: recover(run, error))
+
+
+def recover(run: RunState, error: Exception) -> Observable[AgentEvent] | None:
+    """How a failing step ends the run: a middleware's ``StopRun`` with reason ``STOPPED``; any other error
+    with an ``ErrorEvent`` and reason ``ERROR``, then the error itself. ``None`` once the result is out."""
+    if run.ended:
+        return None
+    if isinstance(error, StopRun):
+        return finish(run, Finish("STOPPED", run.last_message, detail=error.reason))
+    run.settle("The run failed before this call finished.", "error", answer_waiting=False)
+    kind = type(error).__name__
+    report = ErrorEvent(**run.head, error_type=kind, message=str(error))
+    ending = finish(run, Finish("ERROR", None, detail=f"{kind}: {error}"), failure=error)
+    return reactivex.concat(sync_of(report), ending, reactivex.throw(error))
+
+
+# ---- the steps every assembly shares ---------------------------------------------------------------------
+
+_FINAL_PHASE: dict[RunReason, Phase] = {"ERROR": "ERROR"}
+
+
+def _nothing(_: object) -> tuple[AgentEvent, ...]:
+    return ()
+
+
+def finish(run: RunState, node: Finish, *, failure: Exception | None = None) -> Observable[AgentEvent]:
+    """The closing events: the final phase, then the one AgentResult (built last, so it is the newest).
+
+    The state is saved first, so a consumer may stop at the result; a run ending in ``failure`` keeps
+    that error whatever the save does (a failing save becomes a note on it).
+    """
+    closing = run.phase_to(_FINAL_PHASE.get(node.reason, "FINISHED"))
+
+    def result() -> tuple[AgentEvent]:
+        run.ended = True
+        return (
+            AgentResult(
+                **run.head,
+                message=node.message,
+                reason=node.reason,
+                structured=node.structured,
+                structured_error=node.structured_error,
+                usage=run.usage,
+                iterations=run.iteration,
+                pending=[p.call for p in run.state.pending],
+                detail=node.detail,
+            ),
+        )
+
+    async def save() -> AsyncIterator[AgentEvent]:
+        await run.save(failure)  # before the result, so a consumer may stop at the result
+        return
+        yield  # an async generator that yields nothing
+
+    return from_async_iterable(save).pipe(frame(_nothing, before=lambda: closing, after=result))
+
+
+def finish_step(node: Finish, run: RunState) -> Observable[StepOutput]:
+    """The :class:`Finish` step: save, the final phase, the result; the run ends (no :class:`Next`)."""
+    return finish(run, node)
+
+
+def interrupt_step(node: Interrupt, run: RunState) -> Observable[StepOutput]:
+    """The :class:`Interrupt` step: calls that finished keep their results, the rest are marked
+    interrupted, and the run finishes ``INTERRUPTED`` with whatever answer text streamed."""
+    closing = run.settle("Interrupted by the user before it finished.", "interrupted", answer_waiting=True)
+    last = run.last_message
+    message = last if last is not None and last.has_answer_text else None
+    return emit(*closing, then=Finish("INTERRUPTED", message))
+
+
+NO_ANSWER_PROMPT = "Your last reply contained no answer text. Answer the question directly, in plain text."
+
+
+def reprompt_step(node: Reprompt, run: RunState) -> Observable[StepOutput]:
+    """The :class:`Reprompt` step: tell the model its reply held no answer, then reason again (once)."""
+    run.reprompted = True
+    run.add_messages([Msg.user(NO_ANSWER_PROMPT, metadata={"rxagent": "no_answer_reprompt"})])
+    return emit(then=continue_reasoning(run))
