@@ -1,13 +1,22 @@
 """rxagent: LLM agents as compositions of ``reactivex`` observables.
 
-The names a user needs are re-exported here; everything else is reachable by module
-(``rxagent.operators``, ``rxagent.model``, …).
+The names a user reaches for first are here: the agent and its inputs, tools, messages, events and
+results, the models. Everything else is reachable by module (``rxagent.operators``, ``rxagent.agent``,
+``rxagent.model``, …). The agent, the tools and the backends load on first use, so ``import rxagent`` stays
+light.
+
+Example:
+    >>> from rxagent import ReActAgent, ScriptedModel, Toolkit, tool
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
+from rxagent.chunks import ChatChunk, Usage
+from rxagent.context import RuntimeContext, ToolScope
+from rxagent.events import AgentEvent, AgentResult, event_from_json, event_to_json
 from rxagent.messages import (
     ContentBlock,
     Msg,
@@ -16,52 +25,82 @@ from rxagent.messages import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from rxagent.model.types import ChatChunk, ChatModel, ChatRequest, ToolSchema, Usage
+from rxagent.model.types import ChatModel, ChatRequest, ToolSchema
 from rxagent.retry import RetryBudget, RetryPolicy
 
 if TYPE_CHECKING:
+    from rxagent.agent import (
+        AgentOptions,
+        ExternalResult,
+        ReActAgent,
+        RunControl,
+        ToolDecision,
+    )
     from rxagent.model.llama_cpp import LlamaCppModel
     from rxagent.model.openai import OpenAIChatModel, Timeouts
     from rxagent.model.scripted import FunctionModel, ScriptedModel, ScriptedResponse, ScriptedToolCall
+    from rxagent.tools import Permissions, Toolkit, tool
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AgentEvent",
+    "AgentOptions",
+    "AgentResult",
     "ChatChunk",
     "ChatModel",
     "ChatRequest",
     "ContentBlock",
+    "ExternalResult",
     "FunctionModel",
     "LlamaCppModel",
     "Msg",
     "OpenAIChatModel",
+    "Permissions",
+    "ReActAgent",
     "RetryBudget",
     "RetryPolicy",
+    "RunControl",
+    "RuntimeContext",
     "ScriptedModel",
     "ScriptedResponse",
     "ScriptedToolCall",
     "TextBlock",
     "ThinkingBlock",
     "Timeouts",
+    "ToolDecision",
     "ToolResultBlock",
     "ToolSchema",
+    "ToolScope",
     "ToolUseBlock",
+    "Toolkit",
     "Usage",
+    "event_from_json",
+    "event_to_json",
+    "tool",
 ]
+
+_LAZY = {
+    "AgentOptions": "rxagent.agent",
+    "ExternalResult": "rxagent.agent",
+    "ReActAgent": "rxagent.agent",
+    "RunControl": "rxagent.agent",
+    "ToolDecision": "rxagent.agent",
+    "Permissions": "rxagent.tools",
+    "Toolkit": "rxagent.tools",
+    "tool": "rxagent.tools",
+    "LlamaCppModel": "rxagent.model",
+    "OpenAIChatModel": "rxagent.model",
+    "Timeouts": "rxagent.model",
+    "FunctionModel": "rxagent.model",
+    "ScriptedModel": "rxagent.model",
+    "ScriptedResponse": "rxagent.model",
+    "ScriptedToolCall": "rxagent.model",
+}
 
 
 def __getattr__(name: str) -> Any:
-    # Backends load on first use so that `import rxagent` stays light.
-    if name in {
-        "LlamaCppModel",
-        "OpenAIChatModel",
-        "Timeouts",
-        "FunctionModel",
-        "ScriptedModel",
-        "ScriptedResponse",
-        "ScriptedToolCall",
-    }:
-        import rxagent.model
-
-        return getattr(rxagent.model, name)
-    raise AttributeError(f"module 'rxagent' has no attribute {name!r}")
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rxagent' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

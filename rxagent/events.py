@@ -423,15 +423,20 @@ AgentEvent: TypeAlias = Annotated[
 
 
 @cache
-def _adapter() -> TypeAdapter[Any]:
+def _adapter() -> TypeAdapter[AgentEvent]:
     return TypeAdapter(AgentEvent)
 
 
-def event_to_json(event: Any) -> str:
+def event_to_json(event: AgentEvent) -> str:
     """The event as a JSON object string (``type`` included)."""
     return _adapter().dump_json(event).decode()
 
 
-def event_from_json(data: str | bytes) -> Any:
-    """Rebuild an event from :func:`event_to_json`'s output."""
-    return _adapter().validate_json(data)
+def event_from_json(data: str | bytes) -> AgentEvent:
+    """Rebuild an event from :func:`event_to_json`'s output.
+
+    Raises:
+        pydantic.ValidationError: ``data`` is not the JSON of an event.
+    """
+    event: AgentEvent = _adapter().validate_json(data)
+    return event

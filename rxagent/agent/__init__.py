@@ -25,7 +25,16 @@ from rxagent.agent.inputs import (
     ToolDecision,
     normalise_input,
 )
-from rxagent.agent.middleware import ActingStep, CutPoint, Middleware, ReasoningStep, StopRun, insert
+from rxagent.agent.middleware import (
+    ActingStep,
+    AnyMiddleware,
+    CutPoint,
+    Middleware,
+    ReasoningStep,
+    RequestHook,
+    StopRun,
+    insert,
+)
 from rxagent.agent.nodes import (
     Act,
     CheckOutput,
@@ -57,6 +66,7 @@ __all__ = [
     "ActingStep",
     "AgentInput",
     "AgentOptions",
+    "AnyMiddleware",
     "CheckOutput",
     "CutPoint",
     "ExternalResult",
@@ -71,6 +81,7 @@ __all__ = [
     "ReasoningDecision",
     "ReasoningStep",
     "Reprompt",
+    "RequestHook",
     "RouteDecision",
     "RunControl",
     "RunInput",

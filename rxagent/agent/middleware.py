@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeAlias, TypeVar, cast
+from typing import Any, Literal, Protocol, TypeAlias, TypeVar, cast, runtime_checkable
 
 from reactivex import Observable
 
@@ -46,9 +46,11 @@ from rxagent.tools import ToolEvent, ToolInvocation
 
 __all__ = [
     "ActingStep",
+    "AnyMiddleware",
     "CutPoint",
     "Middleware",
     "ReasoningStep",
+    "RequestHook",
     "StopRun",
     "chain",
     "has_hooks",
@@ -135,17 +137,40 @@ class Middleware:
         return next(invocation)
 
 
-def _overrides(middleware: Middleware, cut_point: CutPoint) -> bool:
-    return getattr(type(middleware), cut_point) is not getattr(Middleware, cut_point)
+@runtime_checkable
+class RequestHook(Protocol):
+    """Any object with a ``request`` hook works as middleware, without subclassing :class:`Middleware`.
+
+    That is how lower layers provide middleware without importing the agent: memory's ``ContextWindow``
+    is one.
+    """
+
+    def request(
+        self,
+        request: ChatRequest,
+        ctx: RunContext,
+        next: Callable[[ChatRequest], Observable[ChatRequest | AgentEvent]],
+    ) -> Observable[ChatRequest | AgentEvent]:
+        """Rewrite the final request before it is sent; events emitted before it are published."""
+        ...
 
 
-def has_hooks(middlewares: Sequence[Middleware], cut_point: CutPoint) -> bool:
+AnyMiddleware: TypeAlias = Middleware | RequestHook
+"""What an agent's ``middleware`` list holds: :class:`Middleware` subclasses, or structural hooks."""
+
+
+def _overrides(middleware: AnyMiddleware, cut_point: CutPoint) -> bool:
+    hook = getattr(type(middleware), cut_point, None)
+    return hook is not None and hook is not getattr(Middleware, cut_point)
+
+
+def has_hooks(middlewares: Sequence[AnyMiddleware], cut_point: CutPoint) -> bool:
     """True when any of ``middlewares`` overrides the ``cut_point`` hook (else the agent skips the cut)."""
     return any(_overrides(m, cut_point) for m in middlewares)
 
 
 def chain(
-    middlewares: Sequence[Middleware],
+    middlewares: Sequence[AnyMiddleware],
     cut_point: CutPoint,
     ctx: RuntimeContext,
     innermost: Callable[[_I], Observable[_O]],

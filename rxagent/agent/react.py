@@ -30,7 +30,7 @@ from reactivex import operators as ops
 from rxagent.agent.acting import act_step
 from rxagent.agent.control import RunControl
 from rxagent.agent.inputs import AgentInput, RunInput, SessionBusyError, normalise_input
-from rxagent.agent.middleware import Middleware, chain, has_hooks
+from rxagent.agent.middleware import AnyMiddleware, Middleware, chain, has_hooks
 from rxagent.agent.nodes import Act, CheckOutput, Finish, Interrupt, Reason, Reprompt, Start, Step
 from rxagent.agent.options import AgentOptions
 from rxagent.agent.output import check_output_step
@@ -99,7 +99,7 @@ class ReActAgent:
         system_prompt: str | None = None,
         name: str = "agent",
         options: AgentOptions | None = None,
-        middleware: Sequence[Middleware] = (),
+        middleware: Sequence[AnyMiddleware] = (),
         permissions: Permissions | None = None,
         output_type: type[BaseModel] | Mapping[str, JsonValue] | None = None,
         store: StateStore | None = None,
@@ -260,7 +260,9 @@ class ReActAgent:
 
     def tool_interceptors(self) -> list[ToolInterceptor]:
         """The ``tool_call`` hooks of the middleware, as executor interceptors (outermost first)."""
-        return [m.tool_call for m in self.middleware if type(m).tool_call is not Middleware.tool_call]
+        return [
+            m.tool_call for m in self.middleware if isinstance(m, Middleware) and has_hooks([m], "tool_call")
+        ]
 
     def request_base(self) -> tuple[Msg, ...]:
         """The fixed head of every request: the system message (if any)."""

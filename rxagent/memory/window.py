@@ -1,7 +1,8 @@
 """The context window: what of a session's history each request sends, under a token budget.
 
-:class:`ContextWindow` is a :class:`~rxagent.agent.middleware.Middleware` on the ``request`` cut point. It
-receives the agent's final request and sends instead, in this order:
+:class:`ContextWindow` is middleware on the ``request`` cut point (a structural
+:class:`~rxagent.agent.middleware.RequestHook`: memory does not import the agent). It receives the
+agent's final request and sends instead, in this order:
 
 ::
 
@@ -51,7 +52,6 @@ from pydantic import JsonValue
 from reactivex import Observable
 from reactivex import operators as ops
 
-from rxagent.agent.middleware import Middleware
 from rxagent.context import RunContext
 from rxagent.events import AgentEvent, ContextCompressed, MemoriesRecalled, ToolResultsEvicted
 from rxagent.memory.longterm import LongTermMemory
@@ -249,7 +249,7 @@ def _system_bounds(messages: Sequence[Msg]) -> tuple[int, int]:
     return lead, end
 
 
-class ContextWindow(Middleware):
+class ContextWindow:
     """Fits every request into a token budget: system part, summary, recent turns, relevant memories.
 
     See the module documentation for the policy. Use it as agent middleware

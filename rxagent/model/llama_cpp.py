@@ -49,7 +49,7 @@ from rxagent.model.types import (
     ToolSchema,
     Usage,
 )
-from rxagent.operators._from_async_iterable import running_loop
+from rxagent.operators import running_loop
 
 if TYPE_CHECKING:
     from llama_cpp import Llama, LlamaGrammar

@@ -33,7 +33,7 @@ from rxagent.model.types import (
     ToolCallDelta,
     Usage,
 )
-from rxagent.operators._from_async_iterable import from_async_iterable
+from rxagent.operators import from_async_iterable
 
 __all__ = [
     "FunctionModel",

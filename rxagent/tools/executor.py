@@ -41,11 +41,7 @@ from reactivex.disposable import Disposable
 
 from rxagent.context import RuntimeContext
 from rxagent.messages import TextBlock, ToolResultBlock, ToolResultStatus, ToolUseBlock
-from rxagent.operators._frame import frame
-from rxagent.operators._from_async_iterable import running_loop, start_task
-from rxagent.operators._run_steps import run_steps
-from rxagent.operators._source import Source, deferred
-from rxagent.operators._sync_of import sync_of
+from rxagent.operators import Source, deferred, frame, run_steps, running_loop, start_task, sync_of
 from rxagent.tools._tool import ProgressUpdate, Tool, ToolContext, ToolSystemError
 from rxagent.tools.arguments import ArgumentProblem, ToolArgumentError, parse_arguments
 from rxagent.tools.events import (

@@ -213,7 +213,7 @@ class MCPConnection:
 
     # ---- the task that owns the session -------------------------------------------------------------
 
-    async def _connect(self) -> None:
+    async def connect(self) -> None:
         """Start the owning task and wait until the session is open.
 
         Raises:
@@ -272,7 +272,7 @@ class MCPConnection:
 
     # ---- tools --------------------------------------------------------------------------------------
 
-    async def _list_tools(self) -> list[types.Tool]:
+    async def list_tools(self) -> list[types.Tool]:
         """Every page of the server's tools.
 
         Raises:
@@ -298,7 +298,7 @@ class MCPConnection:
             seen.add(cursor)
         raise ConnectionError(f"MCP server {self.name!r} listed more than {_MAX_PAGES} pages of tools")
 
-    def _build_tools(
+    def build_tools(
         self,
         listed: Iterable[types.Tool],
         *,
@@ -307,6 +307,12 @@ class MCPConnection:
         timeout: float | None,
         groups: tuple[str, ...],
     ) -> tuple[list[SchemaTool], dict[str, str]]:
+        """Tools for the listed remote tools, named ``{prefix}_{name}`` when a prefix is given.
+
+        Returns:
+            The tools that call this connection (names made safe: other characters become ``_``), and the
+            remote tools skipped with the reason why (an input schema that is not a valid JSON schema).
+        """
         built: list[SchemaTool] = []
         skipped: dict[str, str] = {}
         for remote in listed:
@@ -436,11 +442,11 @@ async def add_mcp_server(
     if timeout is not None and timeout <= 0:
         raise ValueError("timeout must be positive")
     connection = MCPConnection(server, toolkit)
-    await connection._connect()
+    await connection.connect()
     registered: list[SchemaTool] = []
     try:
-        listed = await connection._list_tools()
-        built, skipped = connection._build_tools(
+        listed = await connection.list_tools()
+        built, skipped = connection.build_tools(
             listed, prefix=prefix, concurrency_safe=concurrency_safe, timeout=timeout, groups=tuple(groups)
         )
         for tool_ in built:

@@ -325,11 +325,15 @@ class ToolView:
             presets.update(run_presets)
         return ResolvedTool(tool_, MappingProxyType(presets))
 
+    def _entries(self) -> Mapping[str, _Entry]:
+        # The view is the toolkit's own companion: it reads the copy-on-write registry directly.
+        return self.toolkit._snapshot()  # pyright: ignore[reportPrivateUsage]
+
     def tools(self) -> tuple[ResolvedTool, ...]:
         """The tools this run may call now, with their presets."""
         return tuple(
             self._resolved(entry)
-            for name, entry in self.toolkit._snapshot().items()
+            for name, entry in self._entries().items()
             if self._why_unavailable(entry, name) is None
         )
 
@@ -340,7 +344,7 @@ class ToolView:
         this view's groups and presets), so a model client can cache its wire form by identity.
         """
         key = (  # schemas depend on which parameters are preset, never on the preset values
-            self.toolkit._snapshot(),
+            self._entries(),
             frozenset(self.active_groups),
             frozenset((name, frozenset(values)) for name, values in self.presets.items()),
             frozenset(self.shared_presets),
@@ -354,7 +358,7 @@ class ToolView:
 
     def resolve(self, name: str) -> ResolvedTool | Unavailable:
         """The tool a call names, or why this run cannot call it."""
-        snapshot = self.toolkit._snapshot()
+        snapshot = self._entries()
         entry = snapshot.get(name)
         why = self._why_unavailable(entry, name)
         if why is None and entry is not None:
