@@ -41,6 +41,15 @@ class Usage:
             self.reasoning_tokens + other.reasoning_tokens,
         )
 
+    @classmethod
+    def from_json(cls, data: JsonValue) -> Usage | None:
+        """The usage :meth:`to_json` wrote (as a folded message's ``metadata["usage"]`` holds it), or
+        ``None`` when ``data`` is not such an object."""
+        if not isinstance(data, dict):
+            return None
+        counts = {k: v for k, v in data.items() if k in _FIELDS and isinstance(v, int)}
+        return cls(**counts)
+
     def to_json(self) -> dict[str, JsonValue]:
         """The usage as a JSON object (as stored in ``Msg.metadata["usage"]``)."""
         return {
@@ -80,3 +89,6 @@ class ChatChunk:
     finish_reason: FinishReason | None = None
     raw: Mapping[str, Any] | None = None
     """The provider's decoded chunk, for fields rxagent does not model."""
+
+
+_FIELDS = frozenset({"input_tokens", "output_tokens", "cache_read_tokens", "reasoning_tokens"})

@@ -40,6 +40,7 @@ __all__ = [
     "RetryScheduled",
     "RunReason",
     "RunStarted",
+    "StepNote",
     "TextDelta",
     "ThinkingDelta",
     "ToolCallArgumentsDelta",
@@ -265,6 +266,22 @@ class ErrorEvent(EventHeader):
 
 
 @dataclass(slots=True, kw_only=True)
+class StepNote(EventHeader):
+    """Something a step reports that no other event says: a custom step's decision, a plan, a verdict.
+
+    Attributes:
+        source: who reports it (a step's or a recipe's name, e.g. ``"reviewer"``).
+        text: a line for people.
+        data: the same as JSON for programs.
+    """
+
+    type: Literal["step_note"] = "step_note"
+    source: str
+    text: str
+    data: JsonValue = None
+
+
+@dataclass(slots=True, kw_only=True)
 class ToolResultsEvicted(EventHeader):
     """The context window replaced large old tool results in the request by short notes.
 
@@ -413,6 +430,7 @@ AgentEvent: TypeAlias = Annotated[
     | RetryScheduled
     | RepeatGuardTriggered
     | ErrorEvent
+    | StepNote
     | ToolResultsEvicted
     | ContextCompressed
     | MemoriesRecalled

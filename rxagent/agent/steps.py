@@ -115,7 +115,9 @@ def run_loop(steps: Mapping[type, Step], first: Any, run: RunState) -> Observabl
         if run.ended:
             return None
         if not upcoming:
-            raise RuntimeError("a step completed without naming the next node (emit Next(node) last)")
+            if not run.control.interrupted:
+                raise RuntimeError("a step completed without naming the next node (emit Next(node) last)")
+            upcoming.append(Interrupt())  # the interrupt cut the step short
         node: Any = upcoming.pop()
         ending = isinstance(node, Interrupt) or (isinstance(node, Finish) and node.reason == "INTERRUPTED")
         if run.control.interrupted and not ending:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from pydantic import BaseModel, Field
 
 from rxagent import ScriptedModel, ScriptedResponse, ScriptedToolCall
@@ -149,3 +150,74 @@ async def test_a_json_schema_output_type_gives_plain_json() -> None:
 async def test_without_an_output_type_structured_is_none_and_there_is_no_error() -> None:
     result, _ = await run(ReActAgent(ScriptedModel(["plain"])), "hi")
     assert (result.reason, result.structured, result.structured_error) == ("MODEL_STOP", None, None)
+
+
+# ---- prompted JSON: for models with neither tool calling nor JSON-schema output --------------------------
+
+PLAIN = ModelCapabilities(tools=False, forced_tool_choice=False, json_schema_output=False)
+
+
+async def test_auto_picks_prompted_json_when_the_model_has_neither_tools_nor_json_schema() -> None:
+    model = ScriptedModel(
+        ['Sure! Here is the city: {"name": "Oslo", "population": 709000} — hope that helps.'],
+        capabilities=PLAIN,
+    )
+    result, _ = await run(ReActAgent(model, output_type=City), "Oslo?")
+    assert (result.reason, result.structured) == ("STRUCTURED_OUTPUT", City(name="Oslo", population=709000))
+    request = model.requests[0]
+    assert request.tools == ()
+    assert request.response_format is None
+    instruction = request.messages[-1].text
+    assert "JSON schema" in instruction
+    assert '"population"' in instruction  # the schema itself is in the instructions
+
+
+async def test_prompted_json_asks_again_with_the_validation_error_then_accepts() -> None:
+    model = ScriptedModel(
+        [
+            "I think it is Oslo, with lots of people.",  # no JSON at all
+            '```json\n{"name": "Oslo", "population": -5}\n```',  # JSON that fails validation
+            'Corrected:\n```json\n{"name": "Oslo", "population": 709000}\n```',
+        ],
+        capabilities=PLAIN,
+    )
+    agent = ReActAgent(model, output_type=City, options=AgentOptions(structured_retries=2))
+    result, _ = await run(agent, "Oslo?")
+    assert result.structured == City(name="Oslo", population=709000)
+    assert "holds no JSON object" in model.requests[1].messages[-2].text
+    assert "greater than or equal to 0" in model.requests[2].messages[-2].text
+
+
+async def test_prompted_json_gives_up_after_the_retry_limit_with_the_reason() -> None:
+    model = ScriptedModel(["no json", "still none"], capabilities=PLAIN)
+    agent = ReActAgent(model, output_type=City, options=AgentOptions(structured_retries=1))
+    result, _ = await run(agent, "Oslo?")
+    assert result.reason == "STRUCTURED_OUTPUT"
+    assert result.structured is None
+    assert "no valid structured output in 2 attempts" in (result.structured_error or "")
+
+
+async def test_prompted_mode_can_be_chosen_for_any_model() -> None:
+    model = ScriptedModel(['{"name": "Oslo", "population": 1}'], capabilities=TOOLS_ONLY)
+    options = AgentOptions(structured_mode="prompted")
+    agent = ReActAgent(model, Toolkit([lookup]), output_type=City, options=options)
+    result, _ = await run(agent, "Oslo?")
+    assert result.structured == City(name="Oslo", population=1)
+    assert [t.name for t in model.requests[0].tools] == ["lookup"]  # its tools stay, no output tool
+
+
+def test_extract_json_takes_the_first_complete_object() -> None:
+    from rxagent.agent import extract_json
+
+    assert extract_json('{"a": 1}') == {"a": 1}
+    assert extract_json('noise {not json} then {"a": {"b": [1, 2]}} and {"c": 3}') == {"a": {"b": [1, 2]}}
+    assert extract_json('```\n[1, 2]\n```\n```json\n{"ok": true}\n```') == {"ok": True}
+    assert extract_json('a list [1, 2] then {"x": "}"}') == {"x": "}"}
+
+
+@pytest.mark.parametrize("bad", ["", "no braces", "[1, 2]", '{"open": ', "{'single': 'quotes'}"])
+def test_extract_json_refuses_text_without_an_object(bad: str) -> None:
+    from rxagent.agent import extract_json
+
+    with pytest.raises(ValueError, match="no JSON object"):
+        extract_json(bad)
