@@ -1,0 +1,149 @@
+"""The in-process session store: logs and leases in dicts (the default when no store is given)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from rxagent.session.facts import Checkpoint, Fact, StoredFact
+from rxagent.session.store import Lease, LeaseLostError, SessionExistsError, SessionInfo
+from rxagent.state import SessionKey
+
+__all__ = ["MemoryStore"]
+
+
+@dataclass(slots=True)
+class _Log:
+    facts: list[StoredFact] = field(default_factory=lambda: [])
+    checkpoints: list[Checkpoint] = field(default_factory=lambda: [])
+    lease: Lease | None = None
+    tokens: int = 0
+
+
+class MemoryStore:
+    """Session logs in this process's memory: the same contract as the database stores, nothing durable.
+
+    Payloads are kept as the JSON text they were appended as, so what a reader gets never changes when
+    a run mutates its own objects.
+
+    Args:
+        now: the wall clock leases expire on (a test can pass its own).
+    """
+
+    def __init__(self, *, now: Callable[[], float] = time.time) -> None:
+        self._logs: dict[SessionKey, _Log] = {}
+        self._now = now
+
+    def _log(self, key: SessionKey) -> _Log:
+        log = self._logs.get(key)
+        if log is None:
+            log = self._logs[key] = _Log()
+        return log
+
+    async def acquire(self, key: SessionKey, owner: str, ttl: float) -> Lease | None:
+        """Take the lease (see :class:`~rxagent.session.store.SessionStore`)."""
+        log = self._log(key)
+        now = self._now()
+        current = log.lease
+        if current is not None and current.owner != owner and current.expires_at > now:
+            return None
+        log.tokens += 1
+        log.lease = Lease(key, owner, log.tokens, now + ttl)
+        return log.lease
+
+    async def renew(self, lease: Lease, ttl: float) -> Lease:
+        """Push the expiry (see :class:`~rxagent.session.store.SessionStore`)."""
+        log = self._check(lease)
+        log.lease = Lease(lease.key, lease.owner, lease.token, self._now() + ttl)
+        return log.lease
+
+    async def release(self, lease: Lease) -> None:
+        """Give the lease up."""
+        log = self._logs.get(lease.key)
+        if log is not None and log.lease is not None and log.lease.token == lease.token:
+            log.lease = None
+
+    async def append(self, lease: Lease, facts: Sequence[Fact]) -> int:
+        """Append under the lease (see :class:`~rxagent.session.store.SessionStore`)."""
+        log = self._check(lease)
+        seq = len(log.facts)
+        for fact in facts:
+            seq += 1
+            log.facts.append(StoredFact(seq, fact.kind, fact.payload, fact.run_id, fact.at))
+        return seq
+
+    def _check(self, lease: Lease) -> _Log:
+        log = self._logs.get(lease.key)
+        current = log.lease if log is not None else None
+        if (
+            log is None
+            or current is None
+            or current.token != lease.token
+            or current.expires_at <= self._now()
+        ):
+            raise LeaseLostError(
+                f"the lease on session {lease.key[1]!r} (token {lease.token}) is no longer current: "
+                "it expired and was taken over, or was released"
+            )
+        return log
+
+    async def load(self, key: SessionKey) -> tuple[Checkpoint | None, list[StoredFact]]:
+        """The last checkpoint and the facts after it."""
+        log = self._logs.get(key)
+        if log is None:
+            return None, []
+        checkpoint = log.checkpoints[-1] if log.checkpoints else None
+        return checkpoint, list(log.facts[checkpoint.seq if checkpoint is not None else 0 :])
+
+    async def save_checkpoint(self, key: SessionKey, checkpoint: Checkpoint) -> None:
+        """Keep a checkpoint (see :class:`~rxagent.session.store.SessionStore`)."""
+        log = self._log(key)
+        if checkpoint.seq > len(log.facts):
+            raise ValueError(f"checkpoint {checkpoint.seq} is beyond the log's head ({len(log.facts)})")
+        if not log.checkpoints or checkpoint.seq > log.checkpoints[-1].seq:
+            log.checkpoints.append(checkpoint)
+
+    async def read(self, key: SessionKey, after: int = 0, limit: int | None = None) -> list[StoredFact]:
+        """Facts after ``after``."""
+        log = self._logs.get(key)
+        if log is None:
+            return []
+        end = None if limit is None else after + limit
+        return list(log.facts[after:end])
+
+    async def head(self, key: SessionKey) -> int:
+        """The last sequence number."""
+        log = self._logs.get(key)
+        return len(log.facts) if log is not None else 0
+
+    async def sessions(self) -> list[SessionInfo]:
+        """Every session with facts."""
+        now = self._now()
+        return [
+            SessionInfo(
+                key,
+                len(log.facts),
+                log.facts[-1].at,
+                log.lease.owner if log.lease is not None and log.lease.expires_at > now else None,
+            )
+            for key, log in self._logs.items()
+            if log.facts
+        ]
+
+    async def fork(self, key: SessionKey, at: int, into: SessionKey) -> None:
+        """Copy facts up to ``at`` into a new session."""
+        target = self._log(into)
+        if target.facts:
+            raise SessionExistsError(f"session {into[1]!r} already has facts")
+        source = self._logs.get(key)
+        if source is not None:
+            target.facts = list(source.facts[:at])
+            target.checkpoints = [c for c in source.checkpoints if c.seq <= at][-1:]
+
+    async def delete(self, key: SessionKey) -> None:
+        """Forget the session."""
+        self._logs.pop(key, None)
+
+    async def aclose(self) -> None:
+        """Nothing to release."""

@@ -1,0 +1,159 @@
+"""The session's log replayed into the state a run works on.
+
+:class:`Projection` applies facts in sequence order to an :class:`~rxagent.state.AgentState` and keeps what
+the log says besides the conversation: the calls dispatched with no recorded outcome (*uncertain*: a
+side effect may have happened), the turn in progress, the last sequence number and where the last
+checkpoint is. Loading a session is ``Projection.replay(facts)`` from its last checkpoint; a process that
+holds a session's lease keeps its projection in memory and only appends.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any, cast
+
+from pydantic import TypeAdapter
+
+from rxagent.messages import Msg, ToolResultBlock, ToolUseBlock
+from rxagent.session.facts import Checkpoint, StoredFact
+from rxagent.state import AgentState, PendingCall
+
+__all__ = ["Projection"]
+
+_PENDING = TypeAdapter(list[PendingCall])
+_RUN_KINDS = frozenset(
+    {"turn_started", "turn_finished", "run_started", "run_finished", "run_cancelled", "run_failed"}
+)
+_RESULTS = TypeAdapter(list[ToolResultBlock])
+
+
+class Projection:
+    """A session's state as its log says it is.
+
+    Attributes:
+        state: the conversation, pending calls, partial results, extras and groups.
+        seq: the sequence number of the last fact applied (0: none).
+        uncertain: calls dispatched with no recorded outcome, by call id, in dispatch order.
+        turn_id: the turn in progress (``None`` between turns).
+        open_run: a run that started and has no end recorded (it crashed, or it is running now).
+        checkpoint_seq: where the last checkpoint is (0: none).
+        since_checkpoint: facts applied after it.
+    """
+
+    __slots__ = ("checkpoint_seq", "open_run", "seq", "since_checkpoint", "state", "turn_id", "uncertain")
+
+    def __init__(self, state: AgentState | None = None) -> None:
+        self.state = state or AgentState()
+        self.seq = 0
+        self.uncertain: dict[str, ToolUseBlock] = {}
+        self.turn_id: str | None = None
+        self.open_run: str | None = None
+        self.checkpoint_seq = 0
+        self.since_checkpoint = 0
+
+    @classmethod
+    def replay(cls, checkpoint: Checkpoint | None, facts: Iterable[StoredFact]) -> Projection:
+        """The projection of a checkpoint (``None``: the start of the log) and the facts after it."""
+        projection = cls()
+        if checkpoint is not None:
+            projection.restore(checkpoint)
+        for fact in facts:
+            projection.apply(fact)
+        return projection
+
+    def apply(self, fact: StoredFact) -> None:
+        """Apply one fact (facts must come in sequence order, each once)."""
+        if fact.seq <= self.seq:
+            raise ValueError(f"fact {fact.seq} is not after {self.seq}: facts must be applied in order, once")
+        self.seq = fact.seq
+        self.since_checkpoint += 1
+        kind = fact.kind
+        if kind in ("tool_dispatched", "tool_result", "reconciled", "message", "message_replaced"):
+            self._apply_call_fact(kind, json.loads(fact.payload))
+            return
+        if kind in ("pending", "partial_results", "extras", "active_groups"):
+            self._apply_state_fact(kind, json.loads(fact.payload))
+            return
+        if kind in (
+            "turn_started",
+            "turn_finished",
+            "run_started",
+            "run_finished",
+            "run_cancelled",
+            "run_failed",
+        ):
+            self._apply_run_fact(kind, json.loads(fact.payload))
+
+    def _apply_call_fact(self, kind: str, data: dict[str, Any]) -> None:
+        state = self.state
+        if kind == "tool_dispatched":
+            call = ToolUseBlock.model_validate(data["call"])
+            self.uncertain[call.id] = call
+        elif kind == "tool_result":
+            result = ToolResultBlock.model_validate(data["result"])
+            self.uncertain.pop(result.tool_use_id, None)
+            if all(r.tool_use_id != result.tool_use_id for r in state.partial_results):
+                state.partial_results.append(result)
+        elif kind == "reconciled":
+            self.uncertain.pop(str(data["call_id"]), None)
+        elif kind == "message":
+            message = Msg.model_validate(data["message"])
+            state.messages.append(message)
+            self._answered(message.tool_results)
+        else:  # message_replaced
+            message = Msg.model_validate(data["message"])
+            for index in range(len(state.messages) - 1, -1, -1):
+                if state.messages[index].id == message.id:
+                    state.messages[index] = message
+                    break
+
+    def _apply_state_fact(self, kind: str, data: dict[str, Any]) -> None:
+        state = self.state
+        if kind == "pending":
+            state.pending = _PENDING.validate_python(data["pending"])
+        elif kind == "partial_results":
+            state.partial_results = _RESULTS.validate_python(data["results"])
+            self._answered(state.partial_results)
+        elif kind == "extras":
+            state.extras = cast("dict[str, Any]", data["extras"])
+        else:
+            groups = data["groups"]
+            state.active_groups = None if groups is None else [str(g) for g in groups]
+
+    def _apply_run_fact(self, kind: str, data: dict[str, Any]) -> None:
+        if kind == "turn_started":
+            self.turn_id = str(data["turn_id"])
+        elif kind == "turn_finished":
+            self.turn_id = None
+        elif kind == "run_started":
+            self.open_run = str(data["run_id"])
+        else:
+            self.open_run = None
+
+    def _answered(self, results: Iterable[ToolResultBlock]) -> None:
+        for result in results:
+            self.uncertain.pop(result.tool_use_id, None)
+
+    # ---- checkpoints ---------------------------------------------------------------------------------
+
+    def checkpoint(self) -> Checkpoint:
+        """The projection as a :class:`~rxagent.session.facts.Checkpoint` of its sequence number."""
+        uncertain = [call.model_dump(mode="json") for call in self.uncertain.values()]
+        state = self.state.model_dump(mode="json")
+        payload = json.dumps({"state": state, "uncertain": uncertain, "turn_id": self.turn_id})
+        return Checkpoint(self.seq, payload)
+
+    def restore(self, checkpoint: Checkpoint) -> None:
+        """Become the projection ``checkpoint`` holds (facts after it are applied next)."""
+        data = json.loads(checkpoint.payload)
+        self.seq = self.checkpoint_seq = checkpoint.seq
+        self.since_checkpoint = 0
+        self.open_run = None
+        self.state = AgentState.model_validate(data["state"])
+        self.uncertain = {}
+        for raw in data.get("uncertain") or ():
+            call = ToolUseBlock.model_validate(raw)
+            self.uncertain[call.id] = call
+        turn = data.get("turn_id")
+        self.turn_id = str(turn) if turn is not None else None

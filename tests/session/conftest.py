@@ -1,0 +1,53 @@
+"""Session stores under test: every conformance test runs against each kind of store.
+
+``make_store`` is parametrised by store kind; each test gets a fresh, empty store whose leases expire on
+the test's own wall clock (:class:`FakeNow`), so lease expiry is tested without waiting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rxagent.session import MemoryStore, SessionStore
+
+
+class FakeNow:
+    """A wall clock the test moves: ``now()`` returns the time, ``advance(s)`` moves it."""
+
+    def __init__(self, start: float = 1_000_000.0) -> None:
+        self.time = start
+
+    def __call__(self) -> float:
+        return self.time
+
+    def advance(self, seconds: float) -> None:
+        self.time += seconds
+
+
+StoreFactory = Callable[..., Any]
+
+STORE_KINDS = ["memory"]
+"""The kinds of store the conformance suite runs against."""
+
+
+@pytest.fixture
+def now() -> FakeNow:
+    return FakeNow()
+
+
+@pytest.fixture(params=STORE_KINDS)
+async def store(request: pytest.FixtureRequest, now: FakeNow, tmp_path: Path) -> AsyncIterator[SessionStore]:
+    """A fresh, empty store of each kind, on the test's clock."""
+    kind = request.param
+    if kind == "memory":
+        made: SessionStore = MemoryStore(now=now)
+    else:  # pragma: no cover - each kind is added with its store
+        raise AssertionError(f"unknown store kind {kind!r}")
+    try:
+        yield made
+    finally:
+        await made.aclose()
