@@ -54,6 +54,7 @@ __all__ = [
     "frame",
     "from_async_iterable",
     "last_value",
+    "map_concurrent",
     "map_many",
     "retry_backoff",
     "run_steps",
@@ -190,6 +191,54 @@ def map_many(mapper: Callable[[_T], Iterable[_R]]) -> Operator[_T, _R]:
     from rxagent.operators._map_many import map_many as impl
 
     return impl(mapper)
+
+
+def map_concurrent(
+    project: Callable[[_T], Observable[_R]], max_concurrent: int, *, ordered: bool = True
+) -> Operator[_T, _R]:
+    """Map each item to an observable and run at most ``max_concurrent`` of them at once.
+
+    ::
+
+        source:            ─ a ─ b ─ c ──────────────|       (max_concurrent=2)
+        project(a):          ──────── a1 ─|
+        project(b):              ─ b1 ─|
+        project(c):                     ── c1 ─|           (starts when b ends)
+        ordered=True:      ─────────── a1 b1 ── c1 ─|     (b1 held until a ended)
+        ordered=False:     ───── b1 ─── a1 ─── c1 ─|      (as they come)
+
+    Items wait (in arrival order) until a place is free. ``ordered=True`` emits the inner streams' items
+    in the order of the items they came from: the oldest running stream's items pass at once, later
+    ones are held until every stream before them has ended; a stream starts only while it is within
+    ``max_concurrent`` of the oldest unfinished one, so the held items never belong to more than
+    ``max_concurrent`` streams. ``ordered=False`` emits items as they come (``merge(max_concurrent=n)``
+    with a per-subscription state that frees each stream as it ends). The fan-out of an agent over many
+    inputs (``ReActAgent.map_runs``) is built on it.
+
+    Args:
+        project: the observable for one item (a run, a request); called when the item's turn comes.
+        max_concurrent: most inner streams subscribed at once (at least 1).
+        ordered: input order (``True``) or as they come (``False``).
+
+    Raises:
+        ValueError: ``max_concurrent`` is below 1 (when the operator is built).
+
+    Lifecycle:
+        complete: once the source has completed and every inner stream has ended (and its held items
+        were emitted). error: the source's, an inner stream's or ``project``'s error fails the stream at
+        once and disposes every running inner stream. cancel: disposes the source and every running
+        inner stream; items still waiting never start. re-subscribe: fresh state (a new numbering,
+        nothing shared).
+
+    Example:
+        >>> import asyncio, reactivex
+        >>> squares = reactivex.of(1, 2, 3).pipe(map_concurrent(lambda n: reactivex.of(n * n), 2))
+        >>> asyncio.run(to_list(squares))
+        [1, 4, 9]
+    """
+    from rxagent.operators._map_concurrent import map_concurrent as impl
+
+    return impl(project, max_concurrent, ordered=ordered)
 
 
 def from_async_iterable(factory: Callable[[], AsyncIterator[_T]]) -> Observable[_T]:
