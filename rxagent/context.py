@@ -4,14 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from rxagent.messages import new_id
 
 if TYPE_CHECKING:
     from rxagent.state import AgentState
 
-__all__ = ["RunContext", "RuntimeContext", "ToolScope"]
+__all__ = ["EventDetail", "RunContext", "RuntimeContext", "ToolScope"]
+
+EventDetail: TypeAlias = Literal["all", "folded", "result"]
+"""How much of a run's events its caller watches: every event, every event but the per-token deltas
+(``stream_events(deltas=False)``), or only the result (``call`` with no middleware watching)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +51,8 @@ class RuntimeContext:
         trace_id: correlates every event, log line and request of the run.
         attributes: free-form application data (tenant, locale, feature flags, …).
         tools: the tools this run may use and their preset values (``None``: the agent's whole toolkit).
+        parent_run_id: the run this one is nested in (an agent used as a tool of another agent, see
+            :meth:`rxagent.agent.ReActAgent.as_tool`): every event of the run carries it.
     """
 
     user_id: str | None = None
@@ -54,6 +60,7 @@ class RuntimeContext:
     trace_id: str = field(default_factory=lambda: new_id("trace"))
     attributes: Mapping[str, Any] = field(default_factory=lambda: {})
     tools: ToolScope | None = None
+    parent_run_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +73,10 @@ class RunContext(RuntimeContext):
         run_id: the run's id (as in its events).
         state: the session's state, saved when the run ends; middleware may keep its own data in
             ``state.extras`` (under a key of its own), so that work like compression is not redone.
+        event_detail: how much of the run's events its caller watches; a tool that runs another agent
+            asks that run for as much (see :meth:`rxagent.agent.ReActAgent.as_tool`).
     """
 
     run_id: str = ""
     state: AgentState | None = None
+    event_detail: EventDetail = "all"

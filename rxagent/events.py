@@ -10,6 +10,14 @@ A run's events always satisfy: :class:`RunStarted` first; deltas of a message be
 :class:`MessageCompleted` that holds it; tool results in the order of the calls; exactly one
 :class:`AgentResult`, last — failed runs included (reason ``ERROR``, after an :class:`ErrorEvent`), and
 built after every other event, so its ``time`` is when the run ended.
+
+**Nested runs.** An agent used as a tool of another (``ReActAgent.as_tool``) runs its own run, whose
+events appear in the parent's stream between the call's :class:`ToolExecutionStarted` and its
+:class:`ToolResult`. They keep their own ``run_id`` and ``seq`` and carry ``parent_run_id``, the id of
+the run they are nested in (``None`` for a top-level run's own events); the parent's ``seq`` numbers
+only its own events, so the invariants above hold for each ``run_id`` separately, and the parent's own
+:class:`AgentResult` (the one whose ``run_id`` is the parent's) is still the last event of the stream.
+A nested run that its parent cancels (a dispose or an interrupt of the parent) ends without a result.
 """
 
 from __future__ import annotations
@@ -88,13 +96,23 @@ original error)."""
 
 @dataclass(slots=True, kw_only=True)
 class EventHeader:
-    """The fields every event carries."""
+    """The fields every event carries.
+
+    Attributes:
+        run_id: the run the event belongs to.
+        session_id: that run's session.
+        trace_id: correlates the run with everything it caused (nested runs share their parent's).
+        seq: the event's number within its run (0, 1, 2, …).
+        time: when the event was built (seconds since the epoch).
+        parent_run_id: the run this event's run is nested in (``None``: a top-level run).
+    """
 
     run_id: str
     session_id: str | None
     trace_id: str
     seq: int
     time: float = field(default_factory=time.time)
+    parent_run_id: str | None = None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -357,7 +375,12 @@ class MemoriesRecalled(EventHeader):
 
 @dataclass(slots=True)
 class UsageTotals:
-    """Token usage of a whole run, added up over its model calls."""
+    """Token usage of a whole run, added up over its model calls and those of the runs nested in it.
+
+    An agent used as a tool runs a nested run; its totals, ``model_calls`` included, count in the
+    parent's (so ``model_calls`` is every model call made for the run, while ``AgentResult.iterations``
+    counts only the run's own reasoning steps). A nested run its parent cancelled reports no totals.
+    """
 
     input_tokens: int = 0
     output_tokens: int = 0
@@ -373,6 +396,14 @@ class UsageTotals:
             self.output_tokens += usage.output_tokens
             self.cache_read_tokens += usage.cache_read_tokens
             self.reasoning_tokens += usage.reasoning_tokens
+
+    def include(self, other: UsageTotals) -> None:
+        """Add a nested run's totals (its model calls included) to these."""
+        self.input_tokens += other.input_tokens
+        self.output_tokens += other.output_tokens
+        self.cache_read_tokens += other.cache_read_tokens
+        self.reasoning_tokens += other.reasoning_tokens
+        self.model_calls += other.model_calls
 
     @property
     def total_tokens(self) -> int:

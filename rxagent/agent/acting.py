@@ -2,10 +2,11 @@
 
 :func:`act_step` builds the step for :class:`~rxagent.agent.nodes.Act` nodes. It passes the batch through
 the ``acting`` cut point to the run's :class:`~rxagent.tools.ToolExecutor` (permissions, validation,
-``tool_call`` interceptors, parallel and sequential stretches), publishes progress as it happens, records
-each call's result as it finishes (so an interrupt or a cancel keeps it), then sends the batch's results
-as one tool message in the order of the calls, applies the repeat guard, and names the next node with
-its ``decide`` function (:func:`~rxagent.agent.decisions.after_acting` by default).
+``tool_call`` interceptors, parallel and sequential stretches), publishes progress and the events of
+runs nested in the calls (agents used as tools; their results' usage counts in this run's) as they
+happen, records each call's result as it finishes (so an interrupt or a cancel keeps it), then sends
+the batch's results as one tool message in the order of the calls, applies the repeat guard, and names
+the next node with its ``decide`` function (:func:`~rxagent.agent.decisions.after_acting` by default).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from rxagent.agent.nodes import Act, Next, StepOutput
 from rxagent.agent.run import RunState
 from rxagent.events import (
     AgentEvent,
+    AgentResult,
     ErrorEvent,
     RepeatGuardTriggered,
     ToolExecutionStarted,
@@ -38,6 +40,7 @@ from rxagent.tools import (
     ToolBatchFinished,
     ToolBodyStarted,
     ToolCallFinished,
+    ToolCallNested,
     ToolCallProgress,
     ToolEvent,
     ToolPermissionRequired,
@@ -97,6 +100,8 @@ def _acting(
         if isinstance(event, ToolBatchFinished):
             outcome.append(event)
             return []
+        if isinstance(event, ToolCallNested):
+            return _nested(run, event.event)
         if run.quiet:
             return []
         if isinstance(event, ToolBodyStarted):
@@ -146,6 +151,14 @@ def _acting(
             until=run.control.on_interrupt,
         )
     )
+
+
+def _nested(run: RunState, event: AgentEvent) -> list[AgentEvent]:
+    """An event of a run nested in a call (an agent used as a tool): forwarded as it is, and the usage
+    of a direct child's result counted in this run's (a grandchild's is in its parent's already)."""
+    if type(event) is AgentResult and event.parent_run_id == run.run_id:
+        run.usage.include(event.usage)
+    return [] if run.quiet else [event]
 
 
 def _batch_done(

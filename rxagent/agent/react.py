@@ -130,7 +130,9 @@ class ReActAgent:
         """Run the agent and emit every event; the last is the :class:`AgentResult`.
 
         Runs on the same ``(user_id, session_id)`` wait for each other; other sessions run in parallel.
-        ``ctx=None`` (or no ``session_id``) uses the session ``"default"``.
+        ``ctx=None`` (or no ``session_id``) uses the session ``"default"``. The events of agents this run
+        uses as tools come too, each with its own ``run_id`` and ``seq`` and this run's
+        id as ``parent_run_id`` (see :mod:`rxagent.events`); this run's own result is still the last event.
 
         Lifecycle:
             value: the session state is saved *before* the ``AgentResult`` is emitted, so a consumer may
@@ -203,9 +205,13 @@ class ReActAgent:
                 return run_loop(self.steps, Start(first), run)
 
             counter = itertools.count()
+            run_id = run.run_id
 
             def stamp(event: AgentEvent) -> AgentEvent:
-                event.seq = next(counter)  # in the order subscribers see events, after any middleware
+                # In the order subscribers see events, after any middleware; events of nested runs (an
+                # agent used as a tool) pass through with their own run's numbering.
+                if event.run_id == run_id:
+                    event.seq = next(counter)
                 return event
 
             events = chain(self.middleware, "agent", run.ctx, loop)(run_input)
@@ -240,10 +246,16 @@ class ReActAgent:
         result's ``seq`` then counts fewer events: it counts what the run emitted).
         """
         watched = any(has_hooks(self.middleware, cut) for cut in ("agent", "reasoning", "acting"))
+        parent = ctx.parent_run_id if ctx is not None else None
+
+        def own_result(event: AgentEvent) -> bool:
+            # Results of nested runs (agents used as tools) carry this run's id as their parent.
+            return isinstance(event, AgentResult) and event.parent_run_id == parent
+
         results: Observable[AgentResult] = self._events(
             input, ctx, control, deltas=watched, quiet=not watched
         ).pipe(
-            ops.filter(lambda event: isinstance(event, AgentResult))  # type: ignore[arg-type]
+            ops.filter(own_result)  # type: ignore[arg-type]
         )
         return results
 

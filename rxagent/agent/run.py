@@ -51,7 +51,8 @@ class RunState:
         view: the tools this run may use (the toolkit narrowed by ``caller.tools`` and active groups).
         executor: runs batches of tool calls for this run.
         budget: model-call retries left, shared by every call of the run.
-        head: the header fields every event of the run carries (``Event(**run.head, ...)``).
+        head: the header fields every event of the run carries (``Event(**run.head, ...)``), with
+            ``parent_run_id`` when the run is nested in another.
     """
 
     agent: ReActAgent
@@ -100,8 +101,10 @@ class RunState:
             trace_id=caller.trace_id,
             attributes=caller.attributes,
             tools=caller.tools,
+            parent_run_id=caller.parent_run_id,
             run_id=self.run_id,
             state=self.state,
+            event_detail="result" if self.quiet else "all" if self.deltas else "folded",
         )
         self.budget = RetryBudget(max_retries=agent.options.retry_budget)
         self.head = {
@@ -110,6 +113,8 @@ class RunState:
             "trace_id": self.ctx.trace_id,
             "seq": 0,
         }
+        if caller.parent_run_id is not None:  # a nested run; top-level events keep the field's default
+            self.head["parent_run_id"] = caller.parent_run_id
         scope = caller.tools
         groups = self.state.active_groups
         if groups is None and scope is not None:

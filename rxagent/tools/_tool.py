@@ -15,6 +15,7 @@ from jsonschema import Draft202012Validator
 from pydantic import BaseModel, JsonValue, ValidationError
 
 from rxagent.context import RuntimeContext
+from rxagent.events import AgentEvent
 from rxagent.model.types import ToolSchema
 from rxagent.tools.arguments import (
     ToolArgumentError,
@@ -62,12 +63,13 @@ class ProgressUpdate(BaseModel):
 
 
 class ToolContext:
-    """What a running tool can see and do: its call id, the run's context, progress and cancellation.
+    """What a running tool can see and do: its call id, the run's context, progress, nested events and
+    cancellation.
 
     Declare a parameter annotated ``ToolContext`` (any name) to receive it; it is never part of the schema.
     """
 
-    __slots__ = ("_cancelled", "_emit", "_loop", "call_id", "runtime", "tool_name")
+    __slots__ = ("_cancelled", "_emit", "_loop", "_publish", "call_id", "runtime", "tool_name")
 
     def __init__(
         self,
@@ -75,6 +77,7 @@ class ToolContext:
         tool_name: str,
         runtime: RuntimeContext,
         emit: Callable[[ProgressUpdate], None] | None = None,
+        publish: Callable[[AgentEvent], None] | None = None,
     ) -> None:
         self.call_id = call_id
         """Id of the tool call being executed."""
@@ -83,6 +86,7 @@ class ToolContext:
         self.runtime = runtime
         """The run's :class:`~rxagent.context.RuntimeContext`."""
         self._emit = emit
+        self._publish = publish
         # A plain flag: one writer (the loop), readers in a worker thread; nobody waits on it.
         self._cancelled = False
         try:
@@ -94,12 +98,26 @@ class ToolContext:
         """Publish a progress update; safe to call from a sync tool's worker thread."""
         if self._emit is None or self._cancelled:
             return
-        update = ProgressUpdate(message=message, fraction=fraction, data=data)
+        self._deliver(self._emit, ProgressUpdate(message=message, fraction=fraction, data=data))
+
+    def publish(self, event: AgentEvent) -> None:
+        """Publish an event of a run nested in this call (an agent the tool runs); safe from a worker thread.
+
+        The executor emits it as :class:`~rxagent.tools.ToolCallNested`; the calling agent forwards it in
+        its own event stream as it is (so give it the nested run's header, ``parent_run_id`` naming the
+        calling run), and adds the usage of a nested :class:`~rxagent.events.AgentResult` whose
+        ``parent_run_id`` is the calling run to its own. Nothing is published after the call was cancelled.
+        """
+        if self._publish is None or self._cancelled:
+            return
+        self._deliver(self._publish, event)
+
+    def _deliver(self, callback: Callable[[Any], None], item: object) -> None:
         loop = self._loop
         if loop is not None and not _on_loop_thread(loop):
-            loop.call_soon_threadsafe(self._emit, update)
+            loop.call_soon_threadsafe(callback, item)
         else:
-            self._emit(update)
+            callback(item)
 
     @property
     def cancelled(self) -> bool:

@@ -2,6 +2,7 @@
 
 Events are small frozen dataclasses (cheap to build; the agent layer turns them into JSON events). A
 batch emits, as things happen: :class:`ToolBodyStarted`, :class:`ToolCallProgress`,
+:class:`ToolCallNested` (events of a run the tool runs, see ``ToolContext.publish``),
 :class:`ToolCallFinished` for every call that runs (or is refused or rejected), plus
 :class:`ToolPermissionRequired` / :class:`ToolCallSuspended` for calls that wait for a human or for the
 caller, and last of all one :class:`ToolBatchFinished` with the results in the order of the calls.
@@ -12,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
+from rxagent.events import AgentEvent
 from rxagent.messages import ToolResultBlock, ToolUseBlock
 from rxagent.tools._tool import ProgressUpdate
 from rxagent.tools.permissions import PermissionDecision
@@ -20,6 +22,7 @@ __all__ = [
     "ToolBatchFinished",
     "ToolBodyStarted",
     "ToolCallFinished",
+    "ToolCallNested",
     "ToolCallProgress",
     "ToolCallSuspended",
     "ToolEvent",
@@ -41,6 +44,14 @@ class ToolCallProgress:
 
     call: ToolUseBlock
     update: ProgressUpdate
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallNested:
+    """A running tool published an event of a run nested in the call (``ToolContext.publish``)."""
+
+    call: ToolUseBlock
+    event: AgentEvent
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +98,7 @@ class ToolBatchFinished:
 ToolEvent: TypeAlias = (
     ToolBodyStarted
     | ToolCallProgress
+    | ToolCallNested
     | ToolCallFinished
     | ToolPermissionRequired
     | ToolCallSuspended

@@ -40,6 +40,7 @@ from reactivex import operators as ops
 from reactivex.disposable import Disposable
 
 from rxagent.context import RuntimeContext
+from rxagent.events import AgentEvent
 from rxagent.messages import TextBlock, ToolResultBlock, ToolResultStatus, ToolUseBlock
 from rxagent.operators import Source, deferred, frame, run_steps, running_loop, start_task, sync_of
 from rxagent.tools._tool import ProgressUpdate, Tool, ToolContext, ToolSystemError
@@ -48,6 +49,7 @@ from rxagent.tools.events import (
     ToolBatchFinished,
     ToolBodyStarted,
     ToolCallFinished,
+    ToolCallNested,
     ToolCallProgress,
     ToolCallSuspended,
     ToolEvent,
@@ -347,7 +349,11 @@ class ToolExecutor:
                 if not done:
                     observer.on_next(ToolCallProgress(call, update))
 
-            tool_context = ToolContext(call.id, tool.name, runtime, emit_progress)
+            def emit_nested(event: AgentEvent) -> None:
+                if not done:
+                    observer.on_next(ToolCallNested(call, event))
+
+            tool_context = ToolContext(call.id, tool.name, runtime, emit_progress, emit_nested)
             observer.on_next(ToolBodyStarted(call, values))
             started = time.perf_counter()
 

@@ -11,13 +11,35 @@ from rxagent.operators import to_list
 
 
 def check_invariants(events: Sequence[AgentEvent], *, deltas_match: bool = True) -> AgentResult:
-    """Assert the event-order invariants of a finished run and return its result."""
+    """Assert the event-order invariants of a finished run, and of every run nested in it (agents used as
+    tools), and return the run's result."""
+    top = events[0].run_id
+    runs: dict[str, list[AgentEvent]] = {}
+    for event in events:
+        runs.setdefault(event.run_id, []).append(event)
+    own = runs.pop(top)
+    result = _check_run(own, deltas_match=deltas_match)
+    assert result is not None, "a run ends with an AgentResult"
+    assert events[-1] is result
+    assert len({e.trace_id for e in events}) == 1  # nested runs share their parent's trace
+    assert len({e.parent_run_id for e in own}) == 1
+    known = {top}
+    for run_id, nested in runs.items():  # in the order the runs appeared
+        parent = nested[0].parent_run_id
+        assert parent in known, f"run {run_id} is nested in {parent}, which did not appear before it"
+        assert all(e.parent_run_id == parent for e in nested)
+        _check_run(nested, deltas_match=deltas_match)  # one its parent cancelled has no result
+        known.add(run_id)
+    return result
+
+
+def _check_run(events: Sequence[AgentEvent], *, deltas_match: bool) -> AgentResult | None:
     assert isinstance(events[0], RunStarted), events[0]
     results = [e for e in events if isinstance(e, AgentResult)]
-    assert len(results) == 1
-    assert events[-1] is results[0]
+    assert len(results) <= 1
+    if results:
+        assert events[-1] is results[0]
     assert [e.seq for e in events] == list(range(len(events)))
-    assert len({(e.run_id, e.trace_id) for e in events}) == 1
     # deltas come before the folded message that holds them
     pending_text = ""
     for event in events:
@@ -26,7 +48,7 @@ def check_invariants(events: Sequence[AgentEvent], *, deltas_match: bool = True)
         elif isinstance(event, MessageCompleted) and event.message.role == "assistant":
             assert event.message.text == pending_text or not deltas_match
             pending_text = ""
-    assert pending_text == "" or not deltas_match
+    assert pending_text == "" or not deltas_match or not results
     # tool results in call order, per batch (a resumed run's first batch was called in an earlier run)
     calls: list[str] | None = None
     for event in events:
@@ -36,7 +58,7 @@ def check_invariants(events: Sequence[AgentEvent], *, deltas_match: bool = True)
             assert event.result.tool_use_id in calls
             position = calls.index(event.result.tool_use_id)
             calls = calls[position + 1 :]
-    return results[0]
+    return results[0] if results else None
 
 
 async def run(
