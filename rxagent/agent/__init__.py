@@ -2,12 +2,15 @@
 
 ``ReActAgent`` is the lifecycle (session, save, serialisation) around :func:`default_steps`; the steps,
 the nodes between them and the decisions that pick the next node are public, so other agents are built
-from the same parts (see :mod:`rxagent.agent.steps` and ``rxagent.agent.recipes``).
+from the same parts (see :mod:`rxagent.agent.steps` and ``rxagent.agent.recipes``). Agents compose
+(:mod:`rxagent.agent.compose`): one agent is a tool of another (``as_tool``), and an agent is an operator
+over a stream of inputs (``map_runs``).
 """
 
 from __future__ import annotations
 
 from rxagent.agent.acting import ActingDecision, act_step
+from rxagent.agent.compose import ChildSessions, RunContextFactory, RunOutcome, agent_tool, map_runs
 from rxagent.agent.control import RunControl, RunStatus
 from rxagent.agent.decisions import (
     after_acting,
@@ -68,6 +71,7 @@ __all__ = [
     "AgentOptions",
     "AnyMiddleware",
     "CheckOutput",
+    "ChildSessions",
     "CutPoint",
     "ExternalResult",
     "Finish",
@@ -83,8 +87,10 @@ __all__ = [
     "Reprompt",
     "RequestHook",
     "RouteDecision",
+    "RunContextFactory",
     "RunControl",
     "RunInput",
+    "RunOutcome",
     "RunState",
     "RunStatus",
     "SessionBusyError",
@@ -98,6 +104,7 @@ __all__ = [
     "after_acting",
     "after_reasoning",
     "after_tools",
+    "agent_tool",
     "apply_input",
     "build_request",
     "check_output_step",
@@ -108,6 +115,7 @@ __all__ = [
     "finish_step",
     "insert",
     "interrupt_step",
+    "map_runs",
     "normalise_input",
     "reason_step",
     "repair_transcript",

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import reactivex
@@ -28,6 +28,7 @@ from reactivex import Observable
 from reactivex import operators as ops
 
 from rxagent.agent.acting import act_step
+from rxagent.agent.compose import ChildSessions, RunContextFactory, RunOutcome, agent_tool, map_runs
 from rxagent.agent.control import RunControl
 from rxagent.agent.inputs import AgentInput, RunInput, SessionBusyError, normalise_input
 from rxagent.agent.middleware import AnyMiddleware, Middleware, chain, has_hooks
@@ -43,9 +44,9 @@ from rxagent.context import RuntimeContext
 from rxagent.events import AgentEvent, AgentResult
 from rxagent.messages import Msg
 from rxagent.model.types import ChatModel
-from rxagent.operators import KeyedSerializer, Outcome, Turn, last_value, using_resource
+from rxagent.operators import KeyedSerializer, Operator, Outcome, Turn, last_value, using_resource
 from rxagent.state import AgentState, InMemoryStateStore, SessionKey, StateStore
-from rxagent.tools import Permissions, ToolInterceptor, Toolkit
+from rxagent.tools import Permissions, Tool, ToolInterceptor, Toolkit
 
 __all__ = ["DEFAULT_SESSION", "ReActAgent", "default_steps"]
 
@@ -131,7 +132,7 @@ class ReActAgent:
 
         Runs on the same ``(user_id, session_id)`` wait for each other; other sessions run in parallel.
         ``ctx=None`` (or no ``session_id``) uses the session ``"default"``. The events of agents this run
-        uses as tools come too, each with its own ``run_id`` and ``seq`` and this run's
+        uses as tools (:meth:`as_tool`) come too, each with its own ``run_id`` and ``seq`` and this run's
         id as ``parent_run_id`` (see :mod:`rxagent.events`); this run's own result is still the last event.
 
         Lifecycle:
@@ -264,6 +265,63 @@ class ReActAgent:
     ) -> AgentResult:
         """Run the agent and return its :class:`AgentResult` (cancelling the await cancels the run)."""
         return await last_value(self.call_observable(input, ctx, control=control))
+
+    def as_tool(
+        self,
+        name: str | None = None,
+        description: str | None = None,
+        *,
+        sessions: ChildSessions = "per_call",
+        max_task_chars: int = 8000,
+        timeout: float | None = None,
+        groups: Iterable[str] = (),
+    ) -> Tool:
+        """This agent as a tool of another agent: the task in, this agent's answer out.
+
+        Each call runs this agent (in a child session, with the calling run's user and trace id) and
+        its events appear in the caller's stream with ``parent_run_id`` set; its usage counts in the
+        caller's result; cancelling or interrupting the caller cancels it. See
+        :func:`rxagent.agent.compose.agent_tool` for the arguments and the whole contract.
+
+        Example:
+            >>> researcher = ReActAgent(model, search_tools, name="researcher")  # doctest: +SKIP
+            >>> lead = ReActAgent(model, Toolkit([researcher.as_tool(description="Finds facts.")]))
+        """
+        return agent_tool(
+            self,
+            name,
+            description,
+            sessions=sessions,
+            max_task_chars=max_task_chars,
+            timeout=timeout,
+            groups=groups,
+        )
+
+    def map_runs(
+        self,
+        *,
+        max_concurrent: int = 4,
+        ordered: bool = True,
+        context: RunContextFactory | None = None,
+        events: bool = False,
+        deltas: bool = False,
+    ) -> Operator[AgentInput, RunOutcome]:
+        """An operator running this agent once per input, at most ``max_concurrent`` at once: a
+        :class:`~rxagent.agent.compose.RunOutcome` per input, in input order or as the runs finish.
+
+        See :func:`rxagent.agent.compose.map_runs` for the arguments and the lifecycle.
+
+        Example:
+            >>> answers = reactivex.from_iterable(questions).pipe(agent.map_runs())  # doctest: +SKIP
+        """
+        return map_runs(
+            self,
+            max_concurrent=max_concurrent,
+            ordered=ordered,
+            context=context,
+            events=events,
+            deltas=deltas,
+        )
 
     async def state(self, ctx: RuntimeContext | None = None) -> AgentState:
         """The stored state of a session (a fresh one if it has none)."""
