@@ -1,28 +1,30 @@
-"""What an agent remembers about a session between runs, and where it keeps it.
+"""What an agent remembers about a session between runs.
 
-:class:`AgentState` is plain data (JSON round-trips exactly), so any store can persist it. The default
-:class:`InMemoryStateStore` keeps it in the process; the sessions layer adds SQLite and PostgreSQL.
+:class:`AgentState` is plain data (JSON round-trips exactly). A session's log (:mod:`rxagent.session`)
+is what keeps it: the state is the log's projection.
 """
 
 from __future__ import annotations
 
-from typing import Literal, Protocol
+from typing import Literal
 
 from pydantic import BaseModel, Field, JsonValue
 
 from rxagent.messages import Msg, ToolResultBlock, ToolUseBlock
 
-__all__ = ["AgentState", "InMemoryStateStore", "PendingCall", "SessionKey", "StateStore"]
+__all__ = ["AgentState", "PendingCall", "SessionKey"]
 
 SessionKey = tuple[str | None, str]
 """``(user_id, session_id)``: what runs are serialised on and state is stored under."""
 
 
 class PendingCall(BaseModel):
-    """A tool call waiting for a human decision (``ask``) or for the caller to run it (``external``)."""
+    """A tool call waiting: for a human decision (``ask``), for the caller to run it (``external``), or to
+    run again because its outcome was lost and it is safe or was reconciled to repeat (``retry``: the next
+    run runs it before anything else)."""
 
     call: ToolUseBlock
-    kind: Literal["ask", "external"]
+    kind: Literal["ask", "external", "retry"]
     reason: str = ""
 
 
@@ -43,34 +45,22 @@ class AgentState(BaseModel):
     active_groups: list[str] | None = None
     extras: dict[str, JsonValue] = Field(default_factory=lambda: {})
 
+    def close_batch(self) -> Msg | None:
+        """Send the waiting results as one tool message, in the order of the newest assistant's calls.
 
-class StateStore(Protocol):
-    """Loads and saves :class:`AgentState` by session key."""
-
-    async def load(self, key: SessionKey) -> AgentState | None:
-        """The stored state, or ``None`` for a new session."""
-        ...
-
-    async def save(self, key: SessionKey, state: AgentState) -> None:
-        """Store ``state`` (replacing what was there)."""
-        ...
-
-
-class InMemoryStateStore:
-    """Keeps states in a dict, as JSON, so a saved state never changes when a run mutates its copy."""
-
-    def __init__(self) -> None:
-        self._states: dict[SessionKey, str] = {}
-
-    async def load(self, key: SessionKey) -> AgentState | None:
-        """The stored state, or ``None``."""
-        data = self._states.get(key)
-        return AgentState.model_validate_json(data) if data is not None else None
-
-    async def save(self, key: SessionKey, state: AgentState) -> None:
-        """Store ``state``."""
-        self._states[key] = state.model_dump_json()
-
-    def keys(self) -> list[SessionKey]:
-        """Every session key stored."""
-        return list(self._states)
+        Returns the message appended (``None`` when no result was waiting).
+        """
+        results = self.partial_results
+        if not results:
+            return None
+        calls: tuple[ToolUseBlock, ...] = ()
+        for message in reversed(self.messages):
+            if message.role == "assistant":
+                calls = message.tool_calls
+                break
+        order = {c.id: i for i, c in enumerate(calls)}
+        ordered = sorted(results, key=lambda r: order.get(r.tool_use_id, len(order)))
+        message = Msg.from_tool_results(*ordered)
+        self.messages.append(message)
+        self.partial_results = []
+        return message

@@ -48,7 +48,7 @@ from rxagent.context import RunContext, RuntimeContext
 from rxagent.events import AgentEvent, AgentResult
 from rxagent.messages import TextBlock, ToolResultBlock, new_id
 from rxagent.operators import Operator, deferred, frame, last_value, map_concurrent, sync_of
-from rxagent.tools import SchemaTool, Tool, ToolContext
+from rxagent.tools import SchemaTool, Tool, ToolContext, ToolTraits
 
 if TYPE_CHECKING:
     from rxagent.agent.react import ReActAgent
@@ -130,9 +130,7 @@ def agent_tool(
         description or f"Ask the '{agent.name}' agent to do a task; it answers with its result.",
         parameters,
         delegate,
-        concurrency_safe=sessions == "per_call",
-        timeout=timeout,
-        groups=groups,
+        traits=ToolTraits(concurrency_safe=sessions == "per_call", timeout=timeout, groups=frozenset(groups)),
     )
 
 

@@ -81,13 +81,12 @@ class PendingToolCallsError(RuntimeError):
 class SessionBusyError(RuntimeError):
     """A run waited longer than ``AgentOptions.session_wait`` for its session, which other runs held."""
 
-    def __init__(self, key: SessionKey, waited: float, ahead: int) -> None:
+    def __init__(self, key: SessionKey, waited: float, ahead: int, holder: str | None = None) -> None:
         user = f"user {key[0]!r}, " if key[0] is not None else ""
-        super().__init__(
-            f"session {key[1]!r} ({user}in this process) stayed busy for {waited:g} s; the run gave up "
-            f"waiting with {ahead} run(s) still ahead of it"
-        )
+        by = f"held by {holder}" if holder else f"{ahead} run(s) of this process still ahead of this one"
+        super().__init__(f"session {key[1]!r} ({user}) stayed busy for {waited:g} s ({by}); the run gave up")
         self.key = key
+        self.holder = holder
 
 
 def normalise_input(value: AgentInput) -> RunInput:

@@ -38,6 +38,8 @@ class AgentOptions:
         session_wait: seconds a run waits for its session while other runs hold it before failing with
             :class:`SessionBusyError` (``None``: as long as it takes). ``RunControl.position`` shows the
             queue moving meanwhile.
+        lease_ttl: seconds a run's lease on its session lasts without renewal (a live run renews it every
+            third of that); after a crash, other processes take the session over this long after.
     """
 
     max_iters: int = 10
@@ -53,6 +55,7 @@ class AgentOptions:
     max_tokens: int | None = None
     first_tool_choice: ToolChoice | None = None
     session_wait: float | None = None
+    lease_ttl: float = 30.0
 
     def __post_init__(self) -> None:
         if self.max_iters < 1:
@@ -61,3 +64,5 @@ class AgentOptions:
             raise ValueError("repeat_guard, structured_retries and retry_budget must be >= 0")
         if self.session_wait is not None and not self.session_wait >= 0:
             raise ValueError("session_wait must be None or a number of seconds >= 0")
+        if not self.lease_ttl > 0:
+            raise ValueError("lease_ttl must be positive")

@@ -30,7 +30,14 @@ from reactivex import operators as ops
 from rxagent.agent.acting import act_step
 from rxagent.agent.compose import ChildSessions, RunContextFactory, RunOutcome, agent_tool, map_runs
 from rxagent.agent.control import RunControl
-from rxagent.agent.inputs import AgentInput, RunInput, SessionBusyError, normalise_input
+from rxagent.agent.inputs import (
+    AgentInput,
+    ExternalResult,
+    RunInput,
+    SessionBusyError,
+    ToolDecision,
+    normalise_input,
+)
 from rxagent.agent.middleware import AnyMiddleware, Middleware, chain, has_hooks
 from rxagent.agent.nodes import Act, CheckOutput, Finish, Interrupt, Reason, Reprompt, Start, Step
 from rxagent.agent.options import AgentOptions
@@ -41,11 +48,13 @@ from rxagent.agent.run import RunState
 from rxagent.agent.steps import finish_step, interrupt_step, recover, reprompt_step, run_loop
 from rxagent.agent.structured import OutputSpec
 from rxagent.context import RuntimeContext
-from rxagent.events import AgentEvent, AgentResult
-from rxagent.messages import Msg
+from rxagent.events import AgentEvent, AgentResult, RunReason
+from rxagent.messages import Msg, ToolUseBlock, new_id
 from rxagent.model.types import ChatModel
-from rxagent.operators import KeyedSerializer, Operator, Outcome, Turn, last_value, using_resource
-from rxagent.state import AgentState, InMemoryStateStore, SessionKey, StateStore
+from rxagent.operators import Operator, Outcome, Turn, last_value, using_resource
+from rxagent.session import Claim, MemoryStore, SessionBusy, SessionKeeper, SessionStore
+from rxagent.session.reconcile import Reconcile, UncertainToolCallsError, never_started, settle_uncertain
+from rxagent.state import AgentState, PendingCall, SessionKey
 from rxagent.tools import Permissions, Tool, ToolInterceptor, Toolkit
 
 __all__ = ["DEFAULT_SESSION", "ReActAgent", "default_steps"]
@@ -82,7 +91,8 @@ class ReActAgent:
         middleware: hooks at the cut points (first = outermost).
         permissions: the gate every tool call passes.
         output_type: a pydantic model (or JSON schema) for structured output.
-        store: where session state lives between runs (default: in memory).
+        store: where sessions live between runs (default: in this process's memory); see
+            :mod:`rxagent.session` for SQLite and PostgreSQL.
         steps: steps to use instead of (or besides) the built-in ones, by node type; merged over
             :func:`default_steps` (see :mod:`rxagent.agent.steps`).
 
@@ -103,7 +113,7 @@ class ReActAgent:
         middleware: Sequence[AnyMiddleware] = (),
         permissions: Permissions | None = None,
         output_type: type[BaseModel] | Mapping[str, JsonValue] | None = None,
-        store: StateStore | None = None,
+        store: SessionStore | None = None,
         steps: Mapping[type, Step] | None = None,
     ) -> None:
         self.model = model
@@ -113,10 +123,10 @@ class ReActAgent:
         self.middleware = tuple(middleware)
         self.permissions = permissions or Permissions()
         self.output = OutputSpec(output_type) if output_type is not None else None
-        self.store: StateStore = store or InMemoryStateStore()
+        self.store: SessionStore = store or MemoryStore()
+        self.sessions = SessionKeeper(self.store, lease_ttl=self.options.lease_ttl)
         self.steps: Mapping[type, Step] = {**default_steps(), **(steps or {})}
         self._system = Msg.system(system_prompt) if system_prompt else None
-        self._sessions = KeyedSerializer()
 
     # ---- public entry points ---------------------------------------------------------------------
 
@@ -168,39 +178,51 @@ class ReActAgent:
         quiet: bool,
     ) -> Observable[AgentEvent]:
         context = ctx or RuntimeContext(session_id=DEFAULT_SESSION)
-        key: SessionKey = (context.user_id, context.session_id or DEFAULT_SESSION)
+        key = session_key(context)
         run_input = normalise_input(input)
-        wait = self.options.session_wait
+        keeper = self.sessions
 
-        async def acquire() -> _Lease:
+        async def acquire() -> _Held:
             run_control = control or RunControl()
-            turn = self._sessions.turn(key)
+            turn = keeper.turn(key)
             run_control.bind(asyncio.get_running_loop(), turn)
             try:
-                try:
-                    async with asyncio.timeout(wait):
-                        await turn.acquire()
-                except TimeoutError:
-                    raise SessionBusyError(key, wait or 0.0, turn.left_at or 0) from None
-                state = await self.store.load(key) or AgentState()
+                claim = await self._claim(turn, key)
             except BaseException:
-                turn.release()
                 run_control.unbind()
                 raise
-            return _Lease(turn, run_control, state)
+            return _Held(claim, run_control)
 
-        def use(lease: _Lease) -> Observable[AgentEvent]:
-            async def save(failure: Exception | None = None) -> None:
+        def use(held: _Held) -> Observable[AgentEvent]:
+            claim = held.claim
+            recorder = claim.recorder
+
+            async def save(reason: RunReason, failure: Exception | None) -> None:
+                turn_id = claim.projection.turn_id
+                run_id = recorder.run_id  # not `run`: the run holds this closure
+                if failure is not None:
+                    recorder.note("run_failed", {"run_id": run_id, "error": _describe(failure)})
+                else:
+                    recorder.note("run_finished", {"run_id": run_id, "reason": reason})
+                if turn_id is not None and (failure is not None or reason not in _WAITING):
+                    recorder.note("turn_finished", {"turn_id": turn_id, "reason": reason})
                 try:
-                    await self.store.save(key, lease.state)
+                    await recorder.flush()
                 except Exception as save_error:
+                    claim.broken = True
                     if failure is None:
                         raise
-                    failure.add_note(f"saving the session after this error failed too: {save_error!r}")
-                lease.saved = True
+                    failure.add_note(f"recording the session after this error failed too: {save_error!r}")
+                held.saved = True
 
-            run = RunState(self, context, key, lease.state, lease.control, save, deltas=deltas, quiet=quiet)
-            lease.run = run
+            state = claim.projection.state
+            run = RunState(
+                self, context, key, state, held.control, save, recorder, deltas=deltas, quiet=quiet
+            )
+            recorder.run_id = run.run_id
+            run.repair_cache = claim.projection.memo.get("repair", run.repair_cache)
+            held.run = run
+            _record_start(run, claim, run_input)
 
             def loop(first: RunInput) -> Observable[AgentEvent]:
                 return run_loop(self.steps, Start(first), run)
@@ -222,20 +244,48 @@ class ReActAgent:
                 )
             return events.pipe(ops.map(stamp))
 
-        async def release(lease: _Lease, outcome: Outcome) -> None:
+        async def release(held: _Held, outcome: Outcome) -> None:
+            claim, run = held.claim, held.run
             try:
-                if not lease.saved:
-                    if outcome.kind == "cancelled" and lease.run is not None:
+                if not held.saved and run is not None:
+                    if outcome.kind == "cancelled":
                         # What happened stays recorded: finished calls keep their results.
                         cancelled = "The run was cancelled before this call finished."
-                        lease.run.settle(cancelled, "interrupted", answer_waiting=False)
-                    await self.store.save(key, lease.state)
+                        run.settle(cancelled, "interrupted", answer_waiting=False)
+                        claim.recorder.note("run_cancelled", {"run_id": run.run_id})
+                    else:
+                        error = outcome.error
+                        why = _describe(error) if error is not None else "it ended before its result"
+                        claim.recorder.note("run_failed", {"run_id": run.run_id, "error": why})
+                    try:
+                        await claim.recorder.flush()
+                    except Exception:
+                        claim.broken = True
+                        raise
             finally:
-                lease.run = None  # the run's save closure holds the lease: cut the cycle
-                lease.turn.release()
-                lease.control.unbind()
+                if run is not None:
+                    claim.projection.memo["repair"] = run.repair_cache
+                held.run = None  # the run's save closure holds the holder: cut the cycle
+                try:
+                    await keeper.release(claim)
+                finally:
+                    held.control.unbind()
 
         return using_resource(acquire, use, release)
+
+    async def _claim(self, turn: Turn, key: SessionKey) -> Claim:
+        """Take the session for a run; refuse while calls of it have no known outcome."""
+        wait = self.options.session_wait
+        try:
+            claim = await self.sessions.claim(turn, key, wait=wait)
+        except SessionBusy as busy:
+            raise SessionBusyError(key, busy.waited, busy.ahead, busy.holder) from None
+        try:
+            _retry_what_is_safe(self, claim)
+        except BaseException:
+            await self.sessions.release(claim)
+            raise
+        return claim
 
     def call_observable(
         self, input: AgentInput, ctx: RuntimeContext | None = None, *, control: RunControl | None = None
@@ -324,9 +374,39 @@ class ReActAgent:
         )
 
     async def state(self, ctx: RuntimeContext | None = None) -> AgentState:
-        """The stored state of a session (a fresh one if it has none)."""
-        context = ctx or RuntimeContext(session_id=DEFAULT_SESSION)
-        return await self.store.load((context.user_id, context.session_id or DEFAULT_SESSION)) or AgentState()
+        """The session's state as its log has it now (a copy; a fresh state for a new session)."""
+        return (await self.sessions.peek(session_key(ctx))).state
+
+    async def uncertain(self, ctx: RuntimeContext | None = None) -> list[ToolUseBlock]:
+        """The session's calls that were dispatched with no recorded outcome (see :meth:`reconcile`)."""
+        return list((await self.sessions.peek(session_key(ctx))).uncertain.values())
+
+    async def reconcile(self, ctx: RuntimeContext | None, outcomes: Sequence[Reconcile]) -> None:
+        """Settle the session's uncertain calls: each succeeded (with its output), failed, or is to be run
+        again by the next run. Once nothing of the batch is open the session can run again.
+
+        Raises:
+            ReconcileError: an id that is not an uncertain call of the session, or one given twice
+                (nothing is recorded then).
+            SessionBusyError: as for a run.
+        """
+        key = session_key(ctx)
+        claim = await self._take(key)
+        try:
+            settle_uncertain(claim, outcomes)
+            try:
+                await claim.recorder.flush()
+            except Exception:
+                claim.broken = True
+                raise
+        finally:
+            await self.sessions.release(claim)
+
+    async def _take(self, key: SessionKey) -> Claim:
+        try:
+            return await self.sessions.claim(self.sessions.turn(key), key, wait=self.options.session_wait)
+        except SessionBusy as busy:
+            raise SessionBusyError(key, busy.waited, busy.ahead, busy.holder) from None
 
     def tool_interceptors(self) -> list[ToolInterceptor]:
         """The ``tool_call`` hooks of the middleware, as executor interceptors (outermost first)."""
@@ -340,10 +420,87 @@ class ReActAgent:
 
 
 @dataclass(slots=True)
-class _Lease:
-    turn: Turn
+class _Held:
+    claim: Claim
     control: RunControl
-    state: AgentState
     run: RunState | None = None
     saved: bool = False
-    """The run saved (or tried to, for a failure) the state for its ending: the release saves no more."""
+    """The run recorded (or tried to, for a failure) its ending: the release records no more."""
+
+
+_WAITING: frozenset[RunReason] = frozenset({"PERMISSION_ASKING", "TOOL_SUSPENDED"})
+"""Reasons that pause a turn rather than end it."""
+
+
+def session_key(ctx: RuntimeContext | None) -> SessionKey:
+    """The session a context names: ``(user_id, session_id)``, the session ``"default"`` when unnamed."""
+    context = ctx or RuntimeContext(session_id=DEFAULT_SESSION)
+    return (context.user_id, context.session_id or DEFAULT_SESSION)
+
+
+def _describe(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
+def _record_start(run: RunState, claim: Claim, run_input: RunInput) -> None:
+    """Note the run's start (and a new turn's) for the log; a run that ended without a record is noted."""
+    projection, recorder = claim.projection, claim.recorder
+    if projection.open_run is not None:
+        lost = "the run ended with no record of how (its process stopped)"
+        recorder.note("run_failed", {"run_id": projection.open_run, "error": lost})
+    turn_id = projection.turn_id
+    if run_input.messages or turn_id is None:
+        if turn_id is not None:
+            recorder.note("turn_finished", {"turn_id": turn_id, "reason": "SUPERSEDED"})
+        turn_id = new_id("turn")
+        recorder.note("turn_started", {"turn_id": turn_id})
+    messages: list[JsonValue] = [m.model_dump(mode="json") for m in run_input.messages]
+    decisions: list[JsonValue] = [_decision_json(d) for d in run_input.decisions]
+    recorder.note(
+        "run_started",
+        {
+            "run_id": run.run_id,
+            "turn_id": turn_id,
+            "agent": run.agent.name,
+            "input": messages,
+            "decisions": decisions,
+        },
+    )
+
+
+def _decision_json(decision: ToolDecision | ExternalResult) -> JsonValue:
+    if isinstance(decision, ExternalResult):
+        return {"call_id": decision.call_id, "result": decision.output, "status": decision.status}
+    arguments: JsonValue = dict(decision.arguments) if decision.arguments is not None else None
+    return {
+        "call_id": decision.call_id,
+        "allow": decision.allow,
+        "reason": decision.reason,
+        "arguments": arguments,
+    }
+
+
+def _retry_what_is_safe(agent: ReActAgent, claim: Claim) -> None:
+    """Calls whose outcome a crash lost: the repeatable ones (idempotent or read-only tools) are queued to
+    run again, and calls of the open batch that never started are queued too; any other refuses the run."""
+    projection = claim.projection
+    state = projection.state
+    refused: list[ToolUseBlock] = []
+    retried: list[ToolUseBlock] = []
+    for call in list(projection.uncertain.values()):
+        tool = agent.toolkit.get(call.name)
+        if tool is not None and tool.traits.repeatable:
+            retried.append(call)
+        else:
+            refused.append(call)
+    if refused:
+        raise UncertainToolCallsError(refused)
+    for call in retried:
+        projection.uncertain.pop(call.id, None)
+        claim.recorder.note("reconciled", {"call_id": call.id, "outcome": "retry", "automatic": True})
+    retried.extend(never_started(state, projection))
+    waiting = {p.call.id for p in state.pending}
+    for call in retried:
+        if call.id not in waiting:
+            why = "its outcome was lost; it is safe to run again"
+            state.pending.append(PendingCall(call=call, kind="retry", reason=why))

@@ -68,6 +68,9 @@ def apply_input(run_input: RunInput, run: RunState) -> tuple[tuple[ToolUseBlock,
         PendingToolCallsError: the input does not fit the pending calls (nothing was changed).
     """
     state = run.state
+    retries = tuple(p.call for p in state.pending if p.kind == "retry")
+    if retries:
+        return _retry(run, retries, run_input)
     if state.pending:
         if run_input.decisions:
             return _resume(run, run_input.decisions, run_input.messages)
@@ -90,8 +93,32 @@ def apply_input(run_input: RunInput, run: RunState) -> tuple[tuple[ToolUseBlock,
     return (), []
 
 
+def _retry(
+    run: RunState, retries: tuple[ToolUseBlock, ...], run_input: RunInput
+) -> tuple[tuple[ToolUseBlock, ...], list[AgentEvent]]:
+    """Calls to run again (their outcome was lost, and running them is safe or was reconciled) run first;
+    answers for other waiting calls are applied as usual, and new messages follow the batch."""
+    state = run.state
+    others = [p for p in state.pending if p.kind != "retry"]
+    if run_input.decisions and not others:
+        raise PendingToolCallsError(
+            "this session has no tool calls waiting for a decision; there is nothing to decide"
+        )
+    state.pending = others
+    approved: tuple[ToolUseBlock, ...] = ()
+    if run_input.decisions:
+        approved, _ = _resume(run, run_input.decisions, run_input.messages, more_to_run=True)
+    else:
+        run.deferred_input = list(run_input.messages)
+    return (*retries, *approved), []
+
+
 def _resume(
-    run: RunState, decisions: Sequence[ToolDecision | ExternalResult], messages: Sequence[Msg]
+    run: RunState,
+    decisions: Sequence[ToolDecision | ExternalResult],
+    messages: Sequence[Msg],
+    *,
+    more_to_run: bool = False,
 ) -> tuple[tuple[ToolUseBlock, ...], list[AgentEvent]]:
     state = run.state
     by_id = {p.call.id: p for p in state.pending}
@@ -99,6 +126,7 @@ def _resume(
     approved: list[ToolUseBlock] = []
     for decision in decisions:
         call = by_id.pop(decision.call_id).call
+        run.note("decision", _decision_record(decision, edits.get(call.id)))
         if isinstance(decision, ExternalResult):
             state.partial_results.append(result_of(call, decision.output, decision.status))
         elif decision.allow:
@@ -109,12 +137,25 @@ def _resume(
             state.partial_results.append(result_of(call, f"The user denied this call{why}.", "denied"))
     state.pending = list(by_id.values())
     run.deferred_input = list(messages)  # joins the history after the tool results it follows
-    if approved or state.pending:
+    if approved or state.pending or more_to_run:
         return tuple(approved), []
     closing = run.close_tool_batch()
     state.messages.extend(run.deferred_input)
     run.deferred_input = []
     return (), closing
+
+
+def _decision_record(
+    decision: ToolDecision | ExternalResult, edited: dict[str, JsonValue] | None
+) -> dict[str, JsonValue]:
+    if isinstance(decision, ExternalResult):
+        return {"call_id": decision.call_id, "kind": "external_result", "status": decision.status}
+    return {
+        "call_id": decision.call_id,
+        "kind": "approval" if decision.allow else "denial",
+        "reason": decision.reason,
+        "arguments": edited,
+    }
 
 
 def _check_decisions(

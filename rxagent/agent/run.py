@@ -13,12 +13,15 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pydantic import JsonValue
+
 from rxagent.agent.control import RunControl
 from rxagent.agent.transcript import repair_transcript
 from rxagent.context import RunContext, RuntimeContext
-from rxagent.events import AgentEvent, MessageCompleted, Phase, PhaseChanged, UsageTotals
-from rxagent.messages import Msg, ToolResultBlock, ToolResultStatus, ToolUseBlock, new_id
+from rxagent.events import AgentEvent, MessageCompleted, Phase, PhaseChanged, RunReason, UsageTotals
+from rxagent.messages import Msg, ToolResultBlock, ToolResultStatus, new_id
 from rxagent.retry import RetryBudget
+from rxagent.session import FactKind, Recorder
 from rxagent.state import AgentState, SessionKey
 from rxagent.tools import ToolExecutor, ToolView, result_of
 
@@ -38,8 +41,10 @@ class RunState:
         key: the session's ``(user_id, session_id)``.
         state: the session's conversation and pending calls; saved when the run ends.
         control: interrupts the run; the loop checks it between steps.
-        save: saves ``state`` (the finish step calls it before the result; an error passed to it gets a
-            failing save attached as a note instead of replaced).
+        save: records how the run ended with everything it changed (the finish step calls it before the
+            result; an error passed to it gets a failing save attached as a note instead of replaced).
+        recorder: writes the run's changes to the session's log (``None``: nothing is recorded); it is
+            also the executor's journal, so tool calls are recorded as they are dispatched and finish.
         run_id: the run's id, in every event.
         iteration: reasoning steps taken.
         usage: token totals over the run's model calls.
@@ -60,7 +65,8 @@ class RunState:
     key: SessionKey
     state: AgentState
     control: RunControl
-    save: Callable[[Exception | None], Awaitable[None]]
+    save: Callable[[RunReason, Exception | None], Awaitable[None]]
+    recorder: Recorder | None = None
     run_id: str = field(default_factory=lambda: new_id("run"))
     iteration: int = 0
     usage: UsageTotals = field(default_factory=UsageTotals)
@@ -131,6 +137,7 @@ class RunState:
             permissions=agent.permissions,
             interceptors=agent.tool_interceptors(),
             default_timeout=agent.options.tool_timeout,
+            journal=self.recorder,
         )
 
     # ---- events ------------------------------------------------------------------------------------
@@ -166,27 +173,15 @@ class RunState:
         self.repair_cache = (stable, done)
         return done + repair_transcript(history[stable:])
 
-    def calls_of_last_assistant(self) -> tuple[ToolUseBlock, ...]:
-        """The tool calls of the newest assistant message (the batch results answer)."""
-        for message in reversed(self.state.messages):
-            if message.role == "assistant":
-                return message.tool_calls
-        return ()
-
     def close_tool_batch(self) -> list[AgentEvent]:
         """Send the finished batch's results as one tool message, in the order of the calls.
 
         Returns the events to emit (the ``OBSERVING`` phase, the tool message); nothing when no result
         is waiting.
         """
-        results = self.state.partial_results
-        if not results:
+        message = self.state.close_batch()
+        if message is None:
             return []
-        order = {c.id: i for i, c in enumerate(self.calls_of_last_assistant())}
-        ordered = sorted(results, key=lambda r: order.get(r.tool_use_id, len(order)))
-        message = Msg.from_tool_results(*ordered)
-        self.state.messages.append(message)
-        self.state.partial_results = []
         closing = self.phase_to("OBSERVING")
         if not self.quiet:
             closing.append(MessageCompleted(**self.head, message=message))
@@ -224,6 +219,11 @@ class RunState:
                     )
             self.state.pending = []
         return [] if self.state.pending else self.close_tool_batch()
+
+    def note(self, kind: FactKind, data: dict[str, JsonValue]) -> None:
+        """Note a fact for the session's log (written with the next flush; nothing without a recorder)."""
+        if self.recorder is not None:
+            self.recorder.note(kind, data)
 
     def add_messages(self, messages: Sequence[Msg]) -> None:
         """Append ``messages`` to the conversation (what custom steps use to say something to the model)."""

@@ -184,7 +184,7 @@ def finish(run: RunState, node: Finish, *, failure: Exception | None = None) -> 
         )
 
     async def save() -> AsyncIterator[AgentEvent]:
-        await run.save(failure)  # before the result, so a consumer may stop at the result
+        await run.save(node.reason, failure)  # before the result, so a consumer may stop at the result
         return
         yield  # an async generator that yields nothing
 

@@ -3,26 +3,40 @@
 - :mod:`~rxagent.session.facts`: what the log holds (facts) and checkpoints beside it.
 - :mod:`~rxagent.session.projection`: the log replayed into an :class:`~rxagent.state.AgentState`.
 - :mod:`~rxagent.session.store`: the store contract, the writer lease and its fencing token.
+- :mod:`~rxagent.session.recorder`: how a run's changes become facts; :mod:`~rxagent.session.keeper`:
+  taking a session for a run (turn, lease, cached projection, checkpoints).
+- :mod:`~rxagent.session.reconcile`: calls with no recorded outcome, and settling them.
 - :class:`MemoryStore` (one process), ``SQLiteStore`` (a file), ``PostgresStore`` (many processes).
 """
 
 from __future__ import annotations
 
 from rxagent.session.facts import Checkpoint, Fact, FactKind, StoredFact
+from rxagent.session.keeper import Claim, SessionBusy, SessionKeeper
 from rxagent.session.memory import MemoryStore
 from rxagent.session.projection import Projection
+from rxagent.session.reconcile import Reconcile, ReconcileError, UncertainToolCallsError
+from rxagent.session.recorder import Recorder, seed_session
 from rxagent.session.store import Lease, LeaseLostError, SessionExistsError, SessionInfo, SessionStore
 
 __all__ = [
     "Checkpoint",
+    "Claim",
     "Fact",
     "FactKind",
     "Lease",
     "LeaseLostError",
     "MemoryStore",
     "Projection",
+    "Reconcile",
+    "ReconcileError",
+    "Recorder",
+    "SessionBusy",
     "SessionExistsError",
     "SessionInfo",
+    "SessionKeeper",
     "SessionStore",
     "StoredFact",
+    "UncertainToolCallsError",
+    "seed_session",
 ]

@@ -39,9 +39,19 @@ class Projection:
         open_run: a run that started and has no end recorded (it crashed, or it is running now).
         checkpoint_seq: where the last checkpoint is (0: none).
         since_checkpoint: facts applied after it.
+        memo: derived data kept with the projection in memory.
     """
 
-    __slots__ = ("checkpoint_seq", "open_run", "seq", "since_checkpoint", "state", "turn_id", "uncertain")
+    __slots__ = (
+        "checkpoint_seq",
+        "memo",
+        "open_run",
+        "seq",
+        "since_checkpoint",
+        "state",
+        "turn_id",
+        "uncertain",
+    )
 
     def __init__(self, state: AgentState | None = None) -> None:
         self.state = state or AgentState()
@@ -51,6 +61,9 @@ class Projection:
         self.open_run: str | None = None
         self.checkpoint_seq = 0
         self.since_checkpoint = 0
+        self.memo: dict[str, Any] = {}
+        """What layers above derive from the state and keep while the projection stays in memory (the
+        agent keeps its repaired transcript here); never written to the log."""
 
     @classmethod
     def replay(cls, checkpoint: Checkpoint | None, facts: Iterable[StoredFact]) -> Projection:
@@ -136,6 +149,22 @@ class Projection:
             self.uncertain.pop(result.tool_use_id, None)
 
     # ---- checkpoints ---------------------------------------------------------------------------------
+
+    def snapshot(self) -> Projection:
+        """A copy that later changes to this projection leave alone (it shares the frozen messages)."""
+        state = self.state
+        copied = AgentState.model_construct(
+            messages=list(state.messages),
+            pending=list(state.pending),
+            partial_results=list(state.partial_results),
+            active_groups=None if state.active_groups is None else list(state.active_groups),
+            extras=json.loads(json.dumps(state.extras)),
+        )
+        twin = Projection(copied)
+        twin.seq, twin.turn_id, twin.open_run = self.seq, self.turn_id, self.open_run
+        twin.uncertain = dict(self.uncertain)
+        twin.checkpoint_seq, twin.since_checkpoint = self.checkpoint_seq, self.since_checkpoint
+        return twin
 
     def checkpoint(self) -> Checkpoint:
         """The projection as a :class:`~rxagent.session.facts.Checkpoint` of its sequence number."""

@@ -13,6 +13,7 @@ from rxagent.tools._tool import (
     Tool,
     ToolContext,
     ToolSystemError,
+    ToolTraits,
     tool,
 )
 from rxagent.tools.arguments import ArgumentProblem, ToolArgumentError
@@ -26,7 +27,14 @@ from rxagent.tools.events import (
     ToolEvent,
     ToolPermissionRequired,
 )
-from rxagent.tools.executor import ToolCallNext, ToolExecutor, ToolInterceptor, ToolInvocation, result_of
+from rxagent.tools.executor import (
+    ToolCallNext,
+    ToolExecutor,
+    ToolInterceptor,
+    ToolInvocation,
+    ToolJournal,
+    result_of,
+)
 from rxagent.tools.permissions import (
     Decision,
     PermissionDecision,
@@ -63,8 +71,10 @@ __all__ = [
     "ToolGroup",
     "ToolInterceptor",
     "ToolInvocation",
+    "ToolJournal",
     "ToolPermissionRequired",
     "ToolSystemError",
+    "ToolTraits",
     "ToolView",
     "Toolkit",
     "Unavailable",

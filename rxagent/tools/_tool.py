@@ -8,6 +8,7 @@ import inspect
 import typing
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias, cast, overload
 
 import docstring_parser
@@ -136,47 +137,61 @@ def _on_loop_thread(loop: asyncio.AbstractEventLoop) -> bool:
         return False
 
 
-class Tool(ABC):
-    """A capability the model can call: a name, a description, an argument schema and a body.
-
-    Build one with :func:`tool` (from a function or method) or :class:`SchemaTool` (from a JSON schema, as
-    MCP tools are). Flags:
+@dataclass(frozen=True, slots=True)
+class ToolTraits:
+    """How a tool behaves when called: the settings every tool has, in one frozen object.
 
     Attributes:
-        name: what the model calls it.
-        description: what the model reads about it.
         concurrency_safe: may run at the same time as other concurrency-safe calls of a batch.
         return_direct: its result ends the run (when every call of the batch is return-direct and ok).
         timeout: seconds before the call is abandoned with an error result (``None``: no limit).
         groups: tool groups it belongs to; a tool in groups is visible only while one of them is active.
         external: no local body; the run suspends so that the caller executes it.
+        idempotent: running it twice with the same arguments does no more than running it once, so a
+            call whose outcome a crash lost is run again on resume instead of waiting for reconciliation.
+        read_only: it changes nothing (a lost call is run again, as for ``idempotent``).
         permission: the tool's own permission check, consulted after deny/ask rules.
     """
 
-    def __init__(
-        self,
-        *,
-        name: str,
-        description: str,
-        concurrency_safe: bool = False,
-        return_direct: bool = False,
-        timeout: float | None = None,
-        groups: Iterable[str] = (),
-        external: bool = False,
-        permission: PermissionCheck | None = None,
-    ) -> None:
+    concurrency_safe: bool = False
+    return_direct: bool = False
+    timeout: float | None = None
+    groups: frozenset[str] = frozenset()
+    external: bool = False
+    idempotent: bool = False
+    read_only: bool = False
+    permission: PermissionCheck | None = None
+
+    def __post_init__(self) -> None:
+        if self.timeout is not None and not self.timeout > 0:
+            raise ValueError("timeout must be positive")
+        if not isinstance(self.groups, frozenset):  # pyright: ignore[reportUnnecessaryIsInstance] - callers pass any iterable
+            object.__setattr__(self, "groups", frozenset(self.groups))
+
+    @property
+    def repeatable(self) -> bool:
+        """Safe to run again when a crash lost the outcome of a call (idempotent or read-only)."""
+        return self.idempotent or self.read_only
+
+
+class Tool(ABC):
+    """A capability the model can call: a name, a description, an argument schema and a body.
+
+    Build one with :func:`tool` (from a function or method) or :class:`SchemaTool` (from a JSON schema, as
+    MCP tools are).
+
+    Attributes:
+        name: what the model calls it.
+        description: what the model reads about it.
+        traits: how it behaves when called (:class:`ToolTraits`).
+    """
+
+    def __init__(self, *, name: str, description: str, traits: ToolTraits | None = None) -> None:
         if not name or not name.replace("_", "a").replace("-", "a").isalnum():
             raise ValueError(f"tool name {name!r} must be non-empty letters, digits, '_' or '-'")
-        if timeout is not None and timeout <= 0:
-            raise ValueError("timeout must be positive")
         self.name = name
         self.description = description
-        self.concurrency_safe = concurrency_safe
-        self.return_direct = return_direct
-        self.timeout = timeout
-        self.groups = frozenset(groups)
-        self.external = external
-        self.permission = permission
+        self.traits = traits or ToolTraits()
         self._validators: dict[frozenset[str], Draft202012Validator] = {}
 
     def validator(self, hidden: frozenset[str] = frozenset()) -> Draft202012Validator:
@@ -243,12 +258,7 @@ class FunctionTool(Tool):
         *,
         name: str | None = None,
         description: str | None = None,
-        concurrency_safe: bool = False,
-        return_direct: bool = False,
-        timeout: float | None = None,
-        groups: Iterable[str] = (),
-        external: bool = False,
-        permission: PermissionCheck | None = None,
+        traits: ToolTraits | None = None,
         _spec: _FunctionSpec | None = None,
         _bound_to: object = None,
     ) -> None:
@@ -256,12 +266,7 @@ class FunctionTool(Tool):
         super().__init__(
             name=name if name is not None else function.__name__,
             description=description if description is not None else spec.description,
-            concurrency_safe=concurrency_safe,
-            return_direct=return_direct,
-            timeout=timeout,
-            groups=groups,
-            external=external,
-            permission=permission,
+            traits=traits,
         )
         self.function = function
         self._spec = spec
@@ -280,12 +285,7 @@ class FunctionTool(Tool):
             self.function,
             name=name if name is not None else self.name,
             description=self.description,
-            concurrency_safe=self.concurrency_safe,
-            return_direct=self.return_direct,
-            timeout=self.timeout,
-            groups=self.groups,
-            external=self.external,
-            permission=self.permission,
+            traits=self.traits,
             _spec=self._spec,
             _bound_to=bound_to if bound_to is not None else self._bound_to,
         )
@@ -423,7 +423,7 @@ class SchemaTool(Tool):
         description: what the model reads.
         parameters: a JSON Schema object for the arguments.
         call: ``(arguments, context) -> result`` (sync or async).
-        **flags: the :class:`Tool` flags.
+        traits: how it behaves when called.
     """
 
     def __init__(
@@ -432,9 +432,10 @@ class SchemaTool(Tool):
         description: str,
         parameters: Mapping[str, JsonValue],
         call: Callable[[dict[str, Any], ToolContext], Any],
-        **flags: Any,
+        *,
+        traits: ToolTraits | None = None,
     ) -> None:
-        super().__init__(name=name, description=description, **flags)
+        super().__init__(name=name, description=description, traits=traits)
         self.parameters = dict(parameters)
         self._call = call
         self._is_async = inspect.iscoroutinefunction(call)
@@ -490,6 +491,8 @@ def tool(
     timeout: float | None = None,
     groups: Iterable[str] = (),
     external: bool = False,
+    idempotent: bool = False,
+    read_only: bool = False,
     permission: PermissionCheck | None = None,
 ) -> Callable[[_AnyFunction], FunctionTool]: ...
 
@@ -505,6 +508,8 @@ def tool(
     timeout: float | None = None,
     groups: Iterable[str] = (),
     external: bool = False,
+    idempotent: bool = False,
+    read_only: bool = False,
     permission: PermissionCheck | None = None,
 ) -> FunctionTool | Callable[[_AnyFunction], FunctionTool]:
     """Make a function or method a tool, with or without arguments.
@@ -513,7 +518,7 @@ def tool(
     parameter's description to ``Annotated[..., Field(description=...)]`` or the docstring's Args entry.
     A parameter annotated :class:`ToolContext` receives the call's context and is not shown to the model.
     The decorated object still calls like the function; on a method it binds to the instance it is taken
-    from (``toolkit.register(account.refund)``).
+    from (``toolkit.register(account.refund)``). The keyword flags are the fields of :class:`ToolTraits`.
 
     Example:
         >>> @tool
@@ -529,17 +534,18 @@ def tool(
         (5, ['a', 'b'])
     """
 
+    traits = ToolTraits(
+        concurrency_safe=concurrency_safe,
+        return_direct=return_direct,
+        timeout=timeout,
+        groups=frozenset(groups),
+        external=external,
+        idempotent=idempotent,
+        read_only=read_only,
+        permission=permission,
+    )
+
     def decorate(target: _AnyFunction) -> FunctionTool:
-        return FunctionTool(
-            target,
-            name=name,
-            description=description,
-            concurrency_safe=concurrency_safe,
-            return_direct=return_direct,
-            timeout=timeout,
-            groups=groups,
-            external=external,
-            permission=permission,
-        )
+        return FunctionTool(target, name=name, description=description, traits=traits)
 
     return decorate(function) if function is not None else decorate

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeAlias
+from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 import pydantic_core
 import reactivex
@@ -58,7 +58,7 @@ from rxagent.tools.events import (
 from rxagent.tools.permissions import Permissions
 from rxagent.tools.toolkit import ToolView, Unavailable
 
-__all__ = ["ToolCallNext", "ToolExecutor", "ToolInterceptor", "ToolInvocation", "result_of"]
+__all__ = ["ToolCallNext", "ToolExecutor", "ToolInterceptor", "ToolInvocation", "ToolJournal", "result_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +84,19 @@ class ToolInvocation:
     def finished(self, output: str, status: ToolResultStatus = "ok") -> Observable[ToolEvent]:
         """A stream holding just a result for this call: what a short-circuiting interceptor returns."""
         return sync_of(ToolCallFinished(self.call, result_of(self.call, output, status), 0.0))
+
+
+@runtime_checkable
+class ToolJournal(Protocol):
+    """Where the executor records calls: before a body runs, and its result as soon as it finished."""
+
+    async def dispatched(self, call: ToolUseBlock) -> None:
+        """``call`` is about to run; return once that is recorded."""
+        ...
+
+    async def finished(self, result: ToolResultBlock) -> None:
+        """A call finished with ``result``; return once that is recorded."""
+        ...
 
 
 ToolCallNext: TypeAlias = Callable[[ToolInvocation], Observable[ToolEvent]]
@@ -133,6 +146,8 @@ class ToolExecutor:
         interceptors: the ``tool_call`` chain, outermost first.
         default_timeout: seconds for tools without their own ``timeout`` (``None``: no limit).
         thread_pool: where sync tools run (``None``: the loop's default executor).
+        journal: records each call before its body runs and its result right after (a session's log);
+            a call that cannot be recorded does not run, and fails the batch with ``ToolSystemError``.
 
     Example:
         >>> executor = ToolExecutor(parallel=True, permissions=Permissions().ask("refund"))
@@ -144,6 +159,7 @@ class ToolExecutor:
     interceptors: Sequence[ToolInterceptor] = ()
     default_timeout: float | None = None
     thread_pool: Executor | None = None
+    journal: ToolJournal | None = None
 
     def __post_init__(self) -> None:
         if self.max_concurrency < 1:
@@ -198,9 +214,9 @@ class ToolExecutor:
                 planned = self._plan(index, call, view, runtime, call.id in approved)
                 if isinstance(planned, _Runnable):
                     tool = planned.invocation.tool
-                    direct.append(tool.return_direct)
+                    direct.append(tool.traits.return_direct)
                     start = functools.partial(self._run, planned.invocation, runtime)
-                    if self.parallel and tool.concurrency_safe:
+                    if self.parallel and tool.traits.concurrency_safe:
                         group.append(start)
                         continue
                     flush()
@@ -257,7 +273,7 @@ class ToolExecutor:
             return reject(f"Permission denied for tool '{tool.name}': {decision.reason}", "denied")
         if decision.decision == "ask" and not approved:
             return ToolPermissionRequired(call, decision)
-        if tool.external:
+        if tool.traits.external:
             return ToolCallSuspended(call)
         return _Runnable(index, ToolInvocation(call, tool, arguments, resolved.presets))
 
@@ -335,8 +351,9 @@ class ToolExecutor:
             kind = type(error).__name__
             text = f"Error: the arguments of tool '{tool.name}' could not be checked: {kind}: {error}"
             return sync_of(finished(text, "error", time.perf_counter()))
-        timeout = tool.timeout if tool.timeout is not None else self.default_timeout
+        timeout = tool.traits.timeout if tool.traits.timeout is not None else self.default_timeout
         pool = self.thread_pool
+        journal = self.journal
 
         def subscribe(
             observer: abc.ObserverBase[ToolEvent], scheduler: abc.SchedulerBase | None = None
@@ -359,6 +376,14 @@ class ToolExecutor:
 
             async def body() -> None:
                 nonlocal done
+                if journal is not None:
+                    try:
+                        await journal.dispatched(call)
+                    except Exception as error:  # unrecorded, it must not run: a crash would forget it
+                        done = True
+                        why = f"the call of '{tool.name}' could not be recorded before it ran: {error}"
+                        observer.on_error(_unrecorded(why, error))
+                        return
                 try:
                     async with asyncio.timeout(timeout) as deadline:
                         try:
@@ -390,6 +415,14 @@ class ToolExecutor:
                     except Exception as error:  # a result that cannot be turned into text is the tool's error
                         text, status = f"Error: the tool's result could not be encoded: {error}", "error"
                     event = finished(text, status, started, value)
+                if journal is not None:
+                    try:
+                        await journal.finished(event.result)
+                    except Exception as error:
+                        done = True
+                        why = f"the result of '{tool.name}' could not be recorded: {error}"
+                        observer.on_error(_unrecorded(why, error))
+                        return
                 done = True
                 observer.on_next(event)
                 if not disposed:  # a downstream `take` may have ended the call at its result
@@ -406,6 +439,12 @@ class ToolExecutor:
             return Disposable(dispose)
 
         return Source(subscribe)
+
+
+def _unrecorded(why: str, error: Exception) -> ToolSystemError:
+    failure = ToolSystemError(why)
+    failure.__cause__ = error
+    return failure
 
 
 class _ToolRaisedTimeout(Exception):

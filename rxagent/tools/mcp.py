@@ -60,7 +60,7 @@ from typing import Any, cast
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
-from rxagent.tools._tool import SchemaTool, ToolContext, ToolSystemError
+from rxagent.tools._tool import SchemaTool, ToolContext, ToolSystemError, ToolTraits
 from rxagent.tools.toolkit import Toolkit
 
 try:
@@ -315,6 +315,7 @@ class MCPConnection:
         """
         built: list[SchemaTool] = []
         skipped: dict[str, str] = {}
+        traits = ToolTraits(concurrency_safe=concurrency_safe, timeout=timeout, groups=frozenset(groups))
         for remote in listed:
             try:
                 Draft202012Validator.check_schema(remote.input_schema)
@@ -330,9 +331,7 @@ class MCPConnection:
                     remote.description or remote.title or "",
                     remote.input_schema,
                     self._caller(remote.name),
-                    concurrency_safe=concurrency_safe,
-                    timeout=timeout,
-                    groups=groups,
+                    traits=traits,
                 )
             )
         return built, skipped

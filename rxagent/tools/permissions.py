@@ -141,8 +141,9 @@ class Permissions:
                     return PermissionDecision(
                         wanted, "rule", rule.reason or f"{wanted} rule for {rule.tools}", rule
                     )
-        if tool.permission is not None:
-            answer = tool.permission(arguments, context)
+        check = tool.traits.permission
+        if check is not None:
+            answer = check(arguments, context)
             if answer is not None:
                 return PermissionDecision(answer, "tool", f"tool {tool.name!r} decided {answer}")
         for rule in self.rules:

@@ -306,7 +306,7 @@ class ToolView:
             return "unknown"
         if not entry.enabled:
             return "disabled"
-        if entry.tool.groups and not entry.tool.groups & self.active_groups:
+        if entry.tool.traits.groups and not entry.tool.traits.groups & self.active_groups:
             return "group_inactive"
         return None
 

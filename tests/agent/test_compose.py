@@ -57,7 +57,8 @@ from rxagent.events import (
 from rxagent.model.scripted import FunctionModel
 from rxagent.model.types import ChatChunk, ChatRequest
 from rxagent.operators import to_list
-from rxagent.state import AgentState, InMemoryStateStore
+from rxagent.session import Fact, Lease, MemoryStore
+from rxagent.state import SessionKey
 from rxagent.tools import Permissions, Toolkit, tool
 from tests.model.openai_server import (
     DONE,
@@ -109,7 +110,7 @@ async def no_task_left(before: set[asyncio.Task[Any]]) -> None:
 
 async def test_a_child_agent_as_a_tool_nests_its_events_and_rolls_up_its_usage() -> None:
     child_model = ScriptedModel([ScriptedResponse(text="Paris is the capital.", usage=Usage(11, 5))])
-    child_store = InMemoryStateStore()
+    child_store = MemoryStore()
     child = ReActAgent(child_model, name="researcher", store=child_store)
     parent = parent_agent(
         child.as_tool(description="Finds facts."),
@@ -138,7 +139,9 @@ async def test_a_child_agent_as_a_tool_nests_its_events_and_rolls_up_its_usage()
     assert {e.trace_id for e in events} == {result.trace_id}
     session = f"s1/researcher/{result.run_id}/t1"
     assert {e.session_id for e in inner} == {session}
-    assert child_store.keys() == [("ada", session)]  # the child's session was saved, for the same user
+    assert await stored_keys(child_store) == [
+        ("ada", session)
+    ]  # the child's session was saved, for the same user
     # the child's events come while its call runs: after the call started, before its result
     position = {id(e): i for i, e in enumerate(events)}
     started = next(e for e in events if isinstance(e, ToolExecutionStarted))
@@ -265,7 +268,7 @@ def refund(order: str) -> str:
 
 
 async def test_a_child_waiting_for_approval_gives_an_error_result_and_keeps_its_pending_call() -> None:
-    child_store = InMemoryStateStore()
+    child_store = MemoryStore()
     child = ReActAgent(
         ScriptedModel([ScriptedResponse(tool_calls=[ScriptedToolCall("refund", {"order": "A-1"}, id="r1")])]),
         Toolkit([refund]),
@@ -283,7 +286,7 @@ async def test_a_child_waiting_for_approval_gives_an_error_result_and_keeps_its_
     assert waiting.result.status == "error"
     assert "stopped waiting for a human to approve its call(s) to refund" in waiting.result.text
     assert result.reason == "MODEL_STOP"
-    ((user, session),) = child_store.keys()
+    ((user, session),) = await stored_keys(child_store)
     assert waiting.result.text.count(session) == 1  # says where the decision can be given
     state = await child.state(RuntimeContext(user_id=user, session_id=session))
     assert [(p.call.id, p.kind) for p in state.pending] == [("r1", "ask")]
@@ -312,20 +315,27 @@ class Parked:
             raise
 
 
-class SavingStore(InMemoryStateStore):
-    """An in-memory store that says when it saved (a cancelled run saves on the loop, after the cancel)."""
+async def stored_keys(store: MemoryStore) -> list[SessionKey]:
+    return [info.key for info in await store.sessions()]
+
+
+class SavingStore(MemoryStore):
+    """An in-memory store that says when a run's ending was recorded (a cancelled run records it on the
+    loop, after the cancel)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.saved = asyncio.Event()
 
-    async def save(self, key: tuple[str | None, str], state: AgentState) -> None:
-        await super().save(key, state)
-        self.saved.set()
+    async def append(self, lease: Lease, facts: Sequence[Fact]) -> int:
+        seq = await super().append(lease, facts)
+        if any(f.kind in ("run_finished", "run_failed", "run_cancelled") for f in facts):
+            self.saved.set()
+        return seq
 
-    async def first_key(self) -> tuple[str | None, str]:
+    async def first_key(self) -> SessionKey:
         await asyncio.wait_for(self.saved.wait(), WAIT)
-        (key,) = self.keys()
+        (key,) = await stored_keys(self)
         return key
 
 
@@ -426,13 +436,13 @@ async def test_parallel_calls_run_in_their_own_sessions_at_once_and_shared_ones_
         await both_in.wait()  # only two calls running at the same time get past this
         return f"about {request.messages[-1].text}"
 
-    child_store = InMemoryStateStore()
+    child_store = MemoryStore()
     child = ReActAgent(FunctionModel(respond), name="researcher", store=child_store)
     two = ScriptedResponse(tool_calls=[delegate("Paris", "t1"), delegate("Lyon", "t2")])
     parent = parent_agent(child.as_tool(), two, "Both done.")
     result = await asyncio.wait_for(parent.call("Two cities.", ADA), WAIT)
     assert result.text == "Both done."
-    stored = child_store.keys()
+    stored = await stored_keys(child_store)
     assert sorted(session for _, session in stored) == [
         f"s1/researcher/{result.run_id}/t1",
         f"s1/researcher/{result.run_id}/t2",
@@ -440,11 +450,11 @@ async def test_parallel_calls_run_in_their_own_sessions_at_once_and_shared_ones_
 
     # sessions="shared": one session per parent session, so the child remembers the earlier task
     shared_model = ScriptedModel(["Paris is big.", "Lyon is smaller than Paris."])
-    shared_store = InMemoryStateStore()
+    shared_store = MemoryStore()
     shared = ReActAgent(shared_model, name="researcher", store=shared_store)
     parent = parent_agent(shared.as_tool(sessions="shared"), two, "Both done.")
     assert (await asyncio.wait_for(parent.call("Two cities.", ADA), WAIT)).text == "Both done."
-    assert shared_store.keys() == [("ada", "s1/researcher")]
+    assert await stored_keys(shared_store) == [("ada", "s1/researcher")]
     assert [m.text for m in shared_model.requests[1].messages] == ["Paris", "Paris is big.", "Lyon"]
 
 
@@ -591,7 +601,7 @@ QUESTIONS = [f"q{i}" for i in range(50)]
 @pytest.mark.parametrize("ordered", [True, False], ids=["ordered", "as_they_finish"])
 async def test_fan_out_over_50_inputs_never_runs_more_than_4_at_once(ordered: bool) -> None:
     gauge = Gauge()
-    store = InMemoryStateStore()
+    store = MemoryStore()
     agent = ReActAgent(FunctionModel(gauge.respond), store=store)
     outcomes = asyncio.create_task(
         to_list(reactivex.from_iterable(QUESTIONS).pipe(agent.map_runs(max_concurrent=4, ordered=ordered)))
@@ -615,7 +625,7 @@ async def test_fan_out_over_50_inputs_never_runs_more_than_4_at_once(ordered: bo
     else:  # as they finish: the test answers each group of parked calls newest first
         assert indices == [QUESTIONS.index(question) for question in gauge.answered]
         assert indices[:4] == [3, 2, 1, 0]
-    stored = store.keys()
+    stored = await stored_keys(store)
     assert len({session for _, session in stored}) == 50  # a session per input
     assert all(o.events == () for o in results)  # events only on request
 

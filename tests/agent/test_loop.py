@@ -24,7 +24,8 @@ from rxagent.events import (
 )
 from rxagent.messages import TextBlock, ToolResultBlock, ToolUseBlock
 from rxagent.operators import to_list
-from rxagent.state import AgentState, InMemoryStateStore
+from rxagent.session import MemoryStore, seed_session
+from rxagent.state import AgentState
 from rxagent.tools import ToolContext, Toolkit, ToolSystemError, tool
 
 from .helpers import check_invariants, of_type, run
@@ -192,7 +193,7 @@ async def test_broken_arguments_get_error_results_and_the_model_corrects_itself(
 
 
 async def test_a_damaged_history_is_repaired_before_the_request() -> None:
-    store = InMemoryStateStore()
+    store = MemoryStore()
     orphan_call = ToolUseBlock(id="lost", name="add", input={"a": 1, "b": 1})
     damaged = AgentState(
         messages=[
@@ -204,7 +205,7 @@ async def test_a_damaged_history_is_repaired_before_the_request() -> None:
             ),
         ]
     )
-    await store.save((None, "default"), damaged)
+    await seed_session(store, (None, "default"), damaged)
     model = ScriptedModel(["fine"])
     agent = ReActAgent(model, Toolkit([add]), store=store)
     result, _ = await run(agent, "now")
@@ -280,7 +281,7 @@ async def test_first_tool_choice_applies_to_the_first_step_only() -> None:
 async def test_incremental_repair_sends_what_a_full_repair_would_at_every_step() -> None:
     from rxagent.agent import repair_transcript
 
-    store = InMemoryStateStore()
+    store = MemoryStore()
     damaged = AgentState(
         messages=[
             Msg.user("earlier"),
@@ -291,7 +292,7 @@ async def test_incremental_repair_sends_what_a_full_repair_would_at_every_step()
             ),
         ]
     )
-    await store.save((None, "default"), damaged)
+    await seed_session(store, (None, "default"), damaged)
     script = [calls(("add", {"a": i, "b": 1})) for i in range(5)] + ["done"]
     model = ScriptedModel(script)
     agent = ReActAgent(model, Toolkit([add]), system_prompt="You are exact.", store=store)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ from rxagent.events import AgentEvent, ToolPermissionAsked, ToolResult, ToolSusp
 from rxagent.model.scripted import FunctionModel
 from rxagent.model.types import ChatRequest
 from rxagent.operators import to_list
-from rxagent.state import AgentState, InMemoryStateStore, SessionKey
+from rxagent.session import Fact, Lease, MemoryStore
 from rxagent.tools import Permissions, Toolkit, tool
 
 from .helpers import of_type, run
@@ -65,17 +66,20 @@ async def test_runs_on_the_same_session_wait_for_each_other_and_other_sessions_d
     assert order[3:] == ["end first", "start second", "end second"]
 
 
-class RecordingStore(InMemoryStateStore):
+class RecordingStore(MemoryStore):
+    """Records how each run's ending reached the log (and can fail every append, like a full disk)."""
+
     def __init__(self, fail_save: bool = False) -> None:
         super().__init__()
-        self.saves: list[SessionKey] = []
+        self.saves: list[str] = []
         self.fail_save = fail_save
 
-    async def save(self, key: SessionKey, state: AgentState) -> None:
-        self.saves.append(key)
+    async def append(self, lease: Lease, facts: Sequence[Fact]) -> int:
         if self.fail_save:
             raise OSError("disk full")
-        await super().save(key, state)
+        seq = await super().append(lease, facts)
+        self.saves.extend(f.kind for f in facts if f.kind in ("run_finished", "run_failed", "run_cancelled"))
+        return seq
 
 
 async def test_state_is_saved_on_completion_and_on_failure_and_the_error_is_kept() -> None:
@@ -83,10 +87,10 @@ async def test_state_is_saved_on_completion_and_on_failure_and_the_error_is_kept
     model = ScriptedModel(["ok", RuntimeError("model exploded")])
     agent = ReActAgent(model, store=store)
     await agent.call("one", ADA)
-    assert store.saves == [("ada", "s1")]
+    assert store.saves == ["run_finished"]
     with pytest.raises(RuntimeError, match="model exploded"):
         await agent.call("two", ADA)
-    assert store.saves == [("ada", "s1")] * 2
+    assert store.saves == ["run_finished", "run_failed"]
     state = await agent.state(ADA)
     assert [m.text for m in state.messages] == ["one", "ok", "two"]
 
@@ -120,7 +124,7 @@ async def test_cancel_releases_the_session_saves_what_happened_and_emits_nothing
     assert result.text == "next run"
     # The cancelled run's input is recorded (saved before the next run got the session); its half-streamed
     # answer is not: a cancel keeps facts, not fragments.
-    assert store.saves == [("ada", "s1")] * 2
+    assert store.saves == ["run_cancelled", "run_finished"]
     assert [m.text for m in (await agent.state(ADA)).messages] == ["go", "again", "next run"]
 
 
@@ -252,7 +256,7 @@ async def test_the_state_is_saved_before_the_result_so_a_consumer_may_stop_there
     agent = ReActAgent(ScriptedModel(["kept"]), store=store)
     async for event in to_async_iterator(agent.stream_events("remember me", ADA)):
         if isinstance(event, AgentResult):
-            assert store.saves == [("ada", "s1")]
+            assert store.saves == ["run_finished"]
             break
     assert [m.text for m in (await agent.state(ADA)).messages] == ["remember me", "kept"]
     agent.model.extend("next")  # type: ignore[attr-defined]

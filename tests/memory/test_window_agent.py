@@ -23,7 +23,8 @@ from rxagent.memory.window import STATE_KEY
 from rxagent.model.scripted import FunctionModel
 from rxagent.model.types import ChatRequest
 from rxagent.operators import to_list
-from rxagent.state import AgentState, InMemoryStateStore
+from rxagent.session import MemoryStore, seed_session
+from rxagent.state import AgentState
 from rxagent.tools import Toolkit, tool
 
 from ..agent.helpers import check_invariants, run
@@ -192,9 +193,9 @@ async def test_cancelling_the_run_cancels_a_summary_in_flight() -> None:
                 raise
             return "never"
 
-    store = InMemoryStateStore()
+    store = MemoryStore()
     history = [t for i in range(8) for t in turn(i, size=400, user_words=300)]
-    await store.save((None, "default"), AgentState(messages=history))
+    await seed_session(store, (None, "default"), AgentState(messages=history))
     model = ScriptedModel(["never sent"])
     window = ContextWindow(max_context_tokens=2_000, reply_reserve=200, recent_turns=1, summariser=Stuck())
     agent = ReActAgent(model, middleware=[window], store=store)

@@ -32,6 +32,7 @@ from rxagent.tools import (
     Toolkit,
     ToolPermissionRequired,
     ToolSystemError,
+    ToolTraits,
     tool,
 )
 
@@ -492,7 +493,7 @@ async def test_every_tool_passes_the_gate_schema_tools_included() -> None:
         "Remove a file.",
         {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
         body,
-        concurrency_safe=True,
+        traits=ToolTraits(concurrency_safe=True),
     )
     gate = Permissions().deny("rm", path="/etc/*", reason="system files").ask("rm", path="/home/*")
     executor = ToolExecutor(permissions=gate)

@@ -307,7 +307,7 @@ async def test_prefix_flags_rewritten_names_and_parallel_calls(server: Server) -
         )
 
         assert all(t.name.startswith("srv_") for t in connection.tools)
-        assert {(t.concurrency_safe, t.timeout, t.groups) for t in connection.tools} == {
+        assert {(t.traits.concurrency_safe, t.traits.timeout, t.traits.groups) for t in connection.tools} == {
             (True, 7.5, frozenset({"remote"}))
         }
         assert toolkit.view().schemas() == ()  # the group is inactive by default

@@ -75,9 +75,9 @@ def test_tool_still_calls_like_the_function() -> None:
 def test_tool_decorator_arguments_and_annotated_descriptions() -> None:
     assert find_city.name == "lookup"
     assert find_city.description == "Find a city."
-    assert find_city.concurrency_safe
-    assert find_city.timeout == 3
-    assert find_city.groups == frozenset({"geo"})
+    assert find_city.traits.concurrency_safe
+    assert find_city.traits.timeout == 3
+    assert find_city.traits.groups == frozenset({"geo"})
     assert find_city.is_async
     schema = find_city.schema().parameters
     assert schema["properties"] == {"name": {"description": "city name, in English", "type": "string"}}
@@ -92,7 +92,7 @@ def test_method_tools_bind_to_their_instance() -> None:
     registered = kit.get("balance")
     assert isinstance(registered, FunctionTool)
     assert registered(currency="USD") == "bob: 10 USD"
-    assert registered.return_direct
+    assert registered.traits.return_direct
     assert "self" not in str(registered.schema().parameters)
 
 
@@ -102,7 +102,7 @@ def test_registering_an_object_registers_all_its_tools() -> None:
     assert sorted(kit.names) == ["approve", "balance"]
     approve = kit.get("approve")
     assert approve is not None
-    assert approve.external
+    assert approve.traits.external
 
 
 def test_a_method_tool_from_the_class_is_refused() -> None:

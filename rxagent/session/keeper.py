@@ -1,0 +1,212 @@
+"""Taking a session for a run, and giving it back: :class:`SessionKeeper`.
+
+A run on a session needs, in order: its turn among this process's runs on the session (first come, first
+served), the store's lease (so runs in other processes and on other hosts wait too), and the session's
+projection. The keeper keeps projections in memory between runs (a bounded number of sessions, least
+recently used first out), so a process that keeps serving a session reads only the facts others appended
+since (usually none) instead of the whole log. While a run holds the session the keeper renews its lease;
+when the run gives the session back the keeper releases the lease, then writes a checkpoint in the
+background when enough facts have piled up since the last one (so loading stays short, and the cost of a
+checkpoint, spread over the facts it covers, stays constant per fact).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import socket
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from rxagent.operators import KeyedSerializer, Turn, start_task
+from rxagent.session.projection import Projection
+from rxagent.session.recorder import Recorder
+from rxagent.session.store import Lease, LeaseLostError, SessionStore
+from rxagent.state import SessionKey
+
+__all__ = ["Claim", "SessionBusy", "SessionKeeper"]
+
+_log = logging.getLogger("rxagent")
+_instances = itertools.count(1)
+
+
+class SessionBusy(Exception):
+    """The session stayed held past the wait: by runs of this process (``ahead`` of this one), or by
+    another process (``holder``)."""
+
+    def __init__(self, waited: float, ahead: int, holder: str | None) -> None:
+        super().__init__(f"busy after {waited:g} s")
+        self.waited = waited
+        self.ahead = ahead
+        self.holder = holder
+
+
+@dataclass(eq=False)
+class Claim:
+    """A session held for one run: its turn, its lease, its projection and the run's recorder."""
+
+    key: SessionKey
+    turn: Turn
+    lease: Lease
+    projection: Projection
+    recorder: Recorder
+    renewal: asyncio.Task[None] | None = None
+    broken: bool = False
+    """Something failed to be recorded: the projection may be ahead of the log, so it is not kept."""
+    extras: dict[str, object] = field(default_factory=lambda: {})
+
+
+class SessionKeeper:
+    """Hands sessions of one store to runs, one at a time per session, across processes.
+
+    Args:
+        store: the session store.
+        owner: this keeper's name in leases (default: host, process and a counter).
+        lease_ttl: seconds a lease lasts without renewal; a live run renews it every third of that.
+        cache_size: sessions whose projection is kept in memory between runs.
+        sleep: how the keeper waits (polling a busy lease, renewing); inject a clock's sleep in tests.
+    """
+
+    def __init__(
+        self,
+        store: SessionStore,
+        *,
+        owner: str | None = None,
+        lease_ttl: float = 30.0,
+        cache_size: int = 10_000,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        if not lease_ttl > 0:
+            raise ValueError("lease_ttl must be positive")
+        self.store = store
+        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{next(_instances)}"
+        self.lease_ttl = lease_ttl
+        self.cache_size = cache_size
+        self._sleep = sleep
+        self._turns = KeyedSerializer()
+        self._projections: OrderedDict[SessionKey, Projection] = OrderedDict()
+        self._checkpoints: set[asyncio.Task[None]] = set()
+
+    def turn(self, key: SessionKey) -> Turn:
+        """A place in ``key``'s queue in this process (see :meth:`claim`)."""
+        return self._turns.turn(key)
+
+    async def claim(self, turn: Turn, key: SessionKey, *, wait: float | None) -> Claim:
+        """Wait for the turn, then the store's lease, then load the projection.
+
+        Raises:
+            SessionBusy: ``wait`` seconds passed first (nothing is held then).
+        """
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            async with asyncio.timeout(wait):
+                await turn.acquire()
+        except TimeoutError:
+            raise SessionBusy(wait or 0.0, turn.left_at or 0, None) from None
+        try:
+            lease = await self._lease(key, wait, started)
+            try:
+                projection = await self._project(key)
+            except BaseException:
+                await self.store.release(lease)
+                raise
+        except BaseException:
+            turn.release()
+            raise
+        claim = Claim(key, turn, lease, projection, Recorder(self.store, lease, projection))
+        claim.renewal = start_task(loop, self._renew(claim), "rxagent.session.renew")
+        return claim
+
+    async def _lease(self, key: SessionKey, wait: float | None, started: float) -> Lease:
+        loop = asyncio.get_running_loop()
+        pause = 0.02
+        while True:
+            lease = await self.store.acquire(key, self.owner, self.lease_ttl)
+            if lease is not None:
+                return lease
+            waited = loop.time() - started
+            if wait is not None and waited >= wait:
+                holder = next((s.owner for s in await self.store.sessions() if s.key == key), None)
+                raise SessionBusy(waited, 0, holder)
+            remaining = None if wait is None else wait - waited
+            await self._sleep(pause if remaining is None else min(pause, remaining))
+            pause = min(pause * 2, 1.0)
+
+    async def _project(self, key: SessionKey) -> Projection:
+        head = await self.store.head(key)
+        cached = self._projections.pop(key, None)
+        if cached is not None and cached.seq <= head:
+            if cached.seq < head:  # someone else appended since: read just that
+                for fact in await self.store.read(key, after=cached.seq):
+                    cached.apply(fact)
+            return cached
+        checkpoint, facts = await self.store.load(key)
+        return Projection.replay(checkpoint, facts)
+
+    async def _renew(self, claim: Claim) -> None:
+        while True:
+            await self._sleep(self.lease_ttl / 3)
+            try:
+                claim.lease = await self.store.renew(claim.lease, self.lease_ttl)
+            except LeaseLostError:
+                _log.warning("rxagent: lost the lease on session %r; its next append will fail", claim.key[1])
+                return
+            except Exception:
+                _log.warning("rxagent: renewing the lease on session %r failed", claim.key[1], exc_info=True)
+
+    async def release(self, claim: Claim) -> None:
+        """Give the session back: stop renewing, release the lease and the turn, keep the projection in
+        memory (unless recording broke), and checkpoint in the background when due."""
+        renewal, claim.renewal = claim.renewal, None  # the task's frame holds the claim: no cycle left
+        if renewal is not None:
+            renewal.cancel()
+        try:
+            await self.store.release(claim.lease)
+        finally:
+            claim.turn.release()
+        if claim.broken:
+            return
+        projection = claim.projection
+        self._projections[claim.key] = projection
+        while len(self._projections) > self.cache_size:
+            self._projections.popitem(last=False)
+        if projection.since_checkpoint >= max(64, projection.seq // 4):
+            self._checkpoint(claim.key, projection)
+
+    def _checkpoint(self, key: SessionKey, projection: Projection) -> None:
+        snapshot = projection.snapshot()  # on the loop: consistent, and cheap (lists of references)
+        projection.since_checkpoint = 0
+        projection.checkpoint_seq = snapshot.seq
+
+        async def write() -> None:
+            try:
+                checkpoint = await asyncio.to_thread(snapshot.checkpoint)
+                await self.store.save_checkpoint(key, checkpoint)
+            except Exception:
+                _log.warning("rxagent: writing a checkpoint of session %r failed", key[1], exc_info=True)
+
+        task = start_task(asyncio.get_running_loop(), write(), "rxagent.session.checkpoint")
+        self._checkpoints.add(task)
+        task.add_done_callback(self._checkpoints.discard)
+
+    async def peek(self, key: SessionKey) -> Projection:
+        """The session's projection as the store has it now, without taking the session (a copy)."""
+        head = await self.store.head(key)
+        cached = self._projections.get(key)
+        if cached is not None and cached.seq == head:
+            return cached.snapshot()
+        checkpoint, facts = await self.store.load(key)
+        return Projection.replay(checkpoint, facts)
+
+    def forget(self, key: SessionKey) -> None:
+        """Drop the session's projection from memory (the next run loads it from the store)."""
+        self._projections.pop(key, None)
+
+    async def aclose(self) -> None:
+        """Wait for the checkpoints being written."""
+        if self._checkpoints:
+            await asyncio.gather(*self._checkpoints, return_exceptions=True)

@@ -1,0 +1,243 @@
+"""How a run's work reaches its session's log: the :class:`Recorder`.
+
+A run changes its :class:`~rxagent.state.AgentState` in place (steps append messages, set pending calls,
+keep extras). The recorder turns those changes into facts when the run *flushes*, by comparing the state
+with what it recorded last: new messages, a replaced message near the end, changed pending calls,
+partial results, extras or groups. The cost is that of what changed, never of the whole history: only
+the messages past the recorded count are read, and only the last few recorded ones are checked for
+replacement (an approval with edited arguments replaces the newest assistant message).
+
+Some facts are not state: a run or turn starting and ending, a decision, a tool call dispatched or its
+result. Those are noted as they happen and appended with the next flush, after the state's changes.
+Tool calls are flushed at once (as the executor's journal): the call is in the log before its body runs,
+and its result right after, so a process that dies in between leaves the call *uncertain*, never
+forgotten.
+
+Flushes are serialised (parallel tools flush concurrently), and each one is one atomic append under the
+run's lease; a flush that fails leaves the recorder where it was, so the caller can drop its cached
+projection and load the log again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from pydantic import JsonValue, TypeAdapter
+
+from rxagent.messages import Msg, ToolResultBlock, ToolUseBlock
+from rxagent.session.facts import Fact, FactKind
+from rxagent.session.projection import Projection
+from rxagent.session.store import Lease, SessionStore
+from rxagent.state import AgentState, PendingCall
+
+__all__ = ["Recorder", "fact", "message_fact", "seed_session"]
+
+_PENDING = TypeAdapter(list[PendingCall])
+_RESULTS = TypeAdapter(list[ToolResultBlock])
+_TAIL = 4
+"""Recorded messages checked for in-place replacement at each flush."""
+
+
+def fact(kind: FactKind, data: dict[str, JsonValue], run_id: str | None = None) -> Fact:
+    """A fact of ``kind`` whose payload is ``data`` as JSON."""
+    return Fact(kind, json.dumps(data, separators=(",", ":")), run_id)
+
+
+def message_fact(kind: FactKind, message: Msg, run_id: str | None) -> Fact:
+    """A ``message`` or ``message_replaced`` fact (the message encoded once, by pydantic)."""
+    return Fact(kind, f'{{"message":{message.model_dump_json()}}}', run_id)
+
+
+class Recorder:
+    """Records one run's changes to a session as facts, under the run's lease.
+
+    Args:
+        store: the session store.
+        lease: the run's lease on the session.
+        projection: the session's projection; its ``state`` is the state the run changes.
+        run_id: the run's id, written on its facts.
+    """
+
+    def __init__(
+        self, store: SessionStore, lease: Lease, projection: Projection, run_id: str | None = None
+    ) -> None:
+        self.store = store
+        self.lease = lease
+        self.projection = projection
+        self.run_id = run_id
+        self._lock = asyncio.Lock()
+        self._notes: list[Fact] = []
+        self._snapshot = _Snapshot.of(projection)
+
+    def note(self, kind: FactKind, data: dict[str, JsonValue]) -> None:
+        """Queue a fact that is not a state change (it is appended with the next flush)."""
+        self._notes.append(fact(kind, data, self.run_id))
+
+    async def flush(self, *facts: Fact) -> None:
+        """Append the state's changes, then the noted facts, then ``facts``: one atomic append.
+
+        Raises:
+            LeaseLostError: the lease is no longer the session's (nothing was appended).
+            Exception: whatever the store raised (nothing was recorded as appended).
+        """
+        async with self._lock:
+            changes, snapshot, answered = self._snapshot.changes(self.projection, self.run_id)
+            noted = list(self._notes)
+            batch = [*changes, *noted, *facts]
+            if not batch:
+                return
+            seq = await self.store.append(self.lease, batch)
+            self._snapshot = snapshot
+            del self._notes[: len(noted)]  # notes made while the append was on its way stay queued
+            projection = self.projection
+            projection.seq = seq
+            projection.since_checkpoint += len(batch)
+            for written in batch:
+                _track(projection, written)
+            for call_id in answered:  # a result in the log settles a dispatched call
+                projection.uncertain.pop(call_id, None)
+
+    # ---- the executor's journal -----------------------------------------------------------------------
+
+    async def dispatched(self, call: ToolUseBlock) -> None:
+        """Record that ``call`` is about to run (with everything before it), before its body starts."""
+        self.projection.uncertain[call.id] = call
+        await self.flush(Fact("tool_dispatched", f'{{"call":{call.model_dump_json()}}}', self.run_id))
+
+    async def finished(self, result: ToolResultBlock) -> None:
+        """Record ``result`` as soon as its call finished."""
+        await self.flush(Fact("tool_result", f'{{"result":{result.model_dump_json()}}}', self.run_id))
+        self.projection.uncertain.pop(result.tool_use_id, None)
+        recorded = self._snapshot.partial
+        if all(r.tool_use_id != result.tool_use_id for r in recorded):
+            recorded.append(result)  # as the projection applies a tool_result
+
+
+def _track(projection: Projection, written: Fact) -> None:
+    """Keep the projection's bookkeeping (the state itself is the live one) in step with what was written."""
+    kind = written.kind
+    if kind in (
+        "turn_started",
+        "turn_finished",
+        "run_started",
+        "run_finished",
+        "run_cancelled",
+        "run_failed",
+    ):
+        data: Any = json.loads(written.payload)
+        if kind == "turn_started":
+            projection.turn_id = str(data["turn_id"])
+        elif kind == "turn_finished":
+            projection.turn_id = None
+        elif kind == "run_started":
+            projection.open_run = str(data["run_id"])
+        else:
+            projection.open_run = None
+    elif kind == "reconciled":
+        projection.uncertain.pop(str(json.loads(written.payload)["call_id"]), None)
+
+
+class _Snapshot:
+    """What the recorder last wrote of the state: enough to find what changed since, cheaply."""
+
+    __slots__ = ("extras", "groups", "length", "partial", "pending", "tail")
+
+    def __init__(
+        self,
+        length: int,
+        tail: tuple[Msg, ...],
+        pending: list[Any],
+        partial: list[ToolResultBlock],
+        extras: str,
+        groups: list[str] | None,
+    ) -> None:
+        self.length = length
+        self.tail = tail
+        self.pending = pending
+        self.partial = partial
+        self.extras = extras
+        self.groups = groups
+
+    @classmethod
+    def of(cls, projection: Projection) -> _Snapshot:
+        state = projection.state
+        messages = state.messages
+        return cls(
+            len(messages),
+            tuple(messages[-_TAIL:]),
+            list(state.pending),
+            list(state.partial_results),
+            _encode_extras(state.extras),
+            None if state.active_groups is None else list(state.active_groups),
+        )
+
+    def changes(self, projection: Projection, run_id: str | None) -> tuple[list[Fact], _Snapshot, set[str]]:
+        """The facts that bring the log from this snapshot to the state now, the next snapshot, and the
+        ids of calls those facts give a result."""
+        state = projection.state
+        messages = state.messages
+        facts: list[Fact] = []
+        answered: set[str] = set()
+        start = max(0, self.length - len(self.tail))
+        for offset, recorded in enumerate(self.tail):
+            index = start + offset
+            if index < len(messages) and messages[index] is not recorded:
+                facts.append(message_fact("message_replaced", messages[index], run_id))
+        for message in messages[self.length :]:
+            facts.append(message_fact("message", message, run_id))
+            answered.update(r.tool_use_id for r in message.tool_results)
+        pending = state.pending
+        if pending != self.pending:
+            facts.append(Fact("pending", f'{{"pending":{_PENDING.dump_json(pending).decode()}}}', run_id))
+        partial = state.partial_results
+        if partial != self.partial:
+            answered.update(r.tool_use_id for r in partial)
+            facts.append(
+                Fact("partial_results", f'{{"results":{_RESULTS.dump_json(partial).decode()}}}', run_id)
+            )
+        extras = _encode_extras(state.extras)
+        if extras != self.extras:
+            facts.append(Fact("extras", f'{{"extras":{extras}}}', run_id))
+        groups = state.active_groups
+        if groups != self.groups:
+            facts.append(
+                fact("active_groups", {"groups": list(groups) if groups is not None else None}, run_id)
+            )
+        snapshot = _Snapshot(
+            len(messages),
+            tuple(messages[-_TAIL:]),
+            list(pending),
+            list(partial),
+            extras,
+            None if groups is None else list(groups),
+        )
+        return facts, snapshot, answered
+
+
+def _encode_extras(extras: dict[str, JsonValue]) -> str:
+    return json.dumps(extras, separators=(",", ":"), sort_keys=True)
+
+
+async def seed_session(store: SessionStore, key: tuple[str | None, str], state: AgentState) -> int:
+    """Start the empty session ``key`` from ``state``: append the facts that project to it (to import a
+    conversation kept elsewhere). Returns the last sequence number.
+
+    Raises:
+        ValueError: the session already has facts.
+        RuntimeError: the session's lease is held.
+    """
+    lease = await store.acquire(key, "rxagent:seed_session", 30.0)
+    if lease is None:
+        raise RuntimeError(f"session {key[1]!r} is held by a run")
+    try:
+        if await store.head(key):
+            raise ValueError(f"session {key[1]!r} already has facts; seed only an empty session")
+        projection = Projection()
+        recorder = Recorder(store, lease, projection)
+        projection.state = state.model_copy(deep=True)
+        await recorder.flush()
+        return projection.seq
+    finally:
+        await store.release(lease)
