@@ -3,7 +3,7 @@
 - :mod:`~rxagent.session.facts`: what the log holds (facts) and checkpoints beside it.
 - :mod:`~rxagent.session.projection`: the log replayed into an :class:`~rxagent.state.AgentState`.
 - :mod:`~rxagent.session.store`: the store contract, the writer lease and its fencing token.
-- :class:`MemoryStore` (one process), ``SQLiteStore`` (a file), ``PostgresStore`` (many processes).
+- :class:`MemoryStore` (one process), :class:`SQLiteStore` (a file), ``PostgresStore`` (many processes).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 from rxagent.session.facts import Checkpoint, Fact, FactKind, StoredFact
 from rxagent.session.memory import MemoryStore
 from rxagent.session.projection import Projection
+from rxagent.session.sqlite import SessionFileError, SQLiteStore
 from rxagent.session.store import Lease, LeaseLostError, SessionExistsError, SessionInfo, SessionStore
 
 __all__ = [
@@ -21,7 +22,9 @@ __all__ = [
     "LeaseLostError",
     "MemoryStore",
     "Projection",
+    "SQLiteStore",
     "SessionExistsError",
+    "SessionFileError",
     "SessionInfo",
     "SessionStore",
     "StoredFact",
