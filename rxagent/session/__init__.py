@@ -6,7 +6,7 @@
 - :mod:`~rxagent.session.recorder`: how a run's changes become facts; :mod:`~rxagent.session.keeper`:
   taking a session for a run (turn, lease, cached projection, checkpoints).
 - :mod:`~rxagent.session.reconcile`: calls with no recorded outcome, and settling them.
-- :class:`MemoryStore` (one process), ``SQLiteStore`` (a file), ``PostgresStore`` (many processes).
+- :class:`MemoryStore` (one process), :class:`SQLiteStore` (a file), ``PostgresStore`` (many processes).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from rxagent.session.memory import MemoryStore
 from rxagent.session.projection import Projection
 from rxagent.session.reconcile import Reconcile, ReconcileError, UncertainToolCallsError
 from rxagent.session.recorder import Recorder, seed_session
+from rxagent.session.sqlite import SessionFileError, SQLiteStore
 from rxagent.session.store import Lease, LeaseLostError, SessionExistsError, SessionInfo, SessionStore
 
 __all__ = [
@@ -31,8 +32,10 @@ __all__ = [
     "Reconcile",
     "ReconcileError",
     "Recorder",
+    "SQLiteStore",
     "SessionBusy",
     "SessionExistsError",
+    "SessionFileError",
     "SessionInfo",
     "SessionKeeper",
     "SessionStore",

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from rxagent.session import MemoryStore, SessionStore
+from rxagent.session import MemoryStore, SessionStore, SQLiteStore
 
 
 class FakeNow:
@@ -30,7 +30,7 @@ class FakeNow:
 
 StoreFactory = Callable[..., Any]
 
-STORE_KINDS = ["memory"]
+STORE_KINDS = ["memory", "sqlite"]
 """The kinds of store the conformance suite runs against."""
 
 
@@ -45,6 +45,8 @@ async def store(request: pytest.FixtureRequest, now: FakeNow, tmp_path: Path) ->
     kind = request.param
     if kind == "memory":
         made: SessionStore = MemoryStore(now=now)
+    elif kind == "sqlite":
+        made = SQLiteStore(tmp_path / "sessions.db", now=now)
     else:  # pragma: no cover - each kind is added with its store
         raise AssertionError(f"unknown store kind {kind!r}")
     try:

@@ -1,0 +1,712 @@
+"""The embedded session store: one SQLite file is the whole deployment.
+
+:class:`SQLiteStore` keeps the logs, checkpoints and leases of
+:class:`~rxagent.session.store.SessionStore` in one file that several processes may open at once.
+
+**Threads, not the loop.** Every SQLite call runs off the event loop, on two threads the store owns: a
+*writer* with the one write connection and a *reader* with a read-only one (WAL lets readers go on while
+the writer commits). A coroutine puts a job on the thread's queue and awaits a future; the thread
+settles every future of a batch with one ``call_soon_threadsafe`` per loop.
+
+**Group commit.** The writer takes every job waiting in its queue (up to 512) and runs them in **one**
+``BEGIN IMMEDIATE`` transaction, each job inside its own savepoint: a job that fails (a stale lease, a bad
+value) is rolled back to its savepoint and fails alone, the others commit together, and no future is
+settled before the ``COMMIT`` returned. While one batch commits, the next gathers, so the commit cost is
+shared by all the sessions appending at the time instead of paid once per append.
+
+**Leases across processes.** A lease is checked and changed inside the write transaction that uses it.
+``BEGIN IMMEDIATE`` takes the file's write lock first, so between the check and the ``COMMIT`` no other
+process can take the session over; an append whose lease is not the current, unexpired one writes nothing
+and raises :class:`~rxagent.session.store.LeaseLostError`. (A process paused *inside* a transaction
+holds the write lock meanwhile: the others wait up to ``busy_timeout``, then get ``database is locked``.)
+
+**Durability.** The journal is WAL. ``synchronous`` is ``FULL`` by default: each commit is fsynced, so
+a committed fact survives the process being killed *and* the machine losing power — a ``tool_dispatched``
+fact must be on disk before a refund runs, or a crash could make the refund run twice. Group commit pays
+that fsync once per batch. ``NORMAL`` (no fsync per commit, only at WAL checkpoints) also keeps every
+committed fact when the process is killed, since SQLite has written it to the operating system; a power
+loss may roll back the last transactions (never corrupt the file).
+
+**Schema.** The library creates and migrates it; ``rxagent_schema_version`` holds its version
+(:data:`SCHEMA_VERSION`). Migration ``n`` is the function ``_MIGRATIONS[n - 1]``: a version 2 is one
+more function in that tuple. A file of a newer version, a file that is not SQLite, and a SQLite
+database of another application are refused with :class:`SessionFileError`, and left untouched.
+Deleting a session keeps its row, so the fencing tokens of a session never go back, even across a delete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import os
+import queue
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, TypeAlias, TypeVar, cast
+
+from rxagent.session.facts import Checkpoint, Fact, FactKind, StoredFact
+from rxagent.session.store import Lease, LeaseLostError, SessionExistsError, SessionInfo
+from rxagent.state import SessionKey
+
+__all__ = ["SCHEMA_VERSION", "SQLiteStore", "SessionFileError", "Synchronous"]
+
+T = TypeVar("T")
+
+Synchronous: TypeAlias = Literal["FULL", "NORMAL"]
+"""SQLite's ``synchronous`` levels the store allows (see the module: both keep committed facts when the
+process is killed; ``FULL`` also when the machine loses power)."""
+
+
+class SessionFileError(ValueError):
+    """The file cannot hold the session store: its folder does not exist, it is not a SQLite database,
+    it is another application's database, or its schema is of a newer rxagent. Nothing was changed."""
+
+
+# ---- schema ---------------------------------------------------------------------------------------------
+
+_VERSION_TABLE = "rxagent_schema_version"
+
+
+def _create_v1(conn: sqlite3.Connection) -> None:
+    """Sessions with their head and lease, facts keyed by (session, seq), checkpoints beside them."""
+    for statement in (
+        """CREATE TABLE sessions (
+            id INTEGER PRIMARY KEY,
+            user_id TEXT,
+            session_id TEXT NOT NULL,
+            head INTEGER NOT NULL DEFAULT 0,
+            updated_at REAL,
+            lease_owner TEXT,
+            lease_token INTEGER NOT NULL DEFAULT 0,
+            lease_expires_at REAL
+        )""",
+        # A NULL user is its own user (not ''): X'' is a blob, never equal to any text.
+        "CREATE UNIQUE INDEX sessions_key ON sessions (ifnull(user_id, X''), session_id)",
+        """CREATE TABLE facts (
+            session INTEGER NOT NULL REFERENCES sessions (id),
+            seq INTEGER NOT NULL,
+            kind TEXT NOT NULL,
+            payload TEXT NOT NULL,
+            run_id TEXT,
+            at REAL NOT NULL,
+            PRIMARY KEY (session, seq)
+        )""",
+        """CREATE TABLE checkpoints (
+            session INTEGER NOT NULL REFERENCES sessions (id),
+            seq INTEGER NOT NULL,
+            payload TEXT NOT NULL,
+            PRIMARY KEY (session, seq)
+        )""",
+    ):
+        conn.execute(statement)
+
+
+_MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_create_v1,)
+"""``_MIGRATIONS[n]`` takes a file from schema version ``n`` to ``n + 1``, inside the opening transaction."""
+
+SCHEMA_VERSION = len(_MIGRATIONS)
+"""The schema version this rxagent writes (and the newest it opens)."""
+
+
+def _migrate(conn: sqlite3.Connection, path: str) -> None:
+    # IMMEDIATE: two processes opening a new file at once must not both create the tables.
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        version = _schema_version(conn, path)
+        if version > SCHEMA_VERSION:
+            raise SessionFileError(
+                f"{path} holds a session store of schema version {version}, newer than the version "
+                f"{SCHEMA_VERSION} this rxagent knows: open it with a newer rxagent"
+            )
+        for migration in _MIGRATIONS[version:]:
+            migration(conn)
+        if version < SCHEMA_VERSION:
+            conn.execute(f"UPDATE {_VERSION_TABLE} SET version = ?", (SCHEMA_VERSION,))
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+
+
+def _schema_version(conn: sqlite3.Connection, path: str) -> int:
+    tables = {str(name) for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if _VERSION_TABLE in tables:
+        row = conn.execute(f"SELECT version FROM {_VERSION_TABLE}").fetchone()
+        if row is None or not isinstance(row[0], int):
+            raise SessionFileError(f"{path}: the table {_VERSION_TABLE} holds no schema version")
+        return cast("int", row[0])
+    if tables:
+        names = ", ".join(sorted(tables)[:5])
+        raise SessionFileError(
+            f"{path} is a SQLite database of another application (tables: {names}), not an rxagent "
+            "session store: give the sessions a file of their own"
+        )
+    conn.execute(f"CREATE TABLE {_VERSION_TABLE} (version INTEGER NOT NULL)")
+    conn.execute(f"INSERT INTO {_VERSION_TABLE} (version) VALUES (0)")
+    return 0
+
+
+def _connect(path: str, busy_timeout: float, synchronous: Synchronous, *, write: bool) -> sqlite3.Connection:
+    # isolation_level=None: the store says BEGIN and COMMIT itself (group commit needs savepoints).
+    try:
+        conn = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None)
+    except sqlite3.Error as error:
+        raise SessionFileError(f"cannot open {path} as a SQLite database: {error}") from error
+    try:
+        try:
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+        except sqlite3.DatabaseError as error:
+            raise SessionFileError(f"{path} is not a SQLite database ({error})") from error
+        if mode is None or str(mode[0]).lower() != "wal":
+            raise SessionFileError(f"{path}: SQLite could not put the file in WAL mode (got {mode!r})")
+        conn.execute(f"PRAGMA synchronous = {synchronous}")
+        conn.execute("PRAGMA foreign_keys = ON")
+        if write:
+            _migrate(conn, path)
+        else:
+            conn.execute("PRAGMA query_only = ON")
+        return conn
+    except BaseException:
+        conn.close()
+        raise
+
+
+# ---- the threads ---------------------------------------------------------------------------------------
+
+_MAX_BATCH = 512
+"""Jobs per write transaction at most: bounds how long one commit keeps the others waiting."""
+
+_Outcome: TypeAlias = tuple[bool, object]  # (succeeded, value or exception)
+
+
+@dataclass(slots=True)
+class _Job:
+    run: Callable[[sqlite3.Connection], object]
+    future: asyncio.Future[object]
+    loop: asyncio.AbstractEventLoop
+
+
+@dataclass(slots=True)
+class _Stop:
+    done: Callable[[], None]  # called by the thread once its connection is closed
+
+
+class _Worker:
+    """One thread, one connection, one queue of jobs run in batches (see the module)."""
+
+    def __init__(self, name: str, connect: Callable[[], sqlite3.Connection], *, write: bool) -> None:
+        self._queue: queue.SimpleQueue[_Job | _Stop] = queue.SimpleQueue()
+        self._write = write
+        self.transactions = 0
+        opened: list[BaseException | None] = []
+        ready = threading.Event()
+        # A daemon: a program that forgets aclose() must still be able to exit (SQLite rolls an
+        # unfinished transaction back when the file is next opened).
+        self.thread = threading.Thread(
+            target=self._main, args=(connect, opened, ready), name=name, daemon=True
+        )
+        self.thread.start()
+        ready.wait()
+        if opened[0] is not None:
+            self.thread.join()
+            raise opened[0]
+
+    def submit(self, run: Callable[[sqlite3.Connection], object]) -> asyncio.Future[object]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[object] = loop.create_future()
+        self._queue.put(_Job(run, future, loop))
+        return future
+
+    async def stop(self) -> None:
+        """Finish the queued jobs, close the connection, end the thread (without blocking the loop)."""
+        loop = asyncio.get_running_loop()
+        closed: asyncio.Future[None] = loop.create_future()
+
+        def done() -> None:
+            loop.call_soon_threadsafe(_set_done, closed)
+
+        self._queue.put(_Stop(done))
+        await closed
+        self.thread.join()  # the thread's last step: it only returns now
+
+    def stop_blocking(self) -> None:
+        """:meth:`stop` for a caller outside the loop (a constructor that failed half-way)."""
+        closed = threading.Event()
+        self._queue.put(_Stop(closed.set))
+        closed.wait()
+        self.thread.join()
+
+    def _main(
+        self,
+        connect: Callable[[], sqlite3.Connection],
+        opened: list[BaseException | None],
+        ready: threading.Event,
+    ) -> None:
+        try:
+            conn = connect()
+        except BaseException as error:
+            opened.append(error)
+            ready.set()
+            return
+        opened.append(None)
+        ready.set()
+        stop: _Stop | None = None
+        try:
+            while stop is None:
+                batch, stop = self._take()
+                if batch:
+                    outcomes = self._run_writes(conn, batch) if self._write else _run_reads(conn, batch)
+                    _settle_from_thread(batch, outcomes)
+        finally:
+            try:
+                conn.close()
+            finally:
+                if stop is not None:
+                    stop.done()
+
+    def _take(self) -> tuple[list[_Job], _Stop | None]:
+        """The jobs waiting now (at least one item, blocking), and the stop request if one came."""
+        item = self._queue.get()
+        batch: list[_Job] = []
+        while isinstance(item, _Job):
+            batch.append(item)
+            if len(batch) == _MAX_BATCH:
+                return batch, None
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return batch, None
+        return batch, item
+
+    def _run_writes(self, conn: sqlite3.Connection, batch: list[_Job]) -> list[_Outcome]:
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            outcomes = [_run_in_savepoint(conn, job) for job in batch]
+            conn.execute("COMMIT")
+        except Exception as error:
+            # The transaction as a whole failed (locked past busy_timeout, disk full, I/O error):
+            # nothing of the batch is written, every job says why.
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            return [(False, _own_copy(error)) for _ in batch]
+        self.transactions += 1
+        return outcomes
+
+
+def _own_copy(error: Exception) -> Exception:
+    # One exception object raised in many tasks would collect all their tracebacks: each gets a copy,
+    # caused by the original (which keeps the writer thread's traceback).
+    copied = copy.copy(error)
+    copied.__cause__ = error
+    return copied
+
+
+def _run_in_savepoint(conn: sqlite3.Connection, job: _Job) -> _Outcome:
+    conn.execute("SAVEPOINT job")
+    try:
+        value = job.run(conn)
+    except Exception as error:
+        # This job alone is undone; the batch's other jobs still commit.
+        conn.execute("ROLLBACK TO job")
+        conn.execute("RELEASE job")
+        return False, error
+    conn.execute("RELEASE job")
+    return True, value
+
+
+def _run_reads(conn: sqlite3.Connection, batch: list[_Job]) -> list[_Outcome]:
+    outcomes: list[_Outcome] = []
+    for job in batch:
+        try:
+            conn.execute("BEGIN")  # one snapshot per job: a load's checkpoint and facts agree
+            try:
+                outcomes.append((True, job.run(conn)))
+            finally:
+                conn.execute("COMMIT")
+        except Exception as error:
+            outcomes.append((False, error))
+    return outcomes
+
+
+def _settle_from_thread(batch: list[_Job], outcomes: list[_Outcome]) -> None:
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[object], _Outcome]]] = {}
+    for job, outcome in zip(batch, outcomes, strict=True):
+        by_loop.setdefault(job.loop, []).append((job.future, outcome))
+    for loop, settled in by_loop.items():
+        # A closed loop raises RuntimeError: nobody awaits these futures any more.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(_settle, settled)
+
+
+def _set_done(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _settle(settled: list[tuple[asyncio.Future[object], _Outcome]]) -> None:
+    for future, (succeeded, value) in settled:
+        if future.done():  # the caller was cancelled (the job ran all the same)
+            continue
+        if succeeded:
+            future.set_result(value)
+        else:
+            future.set_exception(cast("BaseException", value))
+
+
+# ---- the store -----------------------------------------------------------------------------------------
+
+_FIND = (
+    "SELECT id, head, lease_owner, lease_token, lease_expires_at FROM sessions "
+    "WHERE ifnull(user_id, X'') = ifnull(?, X'') AND session_id = ?"
+)
+_SESSION_ID = "(SELECT id FROM sessions WHERE ifnull(user_id, X'') = ifnull(?, X'') AND session_id = ?)"
+
+
+@dataclass(slots=True)
+class _Row:
+    id: int
+    head: int
+    owner: str | None
+    token: int
+    expires_at: float | None
+
+
+def _find(conn: sqlite3.Connection, key: SessionKey) -> _Row | None:
+    row = conn.execute(_FIND, key).fetchone()
+    return None if row is None else _Row(*row)
+
+
+def _find_or_create(conn: sqlite3.Connection, key: SessionKey) -> _Row:
+    row = _find(conn, key)
+    if row is not None:
+        return row
+    cursor = conn.execute("INSERT INTO sessions (user_id, session_id) VALUES (?, ?)", key)
+    return _Row(cast("int", cursor.lastrowid), 0, None, 0, None)
+
+
+class SQLiteStore:
+    """Session logs in a SQLite file that several processes may share (see the module).
+
+    Opening creates the file and its schema if needed, or migrates an older schema, in the calling
+    thread; after that every call runs on the store's own threads. Use it as ``async with`` or call
+    :meth:`aclose`.
+
+    Args:
+        path: the database file (its folder must exist).
+        now: the wall clock leases expire on, called on the store's threads (a test can pass its own;
+            processes sharing the file must agree on it).
+        synchronous: ``"FULL"`` (default: a commit survives a power loss) or ``"NORMAL"`` (a commit
+            survives the process being killed, not a power loss; commits cost less).
+        busy_timeout: seconds to wait for another process's write lock before failing with
+            ``sqlite3.OperationalError`` (``database is locked``).
+
+    Attributes:
+        path: the database file.
+
+    Raises:
+        SessionFileError: the folder does not exist, the file is not a SQLite database or is another
+            application's, or its schema is newer than this rxagent's.
+        ValueError: ``path`` names no file (``""``, ``":memory:"``: use
+            :class:`~rxagent.session.memory.MemoryStore`), or a bad ``synchronous``/``busy_timeout``.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        now: Callable[[], float] = time.time,
+        synchronous: Synchronous = "FULL",
+        busy_timeout: float = 5.0,
+    ) -> None:
+        name = os.fspath(path)
+        if name in ("", ":memory:") or name.startswith("file:"):
+            raise ValueError(
+                f"SQLiteStore needs a file path, not {name!r} (for sessions in memory use MemoryStore)"
+            )
+        if synchronous not in ("FULL", "NORMAL"):
+            raise ValueError(f"synchronous must be 'FULL' or 'NORMAL', not {synchronous!r}")
+        if busy_timeout < 0:
+            raise ValueError(f"busy_timeout must be >= 0 seconds, not {busy_timeout}")
+        folder = Path(name).parent
+        if not folder.is_dir():
+            raise SessionFileError(
+                f"cannot open the session store {name}: the folder {folder} does not exist"
+            )
+        if Path(name).is_dir():
+            raise SessionFileError(f"cannot open the session store {name}: it is a folder")
+        self.path = Path(name)
+        self._now = now
+        self._closed = False
+        self._writer = _Worker(
+            f"rxagent-sqlite-writer {name}",
+            lambda: _connect(name, busy_timeout, synchronous, write=True),
+            write=True,
+        )
+        try:
+            self._reader = _Worker(
+                f"rxagent-sqlite-reader {name}",
+                lambda: _connect(name, busy_timeout, synchronous, write=False),
+                write=False,
+            )
+        except BaseException:
+            self._writer.stop_blocking()
+            raise
+
+    @property
+    def write_transactions(self) -> int:
+        """Write transactions committed so far: with group commit, fewer than the appends they carried."""
+        return self._writer.transactions
+
+    @property
+    def threads(self) -> tuple[threading.Thread, threading.Thread]:
+        """The store's writer and reader threads (both end in :meth:`aclose`)."""
+        return self._writer.thread, self._reader.thread
+
+    async def __aenter__(self) -> SQLiteStore:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.aclose()
+
+    async def _write(self, run: Callable[[sqlite3.Connection], T]) -> T:
+        self._check_open()
+        return cast("T", await self._writer.submit(run))
+
+    async def _read(self, run: Callable[[sqlite3.Connection], T]) -> T:
+        self._check_open()
+        return cast("T", await self._reader.submit(run))
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"the session store {self.path} is closed")
+
+    def _lost(self, lease: Lease) -> LeaseLostError:
+        return LeaseLostError(
+            f"the lease on session {lease.key[1]!r} (token {lease.token}) is no longer current: "
+            "it expired and was taken over, or was released"
+        )
+
+    def _current(self, conn: sqlite3.Connection, lease: Lease) -> _Row:
+        row = _find(conn, lease.key)
+        if (
+            row is None
+            or row.owner is None
+            or row.token != lease.token
+            or row.expires_at is None
+            or row.expires_at <= self._now()
+        ):
+            raise self._lost(lease)
+        return row
+
+    # ---- leases ------------------------------------------------------------------------------------------
+
+    async def acquire(self, key: SessionKey, owner: str, ttl: float) -> Lease | None:
+        """Take the lease (see :class:`~rxagent.session.store.SessionStore`)."""
+
+        def run(conn: sqlite3.Connection) -> Lease | None:
+            row = _find_or_create(conn, key)
+            now = self._now()
+            if (
+                row.owner is not None
+                and row.owner != owner
+                and row.expires_at is not None
+                and row.expires_at > now
+            ):
+                return None
+            lease = Lease(key, owner, row.token + 1, now + ttl)
+            conn.execute(
+                "UPDATE sessions SET lease_owner = ?, lease_token = ?, lease_expires_at = ? WHERE id = ?",
+                (owner, lease.token, lease.expires_at, row.id),
+            )
+            return lease
+
+        return await self._write(run)
+
+    async def renew(self, lease: Lease, ttl: float) -> Lease:
+        """Push the expiry (see :class:`~rxagent.session.store.SessionStore`)."""
+
+        def run(conn: sqlite3.Connection) -> Lease:
+            row = self._current(conn, lease)
+            renewed = Lease(lease.key, lease.owner, lease.token, self._now() + ttl)
+            conn.execute(
+                "UPDATE sessions SET lease_expires_at = ? WHERE id = ?", (renewed.expires_at, row.id)
+            )
+            return renewed
+
+        return await self._write(run)
+
+    async def release(self, lease: Lease) -> None:
+        """Give the lease up (a no-op if it is no longer current)."""
+
+        def run(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL "
+                f"WHERE id = {_SESSION_ID} AND lease_token = ? AND lease_owner IS NOT NULL",
+                (*lease.key, lease.token),
+            )
+
+        await self._write(run)
+
+    # ---- the log -----------------------------------------------------------------------------------------
+
+    async def append(self, lease: Lease, facts: Sequence[Fact]) -> int:
+        """Append under the lease (see :class:`~rxagent.session.store.SessionStore`).
+
+        The facts are committed (and, with ``synchronous="FULL"``, on disk) when this returns. An append
+        whose caller is cancelled once it was queued still runs; :meth:`head` tells whether it did.
+        """
+        rows = [(fact.kind, fact.payload, fact.run_id, fact.at) for fact in facts]
+
+        def run(conn: sqlite3.Connection) -> int:
+            # The check and the insert are in the same write transaction (see the module).
+            session = self._current(conn, lease)
+            if not rows:
+                return session.head
+            head = session.head + len(rows)
+            conn.executemany(
+                "INSERT INTO facts (session, seq, kind, payload, run_id, at) VALUES (?, ?, ?, ?, ?, ?)",
+                [(session.id, session.head + n, *row) for n, row in enumerate(rows, 1)],
+            )
+            conn.execute(
+                "UPDATE sessions SET head = ?, updated_at = ? WHERE id = ?", (head, rows[-1][3], session.id)
+            )
+            return head
+
+        return await self._write(run)
+
+    async def load(self, key: SessionKey) -> tuple[Checkpoint | None, list[StoredFact]]:
+        """The last checkpoint and the facts after it (read in one snapshot)."""
+
+        def run(conn: sqlite3.Connection) -> tuple[Checkpoint | None, list[StoredFact]]:
+            row = conn.execute(
+                f"SELECT seq, payload FROM checkpoints WHERE session = {_SESSION_ID} "
+                "ORDER BY seq DESC LIMIT 1",
+                key,
+            ).fetchone()
+            checkpoint = None if row is None else Checkpoint(row[0], row[1])
+            return checkpoint, _facts(conn, key, checkpoint.seq if checkpoint is not None else 0, None)
+
+        return await self._read(run)
+
+    async def save_checkpoint(self, key: SessionKey, checkpoint: Checkpoint) -> None:
+        """Keep a checkpoint (see :class:`~rxagent.session.store.SessionStore`)."""
+
+        def run(conn: sqlite3.Connection) -> None:
+            row = _find_or_create(conn, key)
+            if checkpoint.seq > row.head:
+                raise ValueError(f"checkpoint {checkpoint.seq} is beyond the log's head ({row.head})")
+            (last,) = conn.execute("SELECT max(seq) FROM checkpoints WHERE session = ?", (row.id,)).fetchone()
+            if last is None or checkpoint.seq > last:
+                conn.execute(
+                    "INSERT INTO checkpoints (session, seq, payload) VALUES (?, ?, ?)",
+                    (row.id, checkpoint.seq, checkpoint.payload),
+                )
+
+        await self._write(run)
+
+    async def read(self, key: SessionKey, after: int = 0, limit: int | None = None) -> list[StoredFact]:
+        """Facts after ``after``, in order (at most ``limit``)."""
+        return await self._read(lambda conn: _facts(conn, key, after, limit))
+
+    async def head(self, key: SessionKey) -> int:
+        """The last sequence number (0: none)."""
+
+        def run(conn: sqlite3.Connection) -> int:
+            row = _find(conn, key)
+            return 0 if row is None else row.head
+
+        return await self._read(run)
+
+    async def sessions(self) -> list[SessionInfo]:
+        """Every session with facts, in the order they were created."""
+
+        def run(conn: sqlite3.Connection) -> list[SessionInfo]:
+            now = self._now()
+            cursor = conn.execute(
+                "SELECT user_id, session_id, head, updated_at, lease_owner, lease_expires_at "
+                "FROM sessions WHERE head > 0 ORDER BY id"
+            )
+            return [
+                SessionInfo(
+                    (user, session),
+                    head,
+                    updated,
+                    owner if owner is not None and expires is not None and expires > now else None,
+                )
+                for user, session, head, updated, owner, expires in cursor
+            ]
+
+        return await self._read(run)
+
+    async def fork(self, key: SessionKey, at: int, into: SessionKey) -> None:
+        """Copy facts up to ``at`` into a new session, with the last checkpoint at or before ``at``."""
+
+        def run(conn: sqlite3.Connection) -> None:
+            target = _find_or_create(conn, into)
+            if target.head > 0:
+                raise SessionExistsError(f"session {into[1]!r} already has facts")
+            source = _find(conn, key)
+            if source is None:
+                return
+            conn.execute(
+                "INSERT INTO facts (session, seq, kind, payload, run_id, at) "
+                "SELECT ?, seq, kind, payload, run_id, at FROM facts WHERE session = ? AND seq <= ?",
+                (target.id, source.id, at),
+            )
+            last = conn.execute(
+                "SELECT seq, at FROM facts WHERE session = ? ORDER BY seq DESC LIMIT 1", (target.id,)
+            ).fetchone()
+            if last is not None:
+                conn.execute("UPDATE sessions SET head = ?, updated_at = ? WHERE id = ?", (*last, target.id))
+            conn.execute("DELETE FROM checkpoints WHERE session = ?", (target.id,))
+            conn.execute(
+                "INSERT INTO checkpoints (session, seq, payload) SELECT ?, seq, payload FROM checkpoints "
+                "WHERE session = ? AND seq <= ? ORDER BY seq DESC LIMIT 1",
+                (target.id, source.id, at),
+            )
+
+        await self._write(run)
+
+    async def delete(self, key: SessionKey) -> None:
+        """Delete the session's facts, checkpoints and lease (its fencing tokens keep counting up)."""
+
+        def run(conn: sqlite3.Connection) -> None:
+            row = _find(conn, key)
+            if row is None:
+                return
+            conn.execute("DELETE FROM facts WHERE session = ?", (row.id,))
+            conn.execute("DELETE FROM checkpoints WHERE session = ?", (row.id,))
+            conn.execute(
+                "UPDATE sessions SET head = 0, updated_at = NULL, lease_owner = NULL, "
+                "lease_expires_at = NULL WHERE id = ?",
+                (row.id,),
+            )
+
+        await self._write(run)
+
+    async def aclose(self) -> None:
+        """Finish the queued work, close both connections and end both threads (idempotent).
+
+        Afterwards the file is free for other connections, and every other method raises ``RuntimeError``.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        await asyncio.gather(self._writer.stop(), self._reader.stop())
+
+
+def _facts(conn: sqlite3.Connection, key: SessionKey, after: int, limit: int | None) -> list[StoredFact]:
+    cursor = conn.execute(
+        f"SELECT seq, kind, payload, run_id, at FROM facts WHERE session = {_SESSION_ID} AND seq > ? "
+        "ORDER BY seq LIMIT ?",
+        (*key, after, -1 if limit is None else limit),
+    )
+    return [
+        StoredFact(seq, cast("FactKind", kind), payload, run_id, at)
+        for seq, kind, payload, run_id, at in cursor
+    ]

@@ -1,0 +1,342 @@
+"""The SQLite store beyond the shared contract: its file, its threads, group commit, several processes.
+
+(The contract itself runs on it through test_store_conformance.py.)
+
+Bad inputs tried: a path in a folder that does not exist, a folder as the path, ``":memory:"``, a file that
+is not a SQLite database, another application's SQLite database, a file of a newer schema version, an
+unknown ``synchronous`` level, a fact whose payload SQLite cannot store (in a batch with good appends),
+a stale lease in a batch with good appends, a write lock held by another connection past the busy
+timeout, a lease that expired while its process was stopped (SIGSTOP), and a process killed (SIGKILL)
+while appending.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sqlite3
+import sys
+import threading
+from collections.abc import AsyncIterator
+from contextlib import closing
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from rxagent.messages import Msg
+from rxagent.session import Fact, LeaseLostError, Projection, SessionFileError, SQLiteStore
+from rxagent.session.sqlite import SCHEMA_VERSION
+from rxagent.state import SessionKey
+
+from .conftest import FakeNow
+
+KEY: SessionKey = ("ada", "s1")
+PROCESS = Path(__file__).with_name("sqlite_process.py")
+
+
+def message(text: str) -> Fact:
+    return Fact("message", json.dumps({"message": Msg.user(text).model_dump(mode="json")}), "run_1")
+
+
+def texts(facts: list[Any]) -> list[str]:
+    return [json.loads(f.payload)["message"]["content"][0]["text"] for f in facts]
+
+
+def store_threads(path: Path) -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("rxagent-sqlite") and str(path) in t.name]
+
+
+def contents(path: Path) -> bytes | None:
+    """The file's bytes (``None``: there is no such file)."""
+    return path.read_bytes() if path.exists() else None
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    return tmp_path / "sessions.db"
+
+
+@pytest.fixture
+async def store(path: Path, now: FakeNow) -> AsyncIterator[SQLiteStore]:
+    async with SQLiteStore(path, now=now) as opened:
+        yield opened
+
+
+# ---- the file and its schema ---------------------------------------------------------------------------
+
+
+async def test_a_fresh_file_gets_the_schema_at_version_1_in_wal_mode(path: Path) -> None:
+    async with SQLiteStore(path):
+        pass
+    assert SCHEMA_VERSION == 1
+    with closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("SELECT version FROM rxagent_schema_version").fetchall() == [(1,)]
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert {"rxagent_schema_version", "sessions", "facts", "checkpoints"} <= tables
+
+
+async def test_reopening_keeps_facts_checkpoints_and_the_lease(path: Path, now: FakeNow) -> None:
+    async with SQLiteStore(path, now=now) as store:
+        lease = await store.acquire(KEY, "a", 60)
+        assert lease is not None
+        await store.append(lease, [message("one"), message("two"), message("three")])
+        checkpoint, facts = await store.load(KEY)
+        await store.save_checkpoint(KEY, Projection.replay(checkpoint, facts[:2]).checkpoint())
+    async with SQLiteStore(path, now=now) as store:
+        checkpoint, facts = await store.load(KEY)
+        assert checkpoint is not None
+        assert checkpoint.seq == 2
+        assert texts(facts) == ["three"]
+        assert await store.acquire(KEY, "b", 60) is None  # the lease outlived the process's store
+        assert await store.append(lease, [message("four")]) == 4
+        now.advance(61)
+        taken = await store.acquire(KEY, "b", 60)
+        assert taken is not None
+        assert taken.token > lease.token
+        # Deleting keeps the session's token count: a lease from before the delete stays stale.
+        await store.delete(KEY)
+        again = await store.acquire(KEY, "c", 60)
+        assert again is not None
+        assert again.token > taken.token
+        with pytest.raises(LeaseLostError):
+            await store.append(taken, [message("before the delete")])
+    async with SQLiteStore(path, now=now) as store:
+        assert await store.head(KEY) == 0
+
+
+async def test_a_file_of_a_newer_schema_is_refused_and_left_as_it_was(path: Path) -> None:
+    async with SQLiteStore(path) as store:
+        lease = await store.acquire(KEY, "a", 60)
+        assert lease is not None
+        await store.append(lease, [message("kept")])
+    with closing(sqlite3.connect(path)) as conn:
+        conn.execute("UPDATE rxagent_schema_version SET version = 2")
+        conn.commit()
+    before = contents(path)
+    with pytest.raises(SessionFileError, match=r"schema version 2, newer than the version 1"):
+        SQLiteStore(path)
+    assert contents(path) == before
+    assert store_threads(path) == []
+
+
+def test_a_file_that_is_not_sqlite_is_refused_and_left_as_it_was(path: Path) -> None:
+    path.write_bytes(b"my notes, not a database\n" * 100)
+    with pytest.raises(SessionFileError, match="is not a SQLite database"):
+        SQLiteStore(path)
+    assert path.read_bytes() == b"my notes, not a database\n" * 100
+    assert store_threads(path) == []
+
+
+def test_another_applications_database_is_refused_and_left_as_it_was(path: Path) -> None:
+    with closing(sqlite3.connect(path)) as conn:
+        conn.execute("CREATE TABLE users (name TEXT)")
+        conn.execute("INSERT INTO users VALUES ('ada')")
+        conn.commit()
+    with pytest.raises(SessionFileError, match=r"another application \(tables: users\)"):
+        SQLiteStore(path)
+    with closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall() == [("users",)]
+
+
+def test_paths_that_name_no_usable_file_are_clear_errors(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-folder" / "sessions.db"
+    with pytest.raises(SessionFileError, match=r"the folder .*no-such-folder does not exist"):
+        SQLiteStore(missing)
+    assert not missing.parent.exists()
+    with pytest.raises(SessionFileError, match="it is a folder"):
+        SQLiteStore(tmp_path)
+    with pytest.raises(ValueError, match="MemoryStore"):
+        SQLiteStore(":memory:")
+    with pytest.raises(ValueError, match="synchronous"):
+        SQLiteStore(tmp_path / "s.db", synchronous=cast("Any", "OFF"))
+    assert not (tmp_path / "s.db").exists()
+
+
+# ---- group commit and the threads ------------------------------------------------------------------------
+
+
+async def test_concurrent_appends_from_many_sessions_keep_each_sessions_order(store: SQLiteStore) -> None:
+    keys: list[SessionKey] = [("ada", f"s{i}") for i in range(100)]
+
+    async def session(key: SessionKey) -> None:
+        lease = await store.acquire(key, "me", 60)
+        assert lease is not None
+        for turn in range(10):
+            facts = [message(f"{key[1]} {turn}.{n}") for n in range(3)]
+            assert await store.append(lease, facts) == 3 * (turn + 1)
+
+    await asyncio.wait_for(asyncio.gather(*(session(key) for key in keys)), 60)
+    for key in keys:
+        facts = await store.read(key)
+        assert [f.seq for f in facts] == list(range(1, 31))
+        assert texts(facts) == [f"{key[1]} {turn}.{n}" for turn in range(10) for n in range(3)]
+    # Group commit: 1 100 writes (acquires and appends) shared far fewer transactions.
+    assert store.write_transactions < 1_100 / 5
+
+
+async def test_a_failing_append_writes_nothing_and_fails_alone_in_its_batch(store: SQLiteStore) -> None:
+    keys: list[SessionKey] = [("ada", f"s{i}") for i in range(20)]
+    leases = [await store.acquire(key, "me", 60) for key in keys]
+    stale = leases[0]
+    assert stale is not None
+    current = await store.acquire(keys[0], "me", 60)  # makes `stale` stale
+    unstorable = Fact("message", cast("str", object()))
+    before = store.write_transactions
+    outcomes = await asyncio.wait_for(
+        asyncio.gather(
+            store.append(stale, [message("stale")]),
+            *(store.append(cast("Any", lease), [message("good")]) for lease in leases[2:]),
+            store.append(cast("Any", leases[1]), [message("written, then undone"), unstorable]),
+            return_exceptions=True,
+        ),
+        30,
+    )
+    assert isinstance(outcomes[0], LeaseLostError)
+    assert outcomes[1:-1] == [1] * 18
+    assert isinstance(outcomes[-1], sqlite3.Error)
+    assert store.write_transactions - before < 20  # they shared transactions all the same
+    assert await store.head(keys[0]) == 0
+    assert await store.head(keys[1]) == 0  # the fact before the bad one was rolled back with it
+    assert current is not None
+    assert await store.append(current, [message("after")]) == 1
+
+
+async def test_the_loop_runs_while_another_connection_holds_the_write_lock(
+    store: SQLiteStore, path: Path
+) -> None:
+    lease = await store.acquire(KEY, "me", 60)
+    assert lease is not None
+    await store.append(lease, [message("one")])
+    with closing(sqlite3.connect(path, isolation_level=None)) as other:
+        other.execute("BEGIN IMMEDIATE")
+        waiting = asyncio.ensure_future(store.append(lease, [message("two")]))
+        assert await asyncio.wait_for(store.head(KEY), 5) == 1  # reads go on (WAL), the loop is free
+        assert not waiting.done()
+        other.execute("COMMIT")
+    assert await asyncio.wait_for(waiting, 5) == 2
+
+
+async def test_a_write_lock_held_past_the_busy_timeout_fails_the_append_and_writes_nothing(
+    path: Path,
+) -> None:
+    async with SQLiteStore(path, busy_timeout=0.2) as store:
+        lease = await store.acquire(KEY, "me", 60)
+        assert lease is not None
+        with closing(sqlite3.connect(path, isolation_level=None)) as other:
+            other.execute("BEGIN IMMEDIATE")
+            with pytest.raises(sqlite3.OperationalError, match="locked"):
+                await asyncio.wait_for(store.append(lease, [message("blocked")]), 10)
+            other.execute("COMMIT")
+        assert await store.append(lease, [message("later")]) == 1
+        assert texts(await store.read(KEY)) == ["later"]
+
+
+async def test_aclose_finishes_queued_work_ends_its_threads_and_frees_the_file(path: Path) -> None:
+    store = SQLiteStore(path)
+    assert all(thread.is_alive() for thread in store.threads)
+    lease = await store.acquire(KEY, "me", 60)
+    assert lease is not None
+    *seqs, _ = await asyncio.wait_for(
+        asyncio.gather(*(store.append(lease, [message(str(n))]) for n in range(20)), store.aclose()), 30
+    )
+    assert seqs == list(range(1, 21))  # queued before aclose: carried out
+    assert not any(thread.is_alive() for thread in store.threads)
+    assert store_threads(path) == []
+    # The last connection closed, so SQLite folded the WAL into the file and removed it.
+    assert contents(Path(f"{path}-wal")) is None
+    with closing(sqlite3.connect(path, timeout=0, isolation_level=None)) as other:
+        other.execute("BEGIN EXCLUSIVE")
+        other.execute("UPDATE sessions SET lease_owner = 'someone else'")
+        other.execute("COMMIT")
+    with pytest.raises(RuntimeError, match="closed"):
+        await store.head(KEY)
+    await store.aclose()  # a second close is a no-op
+
+
+# ---- several processes -----------------------------------------------------------------------------------
+
+
+class StoreProcess:
+    """tests/session/sqlite_process.py in a child process, spoken to one JSON line at a time."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+
+    @classmethod
+    async def start(cls, path: Path) -> StoreProcess:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            str(PROCESS),
+            str(path),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        started = cls(process)
+        assert await started.answer(within=60) == {"ready": True}
+        return started
+
+    async def ask(self, **request: object) -> dict[str, Any]:
+        self.send(**request)
+        return await self.answer()
+
+    def send(self, **request: object) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps(request).encode() + b"\n")
+
+    async def answer(self, within: float = 30) -> dict[str, Any]:
+        assert self.process.stdout is not None
+        line = await asyncio.wait_for(self.process.stdout.readline(), within)
+        assert line, f"the process ended (exit code {await self.process.wait()})"
+        return cast("dict[str, Any]", json.loads(line))
+
+    async def close(self) -> None:
+        if self.process.returncode is None:
+            self.process.kill()
+        await asyncio.wait_for(self.process.wait(), 30)
+
+
+async def test_a_process_stopped_past_its_lease_is_fenced_off_after_another_took_over(path: Path) -> None:
+    a, b = await asyncio.gather(StoreProcess.start(path), StoreProcess.start(path))
+    try:
+        assert (await a.ask(op="acquire", owner="process-a", ttl=1.0))["token"] == 1
+        assert await a.ask(op="append", text="a: before the pause") == {"seq": 1}
+        assert await b.ask(op="acquire", owner="process-b", ttl=30) == {"token": None}  # no overlap
+        os.kill(a.process.pid, signal.SIGSTOP)
+        try:
+            # B retries until A's lease (1 s) has expired; A cannot renew it while stopped.
+            assert await b.ask(op="acquire_wait", owner="process-b", ttl=30, timeout=10) == {"token": 2}
+            assert await b.ask(op="append", text="b: took over") == {"seq": 2}
+            assert await b.ask(op="append", text="b: still mine") == {"seq": 3}
+        finally:
+            os.kill(a.process.pid, signal.SIGCONT)
+        assert await a.ask(op="append", text="a: late write") == {"error": "LeaseLostError"}
+        assert await a.ask(op="renew", ttl=30) == {"error": "LeaseLostError"}
+        assert await b.ask(op="append", text="b: unaffected") == {"seq": 4}
+    finally:
+        await asyncio.gather(a.close(), b.close())
+    async with SQLiteStore(path) as store:
+        facts = await store.read(("ada", "shared"))
+    assert texts(facts) == ["a: before the pause", "b: took over", "b: still mine", "b: unaffected"]
+
+
+async def test_every_acknowledged_append_survives_the_process_being_killed(path: Path) -> None:
+    writer = await StoreProcess.start(path)
+    try:
+        assert (await writer.ask(op="acquire", owner="doomed", ttl=60))["token"] == 1
+        writer.send(op="append_forever")
+        acknowledged = 0
+        while acknowledged < 200:
+            acknowledged = (await writer.answer())["seq"]
+        writer.process.send_signal(signal.SIGKILL)  # mid-stream: appends are in flight
+        assert await asyncio.wait_for(writer.process.wait(), 30) == -signal.SIGKILL
+    finally:
+        await writer.close()
+    async with SQLiteStore(path) as store:
+        facts = await store.read(("ada", "shared"))
+    assert len(facts) >= acknowledged
+    assert [f.seq for f in facts] == list(range(1, len(facts) + 1))
+    assert texts(facts) == [f"fact {n}" for n in range(1, len(facts) + 1)]
