@@ -52,7 +52,17 @@ from rxagent.events import AgentEvent, AgentResult, RunReason
 from rxagent.messages import Msg, ToolUseBlock, new_id
 from rxagent.model.types import ChatModel
 from rxagent.operators import Operator, Outcome, Turn, last_value, using_resource
-from rxagent.session import Claim, MemoryStore, SessionBusy, SessionKeeper, SessionStore
+from rxagent.session import (
+    Claim,
+    MemoryStore,
+    SessionBusy,
+    SessionInfo,
+    SessionKeeper,
+    SessionStore,
+    StoredFact,
+    TurnRecord,
+    turns_of,
+)
 from rxagent.session.reconcile import Reconcile, UncertainToolCallsError, never_started, settle_uncertain
 from rxagent.state import AgentState, PendingCall, SessionKey
 from rxagent.tools import Permissions, Tool, ToolInterceptor, Toolkit
@@ -124,7 +134,7 @@ class ReActAgent:
         self.permissions = permissions or Permissions()
         self.output = OutputSpec(output_type) if output_type is not None else None
         self.store: SessionStore = store or MemoryStore()
-        self.sessions = SessionKeeper(self.store, lease_ttl=self.options.lease_ttl)
+        self.keeper = SessionKeeper(self.store, lease_ttl=self.options.lease_ttl)
         self.steps: Mapping[type, Step] = {**default_steps(), **(steps or {})}
         self._system = Msg.system(system_prompt) if system_prompt else None
 
@@ -180,7 +190,7 @@ class ReActAgent:
         context = ctx or RuntimeContext(session_id=DEFAULT_SESSION)
         key = session_key(context)
         run_input = normalise_input(input)
-        keeper = self.sessions
+        keeper = self.keeper
 
         async def acquire() -> _Held:
             run_control = control or RunControl()
@@ -277,13 +287,13 @@ class ReActAgent:
         """Take the session for a run; refuse while calls of it have no known outcome."""
         wait = self.options.session_wait
         try:
-            claim = await self.sessions.claim(turn, key, wait=wait)
+            claim = await self.keeper.claim(turn, key, wait=wait)
         except SessionBusy as busy:
             raise SessionBusyError(key, busy.waited, busy.ahead, busy.holder) from None
         try:
             _retry_what_is_safe(self, claim)
         except BaseException:
-            await self.sessions.release(claim)
+            await self.keeper.release(claim)
             raise
         return claim
 
@@ -375,11 +385,11 @@ class ReActAgent:
 
     async def state(self, ctx: RuntimeContext | None = None) -> AgentState:
         """The session's state as its log has it now (a copy; a fresh state for a new session)."""
-        return (await self.sessions.peek(session_key(ctx))).state
+        return (await self.keeper.peek(session_key(ctx))).state
 
     async def uncertain(self, ctx: RuntimeContext | None = None) -> list[ToolUseBlock]:
         """The session's calls that were dispatched with no recorded outcome (see :meth:`reconcile`)."""
-        return list((await self.sessions.peek(session_key(ctx))).uncertain.values())
+        return list((await self.keeper.peek(session_key(ctx))).uncertain.values())
 
     async def reconcile(self, ctx: RuntimeContext | None, outcomes: Sequence[Reconcile]) -> None:
         """Settle the session's uncertain calls: each succeeded (with its output), failed, or is to be run
@@ -400,11 +410,46 @@ class ReActAgent:
                 claim.broken = True
                 raise
         finally:
-            await self.sessions.release(claim)
+            await self.keeper.release(claim)
+
+    async def sessions(self) -> list[SessionInfo]:
+        """Every session in the agent's store (its key, last sequence number, last update, lease holder)."""
+        return await self.store.sessions()
+
+    async def facts(
+        self, ctx: RuntimeContext | None = None, *, after: int = 0, limit: int | None = None
+    ) -> list[StoredFact]:
+        """The session's facts after sequence number ``after``, in order (:mod:`rxagent.session.facts`)."""
+        return await self.store.read(session_key(ctx), after=after, limit=limit)
+
+    async def turns(self, ctx: RuntimeContext | None = None) -> list[TurnRecord]:
+        """The session's turns, each with its input and its runs (see :mod:`rxagent.session.history`)."""
+        return turns_of(await self.store.read(session_key(ctx)))
+
+    async def fork(self, ctx: RuntimeContext | None, at: int, into: RuntimeContext) -> None:
+        """Start the new session ``into`` as a copy of this one up to sequence number ``at``.
+
+        Raises:
+            SessionExistsError: ``into`` already has facts.
+        """
+        target = session_key(into)
+        await self.store.fork(session_key(ctx), at, target)
+        self.keeper.forget(target)
+
+    async def delete_session(self, ctx: RuntimeContext | None) -> None:
+        """Delete the session (waiting, as a run would, for a run that holds it)."""
+        key = session_key(ctx)
+        claim = await self._take(key)
+        try:
+            await self.store.delete(key)
+        finally:
+            claim.broken = True  # nothing of it is kept in memory
+            await self.keeper.release(claim)
+            self.keeper.forget(key)
 
     async def _take(self, key: SessionKey) -> Claim:
         try:
-            return await self.sessions.claim(self.sessions.turn(key), key, wait=self.options.session_wait)
+            return await self.keeper.claim(self.keeper.turn(key), key, wait=self.options.session_wait)
         except SessionBusy as busy:
             raise SessionBusyError(key, busy.waited, busy.ahead, busy.holder) from None
 

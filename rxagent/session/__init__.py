@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 from rxagent.session.facts import Checkpoint, Fact, FactKind, StoredFact
+from rxagent.session.history import RunRecord, TurnRecord, turns_of
 from rxagent.session.keeper import Claim, SessionBusy, SessionKeeper
 from rxagent.session.memory import MemoryStore
 from rxagent.session.projection import Projection
@@ -32,6 +33,7 @@ __all__ = [
     "Reconcile",
     "ReconcileError",
     "Recorder",
+    "RunRecord",
     "SQLiteStore",
     "SessionBusy",
     "SessionExistsError",
@@ -40,6 +42,8 @@ __all__ = [
     "SessionKeeper",
     "SessionStore",
     "StoredFact",
+    "TurnRecord",
     "UncertainToolCallsError",
     "seed_session",
+    "turns_of",
 ]

@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from rxagent.session.facts import Checkpoint, Fact, StoredFact
-from rxagent.session.store import Lease, LeaseLostError, SessionExistsError, SessionInfo
+from rxagent.session.store import CHECKPOINTS_KEPT, Lease, LeaseLostError, SessionExistsError, SessionInfo
 from rxagent.state import SessionKey
 
 __all__ = ["MemoryStore"]
@@ -102,7 +102,7 @@ class MemoryStore:
         if checkpoint.seq > len(log.facts):
             raise ValueError(f"checkpoint {checkpoint.seq} is beyond the log's head ({len(log.facts)})")
         if not log.checkpoints or checkpoint.seq > log.checkpoints[-1].seq:
-            log.checkpoints.append(checkpoint)
+            log.checkpoints = [*log.checkpoints[-(CHECKPOINTS_KEPT - 1) :], checkpoint]
 
     async def read(self, key: SessionKey, after: int = 0, limit: int | None = None) -> list[StoredFact]:
         """Facts after ``after``."""
@@ -142,8 +142,11 @@ class MemoryStore:
             target.checkpoints = [c for c in source.checkpoints if c.seq <= at][-1:]
 
     async def delete(self, key: SessionKey) -> None:
-        """Forget the session."""
-        self._logs.pop(key, None)
+        """Forget the session's facts, checkpoints and lease (its fencing tokens keep counting up, so a
+        lease from before the delete never matches a later one)."""
+        log = self._logs.get(key)
+        if log is not None:
+            self._logs[key] = _Log(tokens=log.tokens)
 
     async def aclose(self) -> None:
         """Nothing to release."""

@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Literal, TypeAlias, TypeVar, cast
 
 from rxagent.session.facts import Checkpoint, Fact, FactKind, StoredFact
-from rxagent.session.store import Lease, LeaseLostError, SessionExistsError, SessionInfo
+from rxagent.session.store import CHECKPOINTS_KEPT, Lease, LeaseLostError, SessionExistsError, SessionInfo
 from rxagent.state import SessionKey
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore", "SessionFileError", "Synchronous"]
@@ -605,6 +605,11 @@ class SQLiteStore:
                 conn.execute(
                     "INSERT INTO checkpoints (session, seq, payload) VALUES (?, ?, ?)",
                     (row.id, checkpoint.seq, checkpoint.payload),
+                )
+                conn.execute(  # each is the whole state: keep the newest few, not a growing pile
+                    "DELETE FROM checkpoints WHERE session = ? AND seq NOT IN "
+                    "(SELECT seq FROM checkpoints WHERE session = ? ORDER BY seq DESC LIMIT ?)",
+                    (row.id, row.id, CHECKPOINTS_KEPT),
                 )
 
         await self._write(run)

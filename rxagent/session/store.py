@@ -22,7 +22,11 @@ from typing import Protocol, runtime_checkable
 from rxagent.session.facts import Checkpoint, Fact, StoredFact
 from rxagent.state import SessionKey
 
-__all__ = ["Lease", "LeaseLostError", "SessionExistsError", "SessionInfo", "SessionStore"]
+__all__ = ["CHECKPOINTS_KEPT", "Lease", "LeaseLostError", "SessionExistsError", "SessionInfo", "SessionStore"]
+
+CHECKPOINTS_KEPT = 2
+"""Checkpoints a store keeps per session, newest first (each is the whole state: older ones only cost
+space; a fork at an older point replays from the start instead)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,8 +106,8 @@ class SessionStore(Protocol):
     async def save_checkpoint(self, key: SessionKey, checkpoint: Checkpoint) -> None:
         """Keep ``checkpoint`` beside the log (it needs no lease: it stays true whatever comes after it).
 
-        A checkpoint older than the one kept is ignored; one beyond the log's head is refused with
-        ``ValueError``.
+        A checkpoint older than the newest kept is ignored; one beyond the log's head is refused with
+        ``ValueError``. Only the newest :data:`CHECKPOINTS_KEPT` are kept.
         """
         ...
 

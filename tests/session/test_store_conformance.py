@@ -173,3 +173,38 @@ async def test_fork_copies_a_prefix_and_delete_forgets(store: SessionStore) -> N
     await store.delete(fork)
     assert await store.head(fork) == 0
     assert fork not in {info.key for info in await store.sessions()}
+
+
+async def test_tokens_keep_counting_across_a_delete(store: SessionStore) -> None:
+    before = await store.acquire(KEY, "me", 30)
+    assert before is not None
+    await store.append(before, [message_fact("a")])
+    await store.delete(KEY)
+    after = await store.acquire(KEY, "you", 30)
+    assert after is not None
+    assert after.token > before.token
+    with pytest.raises(LeaseLostError):
+        await store.append(before, [message_fact("from before the delete")])
+    assert await store.append(after, [message_fact("fresh")]) == 1
+
+
+async def test_only_the_newest_checkpoints_are_kept(store: SessionStore) -> None:
+    lease = await store.acquire(KEY, "me", 30)
+    assert lease is not None
+    facts_so_far = 0
+    for _ in range(4):
+        await store.append(lease, [message_fact(str(facts_so_far)), message_fact(str(facts_so_far + 1))])
+        facts_so_far += 2
+        checkpoint, facts = await store.load(KEY)
+        await store.save_checkpoint(KEY, Projection.replay(checkpoint, facts).checkpoint())
+    checkpoint, facts = await store.load(KEY)
+    assert checkpoint is not None
+    assert (checkpoint.seq, facts) == (8, [])
+    await store.fork(KEY, 5, ("ada", "early"))  # the checkpoints at 2 and 4 are gone: replay from the start
+    early_checkpoint, early = await store.load(("ada", "early"))
+    assert early_checkpoint is None
+    assert [m.text for m in Projection.replay(None, early).state.messages] == ["0", "1", "2", "3", "4"]
+    await store.fork(KEY, 7, ("ada", "late"))  # the checkpoint at 6 is kept
+    late_checkpoint, late = await store.load(("ada", "late"))
+    assert late_checkpoint is not None
+    assert (late_checkpoint.seq, [f.seq for f in late]) == (6, [7])
