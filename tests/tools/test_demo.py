@@ -99,3 +99,10 @@ def test_demo_tools_by_name(tmp_path: Path) -> None:
     ]
     with pytest.raises(ValueError, match="unknown demo tool"):
         demo_tools(["shell"])
+
+
+def test_file_reader_reads_no_more_than_it_keeps(tmp_path: Path) -> None:
+    # An 8 GiB sparse file: reading it whole would take minutes and the memory; the reader takes 11 bytes.
+    with (tmp_path / "huge.bin").open("wb") as file:
+        file.truncate(8 * 1024**3)
+    assert FileReader(tmp_path, max_bytes=10).read_file("huge.bin") == "\x00" * 10 + "\n[… cut off]"
