@@ -308,24 +308,23 @@ class _Display(_Output):
     """
 
     def __init__(self, console: Console) -> None:
-        self.console = console
-        self.at_line_start = True
-
-    def _line(self, *parts: str | tuple[str, str]) -> None:
         from rich.text import Text
 
+        self.console = console
+        self.at_line_start = True
+        self._text = Text  # rich loads only for this display, not for --json
+
+    def _line(self, *parts: str | tuple[str, str]) -> None:
         if not self.at_line_start:
             self.console.print()
-        self.console.print(Text.assemble(*parts))
+        self.console.print(self._text.assemble(*parts))
         self.at_line_start = True
 
     def show(self, event: AgentEvent) -> None:
-        from rich.text import Text
-
         if isinstance(event, TextDelta):
             text = terminal_safe(event.text)
             if text:
-                self.console.print(Text(text), end="")
+                self.console.print(self._text(text), end="")
                 self.at_line_start = text.endswith("\n")
         elif isinstance(event, ToolCallCompleted):
             self._line(("⚙ ", "bold cyan"), (_call_text(event.call), "cyan"))
@@ -439,6 +438,8 @@ async def _run_once(
                 output.show(event)
                 if isinstance(event, AgentResult):
                     result = event
+        except BrokenPipeError:  # the reader of stdout went away: not the run's failure
+            raise
         except Exception as error:
             # A failed run may end with an AgentResult (reason ERROR) before its error, or with the error
             # alone: either way the run failed.

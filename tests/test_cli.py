@@ -86,7 +86,7 @@ async def finish(process: asyncio.subprocess.Process, stdin: str | None = None) 
         await process.wait()
         pytest.fail(f"the command did not end within {RUN_TIMEOUT_S} s")
     assert process.returncode is not None
-    return Completed(process.returncode, out.decode(), err.decode())
+    return Completed(process.returncode, (out or b"").decode(), (err or b"").decode())
 
 
 async def rxagent(*args: str, stdin: str = "", env: dict[str, str] | None = None) -> Completed:
@@ -287,6 +287,50 @@ async def test_run_json_prints_only_events_ending_with_the_result(server: OpenAI
     assert events[-1]["reason"] == "MODEL_STOP"
     assert event_from_json(done.stdout.splitlines()[-1]).type == "agent_result"
     assert done.stdout.endswith("\n")
+
+
+async def test_a_reader_that_goes_away_is_not_an_error() -> None:
+    # `rxagent run … --json | head -n 1`: the model keeps streaming after the reader has gone.
+    from aiohttp import web
+
+    reader_gone = asyncio.Event()
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(text_chunk("first"))
+        await reader_gone.wait()
+        for piece in ("more ", "and more"):
+            await response.write(text_chunk(piece))
+        await response.write(finish_chunk("stop"))
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", completions)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    read_end, write_end = os.pipe()
+    try:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "rxagent", "run", "hi", "--tools", "none", "--json",
+            "--base-url", f"http://127.0.0.1:{port}/v1", "--model", "m",
+            stdout=write_end, stderr=asyncio.subprocess.PIPE, env=command_env(),
+        )  # fmt: skip
+        os.close(write_end)
+        with os.fdopen(read_end, "rb") as stdout:
+            first = await asyncio.wait_for(asyncio.to_thread(stdout.readline), RUN_TIMEOUT_S)
+        reader_gone.set()
+        done = await finish(process)
+    finally:
+        await runner.cleanup()
+
+    assert json.loads(first)["type"] == "run_started"
+    assert done.code == 0, done.stderr
+    assert "BrokenPipe" not in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 async def test_a_failed_run_exits_with_the_error_code_and_one_line_on_stderr(server: OpenAIServer) -> None:
