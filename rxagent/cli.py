@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
-from rxagent.agent.react import AgentInput, AgentOptions, ReActAgent, RunControl, ToolDecision
+from rxagent.agent import AgentInput, AgentOptions, ReActAgent, RunControl, ToolDecision
 from rxagent.context import RuntimeContext
 from rxagent.events import (
     AgentEvent,
@@ -353,7 +353,7 @@ class _Display(_Output):
                 f"{event.reason} · {event.iterations} step(s) · {usage.input_tokens} in / "
                 f"{usage.output_tokens} out tokens"
             )
-            if event.detail:
+            if event.detail and event.reason != "ERROR":  # an error's ErrorEvent has said it already
                 summary += f" · {event.detail}"
             self._line((terminal_safe(summary), "dim"))
 

@@ -341,6 +341,10 @@ async def test_a_failed_run_exits_with_the_error_code_and_one_line_on_stderr(ser
     assert done.code == ExitCode.ERROR == 1
     events = done.events()  # stdout still holds nothing but JSON lines
     assert events[0]["type"] == "run_started"
+    assert [e["error_type"] for e in events if e["type"] == "error"] == ["ModelHTTPError"]
+    assert events[-1]["type"] == "agent_result"  # a failed run ends with its result too
+    assert events[-1]["reason"] == "ERROR"
+    assert "the model is not loaded" in events[-1]["detail"]
     errors = [line for line in done.stderr.splitlines() if line.startswith("rxagent: ModelHTTPError")]
     assert len(errors) == 1, done.stderr
     assert "the model is not loaded" in errors[0]
@@ -352,7 +356,9 @@ async def test_a_failed_run_is_reported_once_in_text_mode(server: OpenAIServer) 
     done = await rxagent(*on(server, "run", "hi", "--tools", "none"))
 
     assert done.code == ExitCode.ERROR
-    assert done.stderr.count("the model is not loaded") == 1, done.stderr
+    assert (done.stdout + done.stderr).count("the model is not loaded") == 1, done.stdout + done.stderr
+    assert done.stderr.startswith("rxagent: ModelHTTPError: HTTP 400")
+    assert done.stdout == "ERROR · 1 step(s) · 0 in / 0 out tokens\n"
 
 
 async def test_a_run_waiting_for_approval_exits_with_the_waiting_code(server: OpenAIServer) -> None:
