@@ -1,8 +1,13 @@
 """The ``rxagent`` command line: run an agent on the embedded model (or any OpenAI-compatible server).
 
 ``rxagent run "PROMPT"`` streams the answer, with tool calls and their results shown as they happen;
-``rxagent chat`` is the same in an interactive loop (one session, so it remembers); ``--json`` prints
-the event stream as JSON lines for other programs. ``python -m rxagent`` is the same command.
+``rxagent chat`` is the same in a loop over the lines of standard input (one session, so it remembers);
+``--json`` prints the event stream as JSON lines for other programs, and nothing else on standard output.
+``python -m rxagent`` is the same command.
+
+What a model or a tool wrote is printed as plain text: never read as markup, and with terminal control
+sequences removed (:func:`terminal_safe`), so a file the agent reads cannot style, relink or clear the
+terminal. The exit code says how the run ended (:class:`ExitCode`).
 """
 
 from __future__ import annotations
@@ -11,37 +16,164 @@ import argparse
 import asyncio
 import json
 import os
+import re
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Generator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
-from rxagent.agent.react import AgentOptions, ReActAgent
+from rxagent.agent import AgentInput, AgentOptions, ReActAgent, RunControl, ToolDecision
 from rxagent.context import RuntimeContext
 from rxagent.events import (
     AgentEvent,
     AgentResult,
     ErrorEvent,
     RetryScheduled,
+    RunReason,
     TextDelta,
     ToolCallCompleted,
+    ToolPermissionAsked,
     ToolResult,
+    ToolSuspended,
     event_to_json,
 )
+from rxagent.messages import ToolUseBlock
 from rxagent.model.types import ChatModel
 from rxagent.operators import to_async_iterator
 from rxagent.tools.demo import demo_tools
+from rxagent.tools.permissions import Permissions
 from rxagent.tools.toolkit import Toolkit
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["main"]
+__all__ = ["ExitCode", "exit_code_for", "main", "terminal_safe"]
 
 _SYSTEM = "You are a helpful assistant. Use a tool when it helps; answer briefly."
+_DEFAULT_TOOL_TIMEOUT_S = 30.0
+
+
+class ExitCode(IntEnum):
+    """How ``rxagent`` ends. ``chat`` ends with the code of its last run (``ANSWER`` if none ran)."""
+
+    ANSWER = 0
+    """The run answered: ``MODEL_STOP``, ``MAX_ITERATIONS``, ``TOOL_RETURN_DIRECT``, ``STRUCTURED_OUTPUT``."""
+    ERROR = 1
+    """The run failed (an error, or reason ``ERROR``), or the command could not start it."""
+    USAGE = 2
+    """The command line was wrong (argparse's code)."""
+    NO_ANSWER = 3
+    """The run ended without an answer: ``NO_ANSWER``, ``STOPPED``."""
+    WAITING = 4
+    """The run waits for an approval or an external result: ``PERMISSION_ASKING``, ``TOOL_SUSPENDED``."""
+    INTERRUPTED = 130
+    """Ctrl-C: the run ended ``INTERRUPTED`` (or the command was stopped at once by a second Ctrl-C)."""
+
+
+_EXIT_CODES: dict[RunReason, ExitCode] = {
+    "MODEL_STOP": ExitCode.ANSWER,
+    "MAX_ITERATIONS": ExitCode.ANSWER,
+    "TOOL_RETURN_DIRECT": ExitCode.ANSWER,
+    "STRUCTURED_OUTPUT": ExitCode.ANSWER,
+    "ERROR": ExitCode.ERROR,
+    "NO_ANSWER": ExitCode.NO_ANSWER,
+    "STOPPED": ExitCode.NO_ANSWER,
+    "PERMISSION_ASKING": ExitCode.WAITING,
+    "TOOL_SUSPENDED": ExitCode.WAITING,
+    "INTERRUPTED": ExitCode.INTERRUPTED,
+}
+
+
+def exit_code_for(reason: RunReason) -> ExitCode:
+    """The exit code of a run that ended with ``reason`` (see :class:`ExitCode`)."""
+    return _EXIT_CODES[reason]
+
+
+_EPILOG = f"""\
+exit codes:
+  {ExitCode.ANSWER:<4} the run answered (MODEL_STOP, MAX_ITERATIONS, TOOL_RETURN_DIRECT, STRUCTURED_OUTPUT)
+  {ExitCode.ERROR:<4} the run failed (an error, or reason ERROR), or could not start
+  {ExitCode.USAGE:<4} the command line was wrong
+  {ExitCode.NO_ANSWER:<4} the run ended without an answer (NO_ANSWER, STOPPED)
+  {ExitCode.WAITING:<4} the run waits for an approval or an external result
+       (PERMISSION_ASKING, TOOL_SUSPENDED)
+  {ExitCode.INTERRUPTED:<4} Ctrl-C: the run ends INTERRUPTED and its session is saved
+       (a second Ctrl-C quits at once)
+`chat` exits with the code of its last run; Ctrl-C there ends the running turn and the chat goes on.
+
+tool timeout: a tool still running after --tool-timeout seconds gets an error result and the run goes on,
+on time. A synchronous tool's thread cannot be stopped: it may run on in the background until the command
+exits (which does not wait for it).
+"""
+
+
+# ---- terminal-safe text ------------------------------------------------------------------------------
+
+_ESCAPE_SEQUENCE = re.compile(
+    r"""
+      \x1b\[ [0-?]* [ -/]* [@-~]?            # CSI: colours, cursor moves, screen clears
+    | \x1b\] [^\x07\x1b\x9c]* (?:\x07|\x1b\\|\x9c)?   # OSC: titles, hyperlinks (to BEL or ST)
+    | \x1b [PX^_] [^\x1b\x9c]* (?:\x1b\\|\x9c)?      # DCS, SOS, PM, APC strings
+    | \x1b [ -/]* [0-~]?                     # any other escape (charset switches, resets, ...)
+    | \x9b [0-?]* [ -/]* [@-~]?              # 8-bit CSI
+    | \x9d [^\x07\x9c]* (?:\x07|\x9c)?       # 8-bit OSC
+    | [\x90\x98\x9e\x9f] [^\x9c]* \x9c?      # 8-bit DCS, SOS, PM, APC
+    """,
+    re.VERBOSE,
+)
+# Every other C0 and C1 control but tab and newline, DEL, and the bidirectional overrides that can make
+# text read differently from what it is.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` made safe to print to a terminal: it can neither style nor control it.
+
+    Escape sequences (ANSI colours and blinking, cursor moves, screen clears, OSC titles and hyperlinks,
+    DCS strings, and their 8-bit forms) are removed; any other control character (C0 and C1 but tab and
+    newline, DEL, bidirectional overrides) is shown as a visible escape such as ``\\x07``; ``\\r\\n``
+    becomes ``\\n``. Markup such as ``[bold]`` is left as the text it is (the command never reads markup).
+
+    Example:
+        >>> terminal_safe("\\x1b[5mALERT\\x1b[0m \\x1b]8;;http://x\\x07link\\x1b]8;;\\x07 bell\\x07")
+        'ALERT link bell\\\\x07'
+    """
+    text = _ESCAPE_SEQUENCE.sub("", text.replace("\r\n", "\n"))
+    return _CONTROL.sub(lambda match: ascii(match.group())[1:-1], text)
+
+
+# ---- the command line --------------------------------------------------------------------------------
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Shows each option's default (where it has one) and keeps the epilog's lines as written."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        help = action.help or ""
+        if action.default in (None, False, [], argparse.SUPPRESS) or "%(default)" in help:
+            return help
+        return f"{help} (default: %(default)s)"
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text!r}")
+    return value
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rxagent", description="Run an rxagent agent from the terminal.")
+    parser = argparse.ArgumentParser(
+        prog="rxagent",
+        description="Run an rxagent agent from the terminal.",
+        epilog=_EPILOG,
+        formatter_class=_HelpFormatter,
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -56,16 +188,47 @@ def _parser() -> argparse.ArgumentParser:
         "--tools", default="calculator,clock", help="demo tools: calculator,clock,files (or 'none')"
     )
     common.add_argument("--files-root", default=".", help="the only directory the 'files' tool may read")
+    common.add_argument(
+        "--ask",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="calls of tools matching GLOB need your approval: `chat` asks, `run` stops with exit code "
+        f"{ExitCode.WAITING} (repeatable)",
+    )
     common.add_argument("--system", default=_SYSTEM, help="the system prompt")
     common.add_argument(
         "--max-iters", type=int, default=4, help="reasoning steps before the summarising turn"
     )
     common.add_argument("--max-tokens", type=int, default=256, help="answer length limit per model call")
-    common.add_argument("--require-tool", action="store_true", help="make the first step call a tool")
-    common.add_argument("--json", action="store_true", help="print every event as a JSON line")
-    run = commands.add_parser("run", parents=[common], help="answer one prompt")
+    common.add_argument(
+        "--tool-timeout",
+        type=_seconds,
+        default=_DEFAULT_TOOL_TIMEOUT_S,
+        metavar="SECONDS",
+        help="a tool still running after this gets an error result and the run goes on (a synchronous "
+        "tool's thread may run on in the background)",
+    )
+    common.add_argument(
+        "--require-tool",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="make the first step call a tool",
+    )
+    common.add_argument(
+        "--json", action="store_true", help="print every event as a JSON line, and nothing else, on stdout"
+    )
+    run = commands.add_parser(
+        "run", parents=[common], help="answer one prompt", epilog=_EPILOG, formatter_class=_HelpFormatter
+    )
     run.add_argument("prompt")
-    commands.add_parser("chat", parents=[common], help="chat in a loop (empty line or Ctrl-D to quit)")
+    commands.add_parser(
+        "chat",
+        parents=[common],
+        help="chat over the lines of stdin (an empty line or end of input quits)",
+        epilog=_EPILOG,
+        formatter_class=_HelpFormatter,
+    )
     return parser
 
 
@@ -75,108 +238,279 @@ def _model(args: argparse.Namespace) -> ChatModel:
 
         name = "default" if args.model == "local" else args.model
         return OpenAIChatModel(name, base_url=args.base_url, api_key_env=args.api_key_env)
-    if args.model != "local":
-        raise SystemExit("rxagent: --model NAME needs --base-url (or use --model local)")
     from rxagent.model.llama_cpp import LlamaCppModel
 
     return LlamaCppModel(args.gguf, max_tokens=args.max_tokens)
 
 
-def _agent(args: argparse.Namespace, model: ChatModel) -> ReActAgent:
-    names = [] if args.tools in ("", "none") else [n.strip() for n in args.tools.split(",") if n.strip()]
+def _tool_names(args: argparse.Namespace) -> list[str]:
+    return [] if args.tools in ("", "none") else [n.strip() for n in args.tools.split(",") if n.strip()]
+
+
+def _agent(args: argparse.Namespace, model: ChatModel, toolkit: Toolkit) -> ReActAgent:
     options = AgentOptions(
         max_iters=args.max_iters,
         max_tokens=args.max_tokens,
-        first_tool_choice="required" if args.require_tool and names else None,
+        tool_timeout=args.tool_timeout,
+        first_tool_choice="required" if args.require_tool and toolkit.names else None,
     )
-    toolkit = Toolkit(demo_tools(names, files_root=args.files_root))
-    return ReActAgent(model, toolkit, system_prompt=args.system, name="rxagent-cli", options=options)
+    permissions = Permissions()
+    for pattern in args.ask:
+        permissions = permissions.ask(pattern, reason=f"--ask {pattern}")
+    return ReActAgent(
+        model,
+        toolkit,
+        system_prompt=args.system,
+        name="rxagent-cli",
+        options=options,
+        permissions=permissions,
+    )
 
 
-def escape(text: str) -> str:
-    """``text`` with rich markup neutralised (tool output must never style the terminal)."""
-    from rich.markup import escape as rich_escape
-
-    return rich_escape(text)
+# ---- showing a run -----------------------------------------------------------------------------------
 
 
-class _Display:
-    """Shows a run as it happens: streamed text, each tool call and its result, retries and the outcome."""
+def _call_text(call: ToolUseBlock) -> str:
+    arguments = call.raw_arguments if call.input is None else json.dumps(call.input, ensure_ascii=False)
+    return f"{call.name}({terminal_safe(arguments)})"
+
+
+class _Output(ABC):
+    """Where a run's events and the command's notes go."""
+
+    @abstractmethod
+    def show(self, event: AgentEvent) -> None:
+        """Show one event of the run."""
+
+    def note(self, text: str) -> None:
+        """A note for the person at the terminal (always on stderr)."""
+        print(f"rxagent: {terminal_safe(text)}", file=sys.stderr, flush=True)
+
+    def failed(self, error: BaseException, result: AgentResult | None) -> None:
+        """The run's stream failed with ``error`` (after ``result``, if the run emitted one)."""
+        self.note(f"{type(error).__name__}: {error}")
+
+
+class _JsonLines(_Output):
+    """Every event as one JSON line on stdout; notes and errors on stderr."""
+
+    def show(self, event: AgentEvent) -> None:
+        sys.stdout.write(event_to_json(event) + "\n")
+        sys.stdout.flush()
+
+
+class _Display(_Output):
+    """A run as it happens, for people: the streamed answer, each tool call and its result, the outcome.
+
+    Model and tool text is printed as text (never as markup) through :func:`terminal_safe`; only the
+    command's own labels are styled, and only when the console does colour. Lines are never wrapped by
+    the command (a terminal wraps them itself; a file or a pipe gets them whole).
+    """
 
     def __init__(self, console: Console) -> None:
+        from rich.text import Text
+
         self.console = console
         self.at_line_start = True
+        self._text = Text  # rich loads only for this display, not for --json
 
-    def _newline(self) -> None:
+    def _line(self, *parts: str | tuple[str, str]) -> None:
         if not self.at_line_start:
             self.console.print()
-            self.at_line_start = True
+        self.console.print(self._text.assemble(*parts))
+        self.at_line_start = True
 
     def show(self, event: AgentEvent) -> None:
         if isinstance(event, TextDelta):
-            self.console.print(event.text, end="", markup=False, highlight=False)
-            self.at_line_start = event.text.endswith("\n")
+            text = terminal_safe(event.text)
+            if text:
+                self.console.print(self._text(text), end="")
+                self.at_line_start = text.endswith("\n")
         elif isinstance(event, ToolCallCompleted):
-            self._newline()
-            call = event.call
-            arguments = call.raw_arguments if call.input is None else json.dumps(call.input)
-            self.console.print(f"[bold cyan]⚙ {call.name}[/]({escape(arguments)})", highlight=False)
+            self._line(("⚙ ", "bold cyan"), (_call_text(event.call), "cyan"))
+        elif isinstance(event, ToolPermissionAsked):
+            self._line(
+                ("? ", "bold yellow"), _call_text(event.call), (f" needs approval ({event.reason})", "yellow")
+            )
+        elif isinstance(event, ToolSuspended):
+            self._line(
+                ("⏸ ", "bold yellow"), _call_text(event.call), (" waits for an external result", "yellow")
+            )
         elif isinstance(event, ToolResult):
-            style = "green" if event.result.status == "ok" else "red"
-            self.console.print(
-                f"[{style}]  → {event.result.status}:[/]", event.result.text, markup=True, highlight=False
-            )
+            result = event.result
+            text = result.text.rstrip("\n")
+            if result.status != "ok":
+                text = text.removeprefix("Error: ")  # the status already says so
+            style = "green" if result.status == "ok" else "red"
+            self._line((f"  → {result.status}: ", style), terminal_safe(text).replace("\n", "\n    "))
         elif isinstance(event, RetryScheduled):
-            self._newline()
-            self.console.print(f"[yellow]retrying in {event.delay_s:.1f}s: {event.error}[/]", highlight=False)
+            self.note(f"retrying in {event.delay_s:.1f}s: {event.error}")
         elif isinstance(event, ErrorEvent):
-            self._newline()
-            self.console.print(f"[red]{event.error_type}: {event.message}[/]", highlight=False)
+            self.note(f"{event.error_type}: {event.message}")
         elif isinstance(event, AgentResult):
-            self._newline()
             usage = event.usage
-            self.console.print(
-                f"[dim]{event.reason} · {event.iterations} step(s) · {usage.input_tokens} in / "
-                f"{usage.output_tokens} out tokens[/]",
-                highlight=False,
+            summary = (
+                f"{event.reason} · {event.iterations} step(s) · {usage.input_tokens} in / "
+                f"{usage.output_tokens} out tokens"
             )
+            if event.detail and event.reason != "ERROR":  # an error's ErrorEvent has said it already
+                summary += f" · {event.detail}"
+            self._line((terminal_safe(summary), "dim"))
+
+    def note(self, text: str) -> None:
+        if not self.at_line_start:  # end the streamed line first, so the note stands on its own
+            self.console.print()
+            self.at_line_start = True
+        super().note(text)
+
+    def failed(self, error: BaseException, result: AgentResult | None) -> None:
+        if result is not None and result.reason == "ERROR":
+            return  # its ErrorEvent and result line already said it
+        super().failed(error, result)
+
+
+# ---- running ----------------------------------------------------------------------------------------
+
+
+class _DaemonThreads(ThreadPoolExecutor):
+    """The command's default executor: each call in a daemon thread of its own.
+
+    A synchronous tool that outlives its timeout keeps running in its thread. With the standard pool,
+    ``asyncio.run`` and the interpreter wait for that thread at exit, so the command would hang after the
+    run had ended on time; daemon threads let it exit. Also runs the blocking reads of stdin.
+    """
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+
+        def work() -> None:
+            if not future.set_running_or_notify_cancel():
+                return
+            try:
+                future.set_result(fn(*args, **kwargs))
+            except BaseException as error:
+                future.set_exception(error)
+
+        threading.Thread(target=work, name="rxagent-cli-worker", daemon=True).start()
+        return future
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Nothing to wait for: the threads are daemons."""
+
+
+@contextmanager
+def _ctrl_c_interrupts(control: RunControl, output: _Output) -> Generator[None]:
+    """While the block runs, Ctrl-C interrupts the run (it ends ``INTERRUPTED`` and is saved); a second
+    Ctrl-C stops the command at once."""
+    loop = asyncio.get_running_loop()
+    presses = 0
+
+    def on_ctrl_c() -> None:
+        nonlocal presses
+        presses += 1
+        if presses > 1:
+            raise KeyboardInterrupt
+        output.note("interrupting the run (Ctrl-C again to quit at once)")
+        control.interrupt()
+
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        loop.add_signal_handler(signal.SIGINT, on_ctrl_c)
+    except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no such signals here
+        yield
+        return
+    try:
+        yield
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+        signal.signal(signal.SIGINT, previous)
 
 
 async def _run_once(
-    agent: ReActAgent, prompt: str, ctx: RuntimeContext, display: _Display | None
-) -> AgentResult:
+    agent: ReActAgent, input: AgentInput, ctx: RuntimeContext, output: _Output
+) -> tuple[ExitCode, AgentResult | None]:
+    """One run, shown as it happens; its exit code and its result (``None`` if it emitted none)."""
+    control = RunControl()
     result: AgentResult | None = None
-    async for event in to_async_iterator(agent.stream_events(prompt, ctx)):
-        if display is None:
-            sys.stdout.write(event_to_json(event) + "\n")
-            sys.stdout.flush()
+    with _ctrl_c_interrupts(control, output):
+        try:
+            async for event in to_async_iterator(agent.stream_events(input, ctx, control=control)):
+                output.show(event)
+                if isinstance(event, AgentResult):
+                    result = event
+        except BrokenPipeError:  # the reader of stdout went away: not the run's failure
+            raise
+        except Exception as error:
+            # A failed run may end with an AgentResult (reason ERROR) before its error, or with the error
+            # alone: either way the run failed.
+            output.failed(error, result)
+            return ExitCode.ERROR, result
+    if result is None:
+        output.note("the run ended without a result")
+        return ExitCode.ERROR, None
+    return exit_code_for(result.reason), result
+
+
+class _Prompter:
+    """Reads the lines of stdin; shows a prompt only to a person (a terminal), and never on a JSON stdout."""
+
+    def __init__(self, json_lines: bool) -> None:
+        self.interactive = sys.stdin.isatty()
+        self.json_lines = json_lines
+
+    async def line(self, prompt: str, *, always: bool = False) -> str | None:
+        """The next line (``None`` at the end of input). ``always`` shows the prompt to piped input too."""
+        if self.interactive and not self.json_lines:
+            shown_by_input = prompt  # on the terminal, where line editing knows where the text starts
         else:
-            display.show(event)
-        if isinstance(event, AgentResult):
-            result = event
-    assert result is not None, "every run ends with an AgentResult"
-    return result
+            shown_by_input = ""
+            if self.interactive or always:
+                sys.stderr.write(prompt)
+                sys.stderr.flush()
+        try:
+            return await asyncio.to_thread(input, shown_by_input)
+        except EOFError:
+            return None
 
 
-async def _main(args: argparse.Namespace) -> int:
+async def _chat(agent: ReActAgent, ctx: RuntimeContext, output: _Output, json_lines: bool) -> ExitCode:
+    prompter = _Prompter(json_lines)
+    code = ExitCode.ANSWER
+    while True:
+        line = await prompter.line("you> ")
+        if line is None or not line.strip():
+            return code
+        code, result = await _run_once(agent, line, ctx, output)
+        while result is not None and result.reason == "PERMISSION_ASKING":
+            decisions: list[ToolDecision] = []
+            for call in result.pending:
+                answer = await prompter.line(f"allow {_call_text(call)}? [y/N] ", always=True)
+                if answer is None:
+                    return ExitCode.WAITING
+                allow = answer.strip().lower() in ("y", "yes")
+                decisions.append(
+                    ToolDecision(call.id, allow=allow, reason="" if allow else "the user said no")
+                )
+            code, result = await _run_once(agent, decisions, ctx, output)
+
+
+async def _main(args: argparse.Namespace, toolkit: Toolkit) -> ExitCode:
     from rich.console import Console
 
+    asyncio.get_running_loop().set_default_executor(_DaemonThreads())
     model = _model(args)
-    agent = _agent(args, model)
-    display = None if args.json else _Display(Console(highlight=False))
-    ctx = RuntimeContext(session_id="cli")
     try:
+        agent = _agent(args, model, toolkit)
+        output: _Output = (
+            _JsonLines()
+            if args.json
+            else _Display(Console(highlight=False, markup=False, emoji=False, soft_wrap=True))
+        )
+        ctx = RuntimeContext(session_id="cli")
         if args.command == "run":
-            await _run_once(agent, args.prompt, ctx, display)
-            return 0
-        while True:
-            try:
-                prompt = await asyncio.to_thread(input, "you> ")
-            except EOFError:
-                return 0
-            if not prompt.strip():
-                return 0
-            await _run_once(agent, prompt, ctx, display)
+            code, _ = await _run_once(agent, args.prompt, ctx, output)
+            return code
+        return await _chat(agent, ctx, output, args.json)
     finally:
         close: Any = getattr(model, "aclose", None)
         if close is not None:
@@ -184,17 +518,27 @@ async def _main(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``rxagent`` command; returns the process exit code."""
-    args = _parser().parse_args(argv)
-    if args.base_url and not os.environ.get(args.api_key_env):
-        print(f"(no ${args.api_key_env} set: sending no API key)", file=sys.stderr)
+    """Entry point of the ``rxagent`` command; returns the process exit code (see :class:`ExitCode`).
+
+    A wrong command line raises ``SystemExit`` with :attr:`ExitCode.USAGE`, as argparse does.
+    """
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.model != "local" and not args.base_url:
+        parser.error("--model NAME needs --base-url (or use --model local)")
     try:
-        return asyncio.run(_main(args))
+        toolkit = Toolkit(demo_tools(_tool_names(args), files_root=args.files_root))
+    except ValueError as error:
+        parser.error(str(error))
+    if args.base_url and not os.environ.get(args.api_key_env):
+        print(f"rxagent: no ${args.api_key_env} set: sending no API key", file=sys.stderr)
+    try:
+        return asyncio.run(_main(args, toolkit))
     except KeyboardInterrupt:
-        return 130
+        return ExitCode.INTERRUPTED
     except BrokenPipeError:  # the reader went away (`rxagent run … --json | head`): not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+        return ExitCode.ANSWER
     except Exception as error:  # one clear line for the terminal instead of a traceback
-        print(f"rxagent: {type(error).__name__}: {error}", file=sys.stderr)
-        return 1
+        print(f"rxagent: {type(error).__name__}: {terminal_safe(str(error))}", file=sys.stderr)
+        return ExitCode.ERROR

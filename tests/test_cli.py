@@ -1,63 +1,638 @@
-"""The rxagent command line: the embedded model end to end, JSON lines, and clear errors."""
+"""The rxagent command line: what it prints, what it never lets through, and how it exits.
+
+Most tests run the real command (``python -m rxagent``) in a subprocess against the loopback
+OpenAI-compatible server (tests/model/openai_server.py), scripted to answer with text or with a tool
+call, so what the command does with a tool call does not depend on what a model chooses. The ``llm`` tests
+run it on the embedded model and check only what rxagent guarantees.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import json
-import subprocess
+import os
+import pty
+import re
+import select
+import signal
 import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import pytest
 
-from rxagent.cli import main
-from rxagent.events import event_from_json
+from rxagent.cli import ExitCode, exit_code_for, main, terminal_safe
+from rxagent.events import RunReason, event_from_json
+from tests.model.openai_server import (
+    OpenAIServer,
+    Reply,
+    Stall,
+    finish_chunk,
+    text_chunk,
+    tool_chunk,
+    usage_chunk,
+)
+
+RUN_TIMEOUT_S = 60.0
+"""The longest any command here may take (they take about a second)."""
 
 
-@pytest.mark.llm
-def test_run_on_the_embedded_model_calls_the_calculator_and_answers_as_json_lines() -> None:
-    completed = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "rxagent",
-            "run",
-            "What is 17 * 23? Use the calculator.",
-            "--tools",
-            "calculator",
-            "--require-tool",
-            "--max-iters",
-            "2",
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+@dataclass(frozen=True)
+class Completed:
+    """What a finished command left behind."""
+
+    code: int
+    stdout: str
+    stderr: str
+
+    def events(self) -> list[dict[str, Any]]:
+        """stdout as JSON lines (fails on a line that is not one)."""
+        return [json.loads(line) for line in self.stdout.splitlines()]
+
+
+def command_env(**overrides: str) -> dict[str, str]:
+    """The environment of a command: ours, without colour or width settings, plus ``overrides``."""
+    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "NO_COLOR", "COLUMNS", "TERM")}
+    env["OPENAI_API_KEY"] = "sk-test"
+    env.update(overrides)
+    return env
+
+
+async def start(*args: str, env: dict[str, str] | None = None) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "rxagent",
+        *args,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env or command_env(),
     )
-    assert completed.returncode == 0, completed.stderr
-    events = [event_from_json(line) for line in completed.stdout.splitlines()]
-    assert events[0].type == "run_started"
-    assert events[-1].type == "agent_result"
-    calls = [e.call for e in events if e.type == "tool_call_completed"]
-    assert calls
-    assert calls[0].name == "calculator"
-    assert calls[0].state == "complete"
-    results = [e.result for e in events if e.type == "tool_result"]
-    assert results[0].tool_use_id == calls[0].id
-    assert any(e.type == "text_delta" for e in events)
 
 
-@pytest.mark.llm
-def test_run_shows_the_tool_call_and_the_streamed_answer(capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["run", "What is 17 * 23?", "--tools", "calculator", "--require-tool", "--max-iters", "2"])
-    out = capsys.readouterr().out
-    assert code == 0
-    assert "⚙ calculator(" in out
-    assert "→ ok:" in out or "→ error:" in out
-    assert "step(s)" in out
+async def finish(process: asyncio.subprocess.Process, stdin: str | None = None) -> Completed:
+    try:
+        out, err = await asyncio.wait_for(
+            process.communicate(stdin.encode() if stdin is not None else None), RUN_TIMEOUT_S
+        )
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        pytest.fail(f"the command did not end within {RUN_TIMEOUT_S} s")
+    assert process.returncode is not None
+    return Completed(process.returncode, (out or b"").decode(), (err or b"").decode())
+
+
+async def rxagent(*args: str, stdin: str = "", env: dict[str, str] | None = None) -> Completed:
+    """Run the command to its end with ``stdin`` piped in."""
+    return await finish(await start(*args, env=env), stdin)
+
+
+def on(server: OpenAIServer, *args: str) -> tuple[str, ...]:
+    """``args`` plus the options that point the command at ``server``."""
+    return (*args, "--base-url", server.base_url, "--model", "test-model")
+
+
+def text_reply(*pieces: str) -> Reply:
+    return Reply.sse(*(text_chunk(p) for p in pieces), finish_chunk("stop"), usage_chunk(11, 3))
+
+
+def call_reply(name: str, arguments: dict[str, Any], call_id: str = "call_1") -> Reply:
+    return Reply.sse(tool_chunk(0, call_id, name, json.dumps(arguments)), finish_chunk("tool_calls"))
+
+
+# ---- help, usage errors -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["run", "chat"])
+def test_help_shows_defaults_exit_codes_and_the_tool_timeout(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main([command, "--help"])
+    assert exited.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps help to the terminal's width
+    for default in ("(default: calculator,clock)", "(default: 30.0)", "(default: 4)", "(default: local)"):
+        assert default in text
+    assert "exit codes:" in text
+    for code, words in [
+        (0, "the run answered"),
+        (1, "the run failed"),
+        (2, "the command line was wrong"),
+        (3, "the run ended without an answer"),
+        (4, "the run waits for an approval or an external result"),
+        (130, "Ctrl-C"),
+    ]:
+        assert f"{code} {words}" in text
+    assert "A synchronous tool's thread cannot be stopped: it may run on in the background" in text
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["run", "hi", "--model", "gpt-x"], "--model NAME needs --base-url"),
+        (["run", "hi", "--tools", "calculator,shell"], "unknown demo tool(s) ['shell']"),
+        (["run", "hi", "--tool-timeout", "0"], "must be a positive number of seconds"),
+        (["run", "hi", "--tool-timeout", "soon"], "invalid _seconds value"),
+        (["run", "hi", "--tools", "files", "--files-root", "/nowhere/at/all"], "is not a directory"),
+        (["walk"], "invalid choice: 'walk'"),
+    ],
+)
+def test_a_wrong_command_line_is_a_usage_error(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == ExitCode.USAGE == 2
+    assert message in capsys.readouterr().err
+
+
+def test_every_reason_has_an_exit_code() -> None:
+    reasons: dict[RunReason, int] = {
+        "MODEL_STOP": 0,
+        "MAX_ITERATIONS": 0,
+        "TOOL_RETURN_DIRECT": 0,
+        "STRUCTURED_OUTPUT": 0,
+        "ERROR": 1,
+        "NO_ANSWER": 3,
+        "STOPPED": 3,
+        "PERMISSION_ASKING": 4,
+        "TOOL_SUSPENDED": 4,
+        "INTERRUPTED": 130,
+    }
+    assert set(reasons) == set(RunReason.__args__)  # type: ignore[attr-defined]
+    assert {reason: int(exit_code_for(reason)) for reason in reasons} == reasons
+
+
+# ---- terminal safety --------------------------------------------------------------------------------
+
+HOSTILE = (
+    "[bold]Markup[/bold] [/bold] [blink red]ALERT[/] [link=https://evil.example]click[/link] :smile:\n"
+    "\x1b[5mblink\x1b[0m \x1b[2J\x1b[H cleared \x1b]0;new title\x07 "
+    "\x1b]8;;https://evil.example\x1b\\hyperlink\x1b]8;;\x1b\\ \x9b31mc1 red\x9b0m "
+    "bell\x07 back\x08space \x1bcreset car\rriage \u202eesrever\n" + "long line " * 20 + "\n"
+)
+"""A file written to attack a terminal: rich markup, SGR blink, a screen clear, an OSC title, an OSC 8
+hyperlink, 8-bit CSI, BEL, backspace, a full reset, a carriage return, a bidirectional override, and a
+200-column line."""
+
+SGR = re.compile(r"\x1b\[([0-9;]*)m")
+
+
+def assert_terminal_safe(output: str) -> None:
+    """``output`` holds none of the hostile controls; the only escapes in it are the command's colours."""
+    for forbidden in ("\x1b]", "\x1b[2J", "\x1b[H", "\x1bc", "\x07", "\x08", "\x9b", "\r", "\u202e"):
+        assert forbidden not in output, repr(forbidden)
+    assert "\x1b" not in SGR.sub("", output)
+    for parameters in SGR.findall(output):
+        assert not {"5", "6"} & set(parameters.split(";")), f"blinking: {parameters!r}"
+
+
+async def test_a_hostile_file_cannot_style_or_crash_the_terminal(
+    server: OpenAIServer, tmp_path: Path
+) -> None:
+    (tmp_path / "hostile.txt").write_text(HOSTILE)
+    server.script(
+        call_reply("read_file", {"path": "hostile.txt"}),
+        text_reply("It says: ", HOSTILE[:120], " [/bold]"),  # the model repeats it: model text is text too
+    )
+
+    done = await rxagent(
+        *on(server, "run", "Read hostile.txt", "--tools", "files", "--files-root", str(tmp_path)),
+        env=command_env(FORCE_COLOR="1"),
+    )
+
+    assert done.code == 0, done.stderr
+    assert_terminal_safe(done.stdout)
+    assert SGR.search(done.stdout), "FORCE_COLOR=1 colours the command's own labels"
+    plain = SGR.sub("", done.stdout)
+    # The markup is printed as the text it is, and the tool's output as what it says.
+    assert (
+        "[bold]Markup[/bold] [/bold] [blink red]ALERT[/] [link=https://evil.example]click[/link] :smile:"
+        in (plain)
+    )
+    assert "  → ok: [bold]Markup" in plain
+    shown = (
+        "\n    blink  cleared  hyperlink c1 red bell\\x07 back\\x08space reset car\\rriage \\u202eesrever\n"
+    )
+    assert shown in plain
+    # One line: nothing wraps at 80 columns when stdout is not a terminal.
+    assert "\n    " + "long line " * 20 + "\nIt says: [bold]Markup" in plain
+    assert plain.endswith("MODEL_STOP · 2 step(s) · 11 in / 3 out tokens\n")
+
+
+async def test_without_colour_the_output_has_no_escapes_at_all(server: OpenAIServer, tmp_path: Path) -> None:
+    (tmp_path / "hostile.txt").write_text(HOSTILE)
+    server.script(call_reply("read_file", {"path": "hostile.txt"}), text_reply("Done."))
+
+    done = await rxagent(*on(server, "run", "Read it", "--tools", "files", "--files-root", str(tmp_path)))
+
+    assert done.code == 0, done.stderr
+    assert "\x1b" not in done.stdout
+    assert_terminal_safe(done.stderr)
+
+
+async def test_a_tool_error_is_said_once(server: OpenAIServer, tmp_path: Path) -> None:
+    server.script(call_reply("read_file", {"path": "missing.txt"}), text_reply("No such file."))
+
+    done = await rxagent(*on(server, "run", "Read it", "--tools", "files", "--files-root", str(tmp_path)))
+
+    assert done.code == 0, done.stderr
+    assert "  → error: FileNotFoundError: no file 'missing.txt'; files here: none\n" in done.stdout
+    assert "error: Error" not in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("text", "safe"),
+    [
+        ("plain text, tabs\tand\nnewlines", "plain text, tabs\tand\nnewlines"),
+        ("[bold]not markup[/]", "[bold]not markup[/]"),
+        ("\x1b[31mred\x1b[0m", "red"),
+        ("\x1b[38;2;255;0;0mtrue colour", "true colour"),
+        ("\x1b]0;title\x07after", "after"),
+        ("\x1b]8;;http://x\x1b\\link\x1b]8;;\x1b\\", "link"),
+        ("\x1b]unterminated osc", ""),
+        ("\x1bP1;2|data\x1b\\after", "after"),
+        ("\x9b2J\x9d0;t\x9cafter", "after"),
+        ("\x1b(0box\x1b(B", "box"),
+        ("split \x1b", "split "),
+        ("crlf\r\nlf", "crlf\nlf"),
+        ("nul\x00 del\x7f c1\x85", "nul\\x00 del\\x7f c1\\x85"),
+        ("\u202eabc\u2066", "\\u202eabc\\u2066"),
+    ],
+)
+def test_terminal_safe_removes_sequences_and_shows_other_controls(text: str, safe: str) -> None:
+    assert terminal_safe(text) == safe
+
+
+# ---- JSON lines and exit codes ----------------------------------------------------------------------
+
+
+async def test_run_json_prints_only_events_ending_with_the_result(server: OpenAIServer) -> None:
+    server.script(text_reply("Hel", "lo"))
+
+    done = await rxagent(*on(server, "run", "hi", "--tools", "none", "--json"))
+
+    assert done.code == ExitCode.ANSWER == 0, done.stderr
+    events = done.events()
+    assert events[0]["type"] == "run_started"
+    assert "".join(e["text"] for e in events if e["type"] == "text_delta") == "Hello"
+    assert events[-1]["type"] == "agent_result"
+    assert events[-1]["reason"] == "MODEL_STOP"
+    assert event_from_json(done.stdout.splitlines()[-1]).type == "agent_result"
+    assert done.stdout.endswith("\n")
+
+
+async def test_a_reader_that_goes_away_is_not_an_error() -> None:
+    # `rxagent run … --json | head -n 1`: the model keeps streaming after the reader has gone.
+    from aiohttp import web
+
+    reader_gone = asyncio.Event()
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(text_chunk("first"))
+        await reader_gone.wait()
+        for piece in ("more ", "and more"):
+            await response.write(text_chunk(piece))
+        await response.write(finish_chunk("stop"))
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", completions)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    read_end, write_end = os.pipe()
+    try:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "rxagent", "run", "hi", "--tools", "none", "--json",
+            "--base-url", f"http://127.0.0.1:{port}/v1", "--model", "m",
+            stdout=write_end, stderr=asyncio.subprocess.PIPE, env=command_env(),
+        )  # fmt: skip
+        os.close(write_end)
+        with os.fdopen(read_end, "rb") as stdout:
+            first = await asyncio.wait_for(asyncio.to_thread(stdout.readline), RUN_TIMEOUT_S)
+        reader_gone.set()
+        done = await finish(process)
+    finally:
+        await runner.cleanup()
+
+    assert json.loads(first)["type"] == "run_started"
+    assert done.code == 0, done.stderr
+    assert "BrokenPipe" not in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+async def test_a_failed_run_exits_with_the_error_code_and_one_line_on_stderr(server: OpenAIServer) -> None:
+    server.script(Reply.json({"error": {"message": "the model is not loaded"}}, status=400))
+
+    done = await rxagent(*on(server, "run", "hi", "--tools", "none", "--json"))
+
+    assert done.code == ExitCode.ERROR == 1
+    events = done.events()  # stdout still holds nothing but JSON lines
+    assert events[0]["type"] == "run_started"
+    assert [e["error_type"] for e in events if e["type"] == "error"] == ["ModelHTTPError"]
+    assert events[-1]["type"] == "agent_result"  # a failed run ends with its result too
+    assert events[-1]["reason"] == "ERROR"
+    assert "the model is not loaded" in events[-1]["detail"]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("rxagent: ModelHTTPError")]
+    assert len(errors) == 1, done.stderr
+    assert "the model is not loaded" in errors[0]
+
+
+async def test_a_failed_run_is_reported_once_in_text_mode(server: OpenAIServer) -> None:
+    server.script(Reply.json({"error": {"message": "the model is not loaded"}}, status=400))
+
+    done = await rxagent(*on(server, "run", "hi", "--tools", "none"))
+
+    assert done.code == ExitCode.ERROR
+    assert (done.stdout + done.stderr).count("the model is not loaded") == 1, done.stdout + done.stderr
+    assert done.stderr.startswith("rxagent: ModelHTTPError: HTTP 400")
+    assert done.stdout == "ERROR · 1 step(s) · 0 in / 0 out tokens\n"
+
+
+async def test_a_run_waiting_for_approval_exits_with_the_waiting_code(server: OpenAIServer) -> None:
+    server.script(call_reply("calculator", {"expression": "2 + 2"}))
+
+    done = await rxagent(*on(server, "run", "2 + 2?", "--tools", "calculator", "--ask", "calc*", "--json"))
+
+    assert done.code == ExitCode.WAITING == 4, done.stderr
+    events = done.events()
+    assert [e["call"]["name"] for e in events if e["type"] == "tool_permission_asked"] == ["calculator"]
+    assert not [e for e in events if e["type"] == "tool_result"]  # nothing ran
+    assert events[-1]["type"] == "agent_result"
+    assert events[-1]["reason"] == "PERMISSION_ASKING"
+    assert [call["name"] for call in events[-1]["pending"]] == ["calculator"]
+
+
+async def test_a_run_without_an_answer_exits_with_the_no_answer_code(server: OpenAIServer) -> None:
+    server.script(Reply.sse(finish_chunk("stop")), Reply.sse(finish_chunk("stop")))  # twice no text
+
+    done = await rxagent(*on(server, "run", "hi", "--tools", "none", "--json"))
+
+    assert done.code == ExitCode.NO_ANSWER == 3, done.stderr
+    assert done.events()[-1]["reason"] == "NO_ANSWER"
+
+
+async def test_ctrl_c_interrupts_the_run_which_ends_interrupted(server: OpenAIServer) -> None:
+    server.script(Reply.sse(text_chunk("Once upon"), Stall()))  # the model streams, then hangs
+    process = await start(*on(server, "run", "Tell me a story", "--tools", "none", "--json"))
+    assert process.stdout is not None
+
+    seen: list[dict[str, Any]] = []
+    while not any(e["type"] == "text_delta" for e in seen):  # wait until the model is streaming
+        line = await asyncio.wait_for(process.stdout.readline(), RUN_TIMEOUT_S)
+        assert line, "the command ended before the model streamed"
+        seen.append(json.loads(line))
+    process.send_signal(signal.SIGINT)
+    done = await finish(process)
+
+    assert done.code == ExitCode.INTERRUPTED == 130, done.stderr
+    events = seen + done.events()
+    assert events[-1]["type"] == "agent_result"
+    assert events[-1]["reason"] == "INTERRUPTED"
+    assert "interrupting the run" in done.stderr
+    assert "Traceback" not in done.stderr
+    await asyncio.wait_for(server.disconnected.wait(), RUN_TIMEOUT_S)  # the model call was closed
+
+
+# ---- chat ---------------------------------------------------------------------------------------------
+
+
+async def test_chat_with_piped_input_prints_answers_on_their_own_lines(server: OpenAIServer) -> None:
+    server.script(text_reply("Hello", " there."), text_reply("You said: again."))
+
+    done = await rxagent(*on(server, "chat", "--tools", "none"), stdin="hi\nagain\n")
+
+    assert done.code == 0, done.stderr
+    assert done.stdout == (
+        "Hello there.\n"
+        "MODEL_STOP · 1 step(s) · 11 in / 3 out tokens\n"
+        "You said: again.\n"
+        "MODEL_STOP · 1 step(s) · 11 in / 3 out tokens\n"
+    )
+    assert "you>" not in done.stdout + done.stderr  # no prompt for a pipe
+    # One session: the second request carries the first exchange.
+    second = [m["content"] for m in server.requests[1].body["messages"]]
+    assert second[-3:] == ["hi", "Hello there.", "again"]
+
+
+class Terminal:
+    """The far end of a pseudo-terminal the command runs in: read what it shows, type into it.
+
+    Reads block, so a test calls them through ``asyncio.to_thread``: the loopback server shares the loop.
+    """
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.shown = ""
+
+    def read_until(self, text: str) -> str:
+        """What the terminal showed up to and including ``text`` (fails after ``RUN_TIMEOUT_S``)."""
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        while text not in self.shown:
+            ready, _, _ = select.select([self.fd], [], [], max(0.0, deadline - time.monotonic()))
+            assert ready, f"the terminal never showed {text!r}; it showed {self.shown!r}"
+            try:
+                self.shown += os.read(self.fd, 4096).decode(errors="replace")
+            except OSError:  # the command closed the terminal
+                pytest.fail(f"the command ended before it showed {text!r}; it showed {self.shown!r}")
+        upto = self.shown.index(text) + len(text)
+        seen, self.shown = self.shown[:upto], self.shown[upto:]
+        return seen
+
+    def type(self, text: str) -> None:
+        os.write(self.fd, text.encode())
+
+
+async def test_chat_in_a_terminal_prompts_and_ctrl_c_at_the_prompt_quits(server: OpenAIServer) -> None:
+    server.script(text_reply("Hello."))
+    controller, terminal_end = pty.openpty()
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "rxagent", *on(server, "chat", "--tools", "none"),
+        stdin=terminal_end, stdout=terminal_end, stderr=terminal_end, env=command_env(TERM="dumb"),
+    )  # fmt: skip
+    os.close(terminal_end)
+    terminal = Terminal(controller)
+    try:
+        await asyncio.to_thread(terminal.read_until, "you> ")
+        terminal.type("hi\n")
+        answered = await asyncio.to_thread(terminal.read_until, "you> ")
+        assert "Hello." in answered
+        assert re.search(r"MODEL_STOP · 1 step\(s\) · 11 in / 3 out tokens\S*\r?\n", answered)
+        process.send_signal(signal.SIGINT)
+        code = await asyncio.wait_for(process.wait(), RUN_TIMEOUT_S)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        os.close(controller)
+    assert code == ExitCode.INTERRUPTED
+
+
+async def test_chat_json_keeps_stdout_to_json_lines(server: OpenAIServer) -> None:
+    server.script(text_reply("One."), text_reply("Two."))
+
+    done = await rxagent(*on(server, "chat", "--tools", "none", "--json"), stdin="first\nsecond")
+
+    assert done.code == 0, done.stderr
+    events = done.events()
+    assert [e["reason"] for e in events if e["type"] == "agent_result"] == ["MODEL_STOP", "MODEL_STOP"]
+    assert events[-1]["type"] == "agent_result"
+    assert done.stdout.endswith("}\n")
+    assert "you>" not in done.stdout
+
+
+async def test_chat_ends_at_an_empty_line_or_the_end_of_input(server: OpenAIServer) -> None:
+    done = await rxagent(*on(server, "chat", "--tools", "none"), stdin="")
+    assert (done.code, done.stdout) == (0, "")
+    done = await rxagent(*on(server, "chat", "--tools", "none"), stdin="\nnever sent\n")
+    assert (done.code, done.stdout) == (0, "")
+    assert server.requests == []
+
+
+@pytest.mark.parametrize(
+    ("answer", "status", "output"), [("y", "ok", "4"), ("n", "denied", "the user said no")]
+)
+async def test_chat_asks_before_a_call_that_needs_approval(
+    server: OpenAIServer, answer: str, status: str, output: str
+) -> None:
+    server.script(call_reply("calculator", {"expression": "2 + 2"}), text_reply("Done."))
+
+    done = await rxagent(
+        *on(server, "chat", "--tools", "calculator", "--ask", "calculator", "--json"),
+        stdin=f"What is 2 + 2?\n{answer}\n",
+    )
+
+    assert done.code == 0, done.stderr
+    assert 'allow calculator({"expression": "2 + 2"})? [y/N] ' in done.stderr
+    events = done.events()
+    assert [e["reason"] for e in events if e["type"] == "agent_result"] == ["PERMISSION_ASKING", "MODEL_STOP"]
+    # The decision's result is the first message the second run completes (the model sees it next).
+    resumed = events[[e["type"] for e in events].index("agent_result") + 1 :]
+    [tool_message] = [e["message"] for e in resumed if e["type"] == "message_completed"][:1]
+    [result] = tool_message["content"]
+    assert (result["type"], result["status"]) == ("tool_result", status)
+    assert output in json.dumps(result["output"])
+
+
+async def test_ctrl_c_in_chat_ends_the_turn_and_the_chat_goes_on(server: OpenAIServer) -> None:
+    server.script(Reply.sse(text_chunk("Once upon"), Stall()), text_reply("Fine."))
+    process = await start(*on(server, "chat", "--tools", "none", "--json"))
+    assert process.stdin is not None
+    assert process.stdout is not None
+    process.stdin.write(b"Tell me a story\n")
+    await process.stdin.drain()
+
+    seen: list[dict[str, Any]] = []
+    while not any(e["type"] == "text_delta" for e in seen):
+        line = await asyncio.wait_for(process.stdout.readline(), RUN_TIMEOUT_S)
+        assert line, "the command ended before the model streamed"
+        seen.append(json.loads(line))
+    process.send_signal(signal.SIGINT)
+    while seen[-1]["type"] != "agent_result":
+        line = await asyncio.wait_for(process.stdout.readline(), RUN_TIMEOUT_S)
+        assert line, "the command ended without a result"
+        seen.append(json.loads(line))
+    done = await finish(process, "Are you there?\n")
+
+    assert seen[-1]["reason"] == "INTERRUPTED"
+    assert done.code == 0, done.stderr  # the last run answered
+    assert done.events()[-1]["reason"] == "MODEL_STOP"
+    # The interrupted turn was saved: the next request carries it.
+    contents = [m["content"] for m in server.requests[1].body["messages"] if m["role"] == "user"]
+    assert contents[-2:] == ["Tell me a story", "Are you there?"]
+
+
+# ---- tools that would hang the run --------------------------------------------------------------------
+
+
+async def test_a_huge_calculation_returns_at_once_with_an_error_result(server: OpenAIServer) -> None:
+    server.script(call_reply("calculator", {"expression": "((9**999)**999)**999"}), text_reply("Too big."))
+
+    done = await rxagent(*on(server, "run", "Compute it", "--tools", "calculator", "--json"))
+
+    assert done.code == 0, done.stderr
+    [result] = [e["result"] for e in done.events() if e["type"] == "tool_result"]
+    assert result["status"] == "error"
+    assert "digits (the limit is 1000)" in json.dumps(result["output"])
+
+
+@contextmanager
+def serving(*replies: Reply) -> Iterator[str]:
+    """The loopback server in a thread of its own (for a test that runs ``main`` in this one); its URL."""
+    ready = threading.Event()
+    found: list[tuple[asyncio.AbstractEventLoop, asyncio.Event, str]] = []
+
+    async def serve() -> None:
+        async with OpenAIServer() as server:
+            server.script(*replies)
+            stop = asyncio.Event()
+            found.append((asyncio.get_running_loop(), stop, server.base_url))
+            ready.set()
+            await stop.wait()
+
+    thread = threading.Thread(target=asyncio.run, args=(serve(),), daemon=True)
+    thread.start()
+    assert ready.wait(10)
+    loop, stop, url = found[0]
+    try:
+        yield url
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(10)
+
+
+def test_a_tool_past_the_timeout_ends_with_an_error_and_the_command_returns(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rxagent.tools import tool
+
+    release = threading.Event()
+
+    @tool
+    def stuck() -> str:
+        """A synchronous tool that cannot be stopped until the test lets it go."""
+        release.wait(RUN_TIMEOUT_S)
+        return "finally"
+
+    # The demo tools have nothing slow left (the calculator refuses first), so give the command one.
+    monkeypatch.setattr("rxagent.cli.demo_tools", lambda names, files_root: [stuck])
+    codes: list[int] = []
+    with serving(call_reply("stuck", {}), text_reply("It timed out.")) as url:
+        command = threading.Thread(
+            target=lambda: codes.append(
+                main(["run", "go", "--base-url", url, "--model", "m", "--tool-timeout", "0.2", "--json"])
+            )
+        )
+        command.start()
+        command.join(RUN_TIMEOUT_S)
+    try:
+        assert not command.is_alive(), "the command waited for the stuck tool"
+        assert not release.is_set()  # the tool's thread is still running
+        assert codes == [0]
+        lines = capsys.readouterr().out.splitlines()
+        [result] = [e.result for e in map(event_from_json, lines) if e.type == "tool_result"]
+        assert (result.status, result.text) == ("error", "Tool 'stuck' timed out after 0.2 s.")
+    finally:
+        release.set()
+
+
+# ---- errors before a run -------------------------------------------------------------------------------
 
 
 def test_a_missing_model_file_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["run", "hi", "--gguf", "/nowhere/model.gguf"]) == 1
+    assert main(["run", "hi", "--gguf", "/nowhere/model.gguf"]) == ExitCode.ERROR
     assert "MissingModelError: model file not found: /nowhere/model.gguf" in capsys.readouterr().err
 
 
@@ -65,7 +640,7 @@ def test_a_missing_extra_is_a_clear_error(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(sys.modules, "llama_cpp", None)
-    assert main(["run", "hi"]) == 1
+    assert main(["run", "hi"]) == ExitCode.ERROR
     assert "pip install 'rxagent[local]'" in capsys.readouterr().err
 
 
@@ -76,71 +651,37 @@ def test_an_unreachable_server_is_a_clear_error(capsys: pytest.CaptureFixture[st
     assert "gave up after 4 attempts" in err
 
 
-def test_a_model_name_without_a_server_is_refused() -> None:
-    with pytest.raises(SystemExit, match="needs --base-url"):
-        main(["run", "hi", "--model", "gpt-x"])
+# ---- the embedded model ----------------------------------------------------------------------------------
 
 
-def test_json_lines_stream_from_an_openai_compatible_server(capsys: pytest.CaptureFixture[str]) -> None:
-    import asyncio
-    import threading
+@pytest.mark.llm
+async def test_run_on_the_embedded_model_streams_json_lines_and_exits_by_its_reason() -> None:
+    done = await rxagent(
+        "run", "What is 17 * 23? Use the calculator.", "--tools", "calculator", "--require-tool",
+        "--max-iters", "2", "--json",
+    )  # fmt: skip
 
-    from aiohttp import web
+    events = [event_from_json(line) for line in done.stdout.splitlines()]
+    assert events[0].type == "run_started"
+    result = events[-1]
+    assert result.type == "agent_result"
+    assert done.code == exit_code_for(result.reason), done.stderr
+    # --require-tool forces the first step to call a tool, and the grammar makes the call well-formed.
+    calls = [e.call for e in events if e.type == "tool_call_completed"]
+    assert calls[0].name == "calculator"
+    assert calls[0].state == "complete"
+    results = [e.result for e in events if e.type == "tool_result"]
+    assert results[0].tool_use_id == calls[0].id
 
-    body = (
-        'data: {"choices":[{"index":0,"delta":{"content":"Hel"}}]}\n\n'
-        'data: {"choices":[{"index":0,"delta":{"content":"lo"},"finish_reason":"stop"}]}\n\n'
-        "data: [DONE]\n\n"
+
+@pytest.mark.llm
+async def test_run_on_the_embedded_model_shows_the_tool_call_and_the_outcome() -> None:
+    done = await rxagent(
+        "run", "What is 17 * 23?", "--tools", "calculator", "--require-tool", "--max-iters", "2"
     )
 
-    async def completions(request: web.Request) -> web.Response:
-        return web.Response(body=body.encode(), content_type="text/event-stream")
-
-    ready = threading.Event()
-    port: list[int] = []
-    stopping: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
-
-    def serve() -> None:
-        async def run_server() -> None:
-            stop = asyncio.Event()
-            stopping.append((asyncio.get_running_loop(), stop))
-            app = web.Application()
-            app.router.add_post("/v1/chat/completions", completions)
-            runner = web.AppRunner(app)
-            await runner.setup()
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            port.append(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
-            ready.set()
-            await stop.wait()
-            await runner.cleanup()
-
-        asyncio.run(run_server())
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    assert ready.wait(5)
-    try:
-        code = main(
-            [
-                "run",
-                "hi",
-                "--base-url",
-                f"http://127.0.0.1:{port[0]}/v1",
-                "--model",
-                "m",
-                "--tools",
-                "none",
-                "--json",
-            ]
-        )
-    finally:
-        loop, stop = stopping[0]
-        loop.call_soon_threadsafe(stop.set)
-        thread.join(5)
-    assert code == 0
-    lines = capsys.readouterr().out.splitlines()
-    events = [json.loads(line) for line in lines]
-    assert "".join(e["text"] for e in events if e["type"] == "text_delta") == "Hello"
-    assert events[-1]["type"] == "agent_result"
-    assert events[-1]["reason"] == "MODEL_STOP"
+    assert done.code in {int(code) for code in ExitCode}, done.stderr
+    assert "⚙ calculator(" in done.stdout
+    assert re.search(r"^  → (ok|error): ", done.stdout, re.MULTILINE)
+    assert re.search(r"^[A-Z_]+ · \d+ step\(s\) · \d+ in / \d+ out tokens", done.stdout, re.MULTILINE)
+    assert done.stdout.endswith("\n")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -36,5 +37,8 @@ def test_quickstart_notebook_runs_with_the_scripted_and_the_embedded_model() -> 
     assert "→ 17" in text
     assert "[MODEL_STOP] 2 step(s)" in text
     assert "assistant: It is 14 °C with light rain in Oslo" in text
-    assert "⚙ add(" in text  # the embedded model's forced first step called the tool
-    assert "MAX_ITERATIONS" in text or "MODEL_STOP" in text.split("⚙ add(")[-1]
+    # The embedded model: its forced first step calls the tool (first_tool_choice="required"); what it does
+    # next is its own choice (answer, call again, or say nothing), so any ending reason will do.
+    local_part = text.split("⚙ add(", 1)[-1]
+    assert "⚙ add(" in text
+    assert re.search(r"\[(MODEL_STOP|MAX_ITERATIONS|NO_ANSWER)\] \d+ step\(s\)", local_part)

@@ -1,67 +1,166 @@
-"""The README's notebook example runs, and prints exactly the output the README shows.
+"""The README runs as written: every Python block in it is executed here, and prints what it shows.
 
-The section "## An agent, in a notebook" holds ``python`` code block(s) written as notebook cells (``await``
-at the top level) and one ``text`` block with what they print. The code is compiled with
-``ast.PyCF_ALLOW_TOP_LEVEL_AWAIT``, run inside this test's event loop, and its output compared with the
-documented one, so the example cannot drift from what the library does.
+The README's Python is notebook code (``await`` and ``async with`` at the top level). Each block of
+"## Using it" runs on its own; the blocks of "## An agent, in a notebook" run in order as one notebook,
+and the first one prints exactly the ``text`` block that follows it. A block that talks to a server
+(``http://127.0.0.1:8080/v1``) talks to the loopback OpenAI-compatible server instead, scripted for that
+block; it must close what it opens (no unclosed-session warning).
 """
 
 from __future__ import annotations
 
 import ast
+import asyncio
 import contextlib
+import gc
 import inspect
 import io
+import json
 import re
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-README = Path(__file__).resolve().parent.parent / "README.md"
-SECTION = "## An agent, in a notebook"
+import pytest
+
+from tests.model.openai_server import OpenAIServer, Reply, finish_chunk, text_chunk, tool_chunk
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+SERVER_URL = "http://127.0.0.1:8080/v1"
+USING_IT = "## Using it"
+NOTEBOOK = "## An agent, in a notebook"
 _FENCE = re.compile(r"^```(\w+)\n(.*?)^```\n", re.DOTALL | re.MULTILINE)
 
 
-def section_blocks(title: str) -> list[tuple[str, str]]:
-    """The fenced blocks of the README section ``title`` as ``(language, code)``, in order."""
+@dataclass(frozen=True)
+class Block:
+    """One fenced block of the README."""
+
+    section: str
+    language: str
+    code: str
+
+
+def blocks() -> list[Block]:
+    """Every fenced block of the README, with the ``## `` section it is in."""
     text = README.read_text(encoding="utf-8")
-    start = text.index(f"\n{title}\n") + 1
-    end = text.find("\n## ", start + len(title))
-    body = text[start : end if end >= 0 else len(text)]
-    return [(match.group(1), match.group(2)) for match in _FENCE.finditer(body)]
+    found: list[Block] = []
+    for match in _FENCE.finditer(text):
+        headings = re.findall(r"^## .*$", text[: match.start()], re.MULTILINE)
+        found.append(Block(headings[-1] if headings else "", match.group(1), match.group(2)))
+    return found
 
 
-async def run_notebook_code(source: str) -> str:
-    """Run ``source`` as one notebook cell (top-level ``await`` allowed) and return what it printed."""
-    code = compile(source, f"{README.name}: {SECTION}", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+def section_blocks(title: str, language: str | None = None) -> list[Block]:
+    return [b for b in blocks() if b.section == title and (language is None or b.language == language)]
+
+
+# What the loopback server answers to each block that talks to a server (found by a phrase in the block).
+# llama.cpp's server sends no usage while streaming: neither does this one for the first block.
+SCRIPTS: dict[str, list[Reply]] = {
+    "Name three rivers.": [
+        Reply.sse(text_chunk("Nile, "), text_chunk("Amazon, "), text_chunk("Danube."), finish_chunk("stop"))
+    ],
+    "remote_agent": [
+        Reply.sse(tool_chunk(0, "call_1", "add", json.dumps({"a": 2, "b": 3})), finish_chunk("tool_calls")),
+        Reply.sse(text_chunk("2 + 3 = 5."), finish_chunk("stop")),
+    ],
+}
+
+PRINTS: dict[str, str] = {
+    "Name three rivers.": ("Nile, Amazon, Danube.\n21 characters, finish reason: stop\nno usage reported\n"),
+    "remote_agent": "MODEL_STOP 2 + 3 = 5.\n",
+    "to_async_iterator(model.stream(request), max_buffer=256)": "2050 characters\n",
+}
+"""What a block prints, where the README does not show it (found by a phrase in the block)."""
+
+
+def script_for(code: str) -> list[Reply]:
+    phrases = [phrase for phrase in SCRIPTS if phrase in code]
+    assert len(phrases) == 1, f"a README block talks to {SERVER_URL} but has no script here:\n{code}"
+    return SCRIPTS[phrases[0]]
+
+
+@contextlib.contextmanager
+def leaks_recorded() -> Iterator[list[str]]:
+    """Records unclosed-resource warnings and loop errors (aiohttp reports an unclosed session both ways)
+    until the block ends, and what a garbage collection then finds."""
+    loop = asyncio.get_running_loop()
+    found: list[str] = []
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _, context: found.append(str(context.get("message"))))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            yield found
+            gc.collect()
+        finally:
+            loop.set_exception_handler(previous)
+    found.extend(str(w.message) for w in caught if issubclass(w.category, ResourceWarning))
+
+
+async def run_cell(code: str, namespace: dict[str, Any], server: OpenAIServer) -> str:
+    """Run ``code`` as a notebook cell (top-level ``await``) in ``namespace``; what it printed."""
+    if SERVER_URL in code:
+        server.script(*script_for(code))
+        code = code.replace(SERVER_URL, server.base_url)
+    compiled = compile(code, str(README), "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        outcome = eval(code, {"__name__": "__readme__"})
+        outcome = eval(compiled, namespace)
         if inspect.iscoroutine(outcome):
             await outcome
     return printed.getvalue()
 
 
-def test_the_section_has_code_and_its_output() -> None:
-    blocks = section_blocks(SECTION)
-    languages = [language for language, _ in blocks]
-    assert "python" in languages
-    assert languages.count("text") == 1
-    code = "".join(source for language, source in blocks if language == "python")
-    assert "@tool" in code
-    assert "ScriptedModel(" in code
-    assert "# model = OpenAIChatModel(" in code  # the line to switch to a real server stays documented
-    assert "await agent.call(" in code
-    assert "to_async_iterator(agent.stream_events(" in code
+def expected_print(code: str) -> str | None:
+    phrases = [phrase for phrase in PRINTS if phrase in code]
+    return PRINTS[phrases[0]] if phrases else None
 
 
-async def test_the_notebook_example_prints_what_the_readme_shows() -> None:
-    blocks = section_blocks(SECTION)
-    code = "\n".join(source for language, source in blocks if language == "python")
-    [documented] = [source for language, source in blocks if language == "text"]
+def test_every_python_block_is_run_here() -> None:
+    python = [b for b in blocks() if b.language == "python"]
+    assert python
+    assert {b.section for b in python} == {USING_IT, NOTEBOOK}
+    assert [b.language for b in section_blocks(NOTEBOOK)].count("text") == 1
 
-    printed = await run_notebook_code(code)
 
-    assert printed == documented
-    lines = printed.splitlines()
+@pytest.mark.parametrize("index", range(len(section_blocks(USING_IT, "python"))))
+async def test_each_snippet_of_using_it_runs_on_its_own(index: int, server: OpenAIServer) -> None:
+    code = section_blocks(USING_IT, "python")[index].code
+    namespace: dict[str, Any] = {"__name__": "__readme__"}
+
+    with leaks_recorded() as leaks:
+        printed = await run_cell(code, namespace, server)
+        namespace.clear()  # as when the notebook's kernel stops: whatever was left open is collected
+
+    assert leaks == [], f"the snippet left resources open: {leaks}"
+
+    expected = expected_print(code)
+    if expected is not None:
+        assert printed == expected
+    if SERVER_URL in code:
+        assert not server.replies  # every scripted reply was asked for
+
+
+async def test_the_notebook_section_runs_in_order_and_prints_what_it_shows(server: OpenAIServer) -> None:
+    section = section_blocks(NOTEBOOK)
+    cells = [b.code for b in section if b.language == "python"]
+    [documented] = [b.code for b in section if b.language == "text"]
+    assert [b.language for b in section][:2] == ["python", "text"]  # the output follows the first cell
+    namespace: dict[str, Any] = {"__name__": "__readme__"}
+
+    with leaks_recorded() as leaks:
+        printed = [await run_cell(cell, namespace, server) for cell in cells]
+        namespace.clear()
+
+    assert leaks == [], f"the notebook left resources open: {leaks}"
+
+    assert printed[0] == documented
+    lines = printed[0].splitlines()
     assert lines[0] == "MODEL_STOP 2 + 3 = 5. 2"
     assert lines[1] == "run_started"
     assert lines[-1] == "agent_result"
@@ -69,3 +168,26 @@ async def test_the_notebook_example_prints_what_the_readme_shows() -> None:
     assert "".join(
         ast.literal_eval(line.removeprefix("  text: ")) for line in lines if line.startswith("  text: ")
     ) == ("I shouted: FIVE!")
+    for cell, output in zip(cells[1:], printed[1:], strict=True):
+        assert output == expected_print(cell)
+    # The remote cell really ran the tool round against the server: the result went back to it.
+    assert [m["role"] for m in server.requests[-1].body["messages"]][-2:] == ["assistant", "tool"]
+
+
+def test_the_layout_lists_every_top_level_module() -> None:
+    text = README.read_text(encoding="utf-8")
+    layout = text[text.index("## Layout") : text.index("\n## ", text.index("## Layout") + 1)]
+    listed = set(re.findall(r"`([^`]+)`", layout))
+    package = ROOT / "rxagent"
+    modules = {
+        f"rxagent/{entry.name}/" if entry.is_dir() else f"rxagent/{entry.name}"
+        for entry in package.iterdir()
+        if (entry.is_dir() and (entry / "__init__.py").exists()) or entry.suffix == ".py"
+    }
+    assert modules - listed == set()
+    folders = {
+        f"{entry.name}/"
+        for entry in ROOT.iterdir()
+        if entry.name in ("scripts", "tests", "bench", "notebooks")
+    }
+    assert folders - listed == set()

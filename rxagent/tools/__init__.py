@@ -37,6 +37,7 @@ from rxagent.tools.executor import (
 )
 from rxagent.tools.permissions import (
     Decision,
+    PathPattern,
     PermissionDecision,
     PermissionMode,
     PermissionRule,
@@ -48,6 +49,7 @@ __all__ = [
     "ArgumentProblem",
     "Decision",
     "FunctionTool",
+    "PathPattern",
     "PermissionCheck",
     "PermissionDecision",
     "PermissionMode",

@@ -1,7 +1,8 @@
 """Built-in demo tools for the command line and the notebooks: a calculator, a clock, a file reader.
 
 They are real tools (the file reader cannot leave its directory; the calculator evaluates arithmetic
-only, never Python), small enough to read in one sitting as examples of ``@tool``.
+only, never Python, and refuses a result too large *before* computing it), small enough to read in one
+sitting as examples of ``@tool``.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import ast
 import math
 import operator
+import os
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -18,8 +20,14 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import Field
 
 from rxagent.tools._tool import Tool, tool
+from rxagent.tools.permissions import canonical_path
 
-__all__ = ["FileReader", "calculator", "clock", "demo_tools"]
+__all__ = ["MAX_RESULT_DIGITS", "FileReader", "calculator", "clock", "demo_tools"]
+
+MAX_RESULT_DIGITS = 1000
+"""The calculator refuses integer results with more digits than this (``9 ** 999`` has 954)."""
+
+_MAX_RESULT_BITS = math.ceil(MAX_RESULT_DIGITS * math.log2(10))
 
 _BINARY: dict[type[ast.operator], Callable[[float, float], float]] = {
     ast.Add: operator.add,
@@ -44,12 +52,36 @@ def _evaluate(node: ast.AST) -> float:
         return node.value
     if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
         left, right = _evaluate(node.left), _evaluate(node.right)
-        if isinstance(node.op, ast.Pow) and abs(right) > 1000:
-            raise ValueError("exponent too large")
-        return _BINARY[type(node.op)](left, right)
+        if isinstance(node.op, ast.Pow):
+            _refuse_huge_power(left, right)
+        try:
+            value = _BINARY[type(node.op)](left, right)
+        except OverflowError:  # float arithmetic, or a huge int turned into a float
+            raise ValueError("the result is too large") from None
+        return _bounded(value)
     if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
         return _UNARY[type(node.op)](_evaluate(node.operand))
     raise ValueError(f"not arithmetic: {ast.dump(node)[:80]}")
+
+
+def _refuse_huge_power(base: float, exponent: float) -> None:
+    # Only an integer power can take unbounded time and memory (a float one overflows at once), and its
+    # size is known before it is computed: ``exponent * log10(|base|)`` digits. Python cannot interrupt
+    # ``int.__pow__`` once it runs, and neither can a tool timeout (the thread runs on), so refuse first.
+    if isinstance(base, int) and isinstance(exponent, int) and exponent > 0 and abs(base) > 1:
+        digits = exponent * math.log10(abs(base))
+        if digits > MAX_RESULT_DIGITS:
+            raise ValueError(
+                f"the result would have about {digits:.3g} digits (the limit is {MAX_RESULT_DIGITS})"
+            )
+
+
+def _bounded(value: float | complex) -> float:
+    if isinstance(value, complex):  # e.g. (-8) ** 0.5
+        raise ValueError("the result is not a real number")
+    if isinstance(value, int) and value.bit_length() > _MAX_RESULT_BITS:
+        raise ValueError(f"the result has more than {MAX_RESULT_DIGITS} digits")
+    return value
 
 
 @tool(concurrency_safe=True)
@@ -93,7 +125,7 @@ class FileReader:
     """
 
     def __init__(self, root: str | Path, *, max_bytes: int = 64_000) -> None:
-        self.root = Path(root).resolve()
+        self.root = Path(os.path.realpath(root))
         if not self.root.is_dir():
             raise ValueError(f"{self.root} is not a directory")
         self.max_bytes = max_bytes
@@ -104,15 +136,16 @@ class FileReader:
         path: Annotated[str, Field(description="a path relative to the allowed directory", max_length=300)],
     ) -> str:
         """Read a text file from the allowed directory (large files are cut off)."""
-        target = (self.root / path).resolve()
+        target = Path(canonical_path(path, self.root))
         if not target.is_relative_to(self.root):
             raise PermissionError(f"{path!r} is outside the allowed directory")
         if not target.is_file():
             available = sorted(p.name for p in self.root.iterdir() if p.is_file())[:20]
             raise FileNotFoundError(f"no file {path!r}; files here: {', '.join(available) or 'none'}")
-        data = target.read_bytes()[: self.max_bytes]
-        text = data.decode("utf-8", errors="replace")
-        return text if target.stat().st_size <= self.max_bytes else text + "\n[… cut off]"
+        with target.open("rb") as file:  # read no more than is kept: a huge file costs no time
+            data = file.read(self.max_bytes + 1)
+        text = data[: self.max_bytes].decode("utf-8", errors="replace")
+        return text if len(data) <= self.max_bytes else text + "\n[… cut off]"
 
 
 def demo_tools(names: list[str], *, files_root: str | Path = ".") -> list[Tool]:

@@ -12,19 +12,44 @@ rewrote the arguments. The order is fixed:
 
 Decisions are data (:class:`PermissionDecision`: decision, the rule that made it, a reason), so a later
 layer can suspend the run, show the question to a person, and resume with their answer.
+
+**What an argument pattern guards.** A plain string pattern is a glob (``fnmatch``: ``*`` also matches
+``/``) on the argument's *text*. It guards values whose text is their meaning — ids, names, amounts — and
+nothing else: ``deny("read_file", path="/etc/*")`` does **not** stop ``/tmp/../etc/passwd``,
+``//etc/passwd``, ``/./etc/passwd`` or a symlink into ``/etc``, because their text differs. For an argument
+that names a file or directory, give a :class:`PathPattern` instead: the argument is canonicalised the way
+the operating system will resolve it (``..`` and ``.`` segments, repeated or leading slashes, symlinks, a
+trailing slash) before the glob is matched, so every spelling of one file meets the same rule::
+
+    Permissions().deny("read_file", path=PathPattern("/etc/*"))
+    Permissions(mode="deny_all").allow("read_*", path=PathPattern("/tmp/*"))
+
+A rule looks only at the arguments the call gives: a tool's default for a left-out argument is the tool's
+to guard.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
+from pathlib import PurePath
 from typing import Any, Literal, TypeAlias
 
 from rxagent.context import RuntimeContext
 from rxagent.tools._tool import Tool
 
-__all__ = ["Decision", "PermissionDecision", "PermissionMode", "PermissionRule", "Permissions"]
+__all__ = [
+    "ArgumentPattern",
+    "Decision",
+    "PathPattern",
+    "PermissionDecision",
+    "PermissionMode",
+    "PermissionRule",
+    "Permissions",
+    "canonical_path",
+]
 
 Decision: TypeAlias = Literal["allow", "deny", "ask"]
 """Run it, refuse it, or ask a human."""
@@ -34,6 +59,94 @@ PermissionMode: TypeAlias = Literal["default", "ask_all", "deny_all"]
 
 _MODE_DECISION: dict[PermissionMode, Decision] = {"default": "allow", "ask_all": "ask", "deny_all": "deny"}
 
+_GLOB_CHARACTERS = frozenset("*?[")
+
+
+def canonical_path(path: str | os.PathLike[str], root: str | os.PathLike[str]) -> str:
+    """The absolute path the operating system opens for ``path`` (taken relative to ``root`` if relative).
+
+    ``..`` and ``.`` segments, repeated and leading slashes and a trailing slash are resolved, and so are
+    symlinks, as far as the path exists (``os.path.realpath``): ``/tmp/../etc/passwd``, ``//etc/passwd``,
+    ``/./etc/passwd/`` and a link to it all give ``/etc/passwd``. ``~`` is not expanded (the OS does not).
+
+    Raises:
+        TypeError: ``path`` is not text (or a path object).
+        ValueError: ``path`` contains a NUL character (no OS call accepts one).
+    """
+    text = os.fspath(path)
+    if not isinstance(text, str):  # pyright: ignore[reportUnnecessaryIsInstance] - untyped callers
+        raise TypeError(f"a path must be text, got {type(path).__name__}")
+    if "\x00" in text:
+        raise ValueError("a path cannot contain a NUL character")
+    joined = os.path.join(os.fspath(root), text)  # an absolute ``text`` replaces ``root``
+    # POSIX lets a system give a leading "//" its own meaning and realpath keeps it on some versions;
+    # Linux and macOS treat it as "/", which is what the file is opened as.
+    return os.path.realpath("/" + joined.lstrip("/"))
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class PathPattern:
+    """A glob over canonical filesystem paths, for an argument that names a file or directory.
+
+    The argument is canonicalised with :func:`canonical_path` before it is matched, so ``..``, ``.``,
+    repeated or leading slashes, symlinks and a trailing slash cannot step around the rule. The pattern's
+    leading part without glob characters is canonicalised the same way (``/tmp/*`` becomes
+    ``/private/tmp/*`` where ``/tmp`` is a link). ``*`` also matches ``/``, and ``DIR/*`` covers ``DIR``
+    itself as well as everything below it.
+
+    Relative arguments and a relative pattern are taken from ``root`` (default: the working directory when
+    the pattern is made); give the directory the tool resolves relative paths against, as
+    :class:`~rxagent.tools.demo.FileReader` does with its own.
+
+    A value that is not a path (not text, or text with a NUL character) fails closed: a ``deny`` or ``ask``
+    rule matches it, an ``allow`` rule does not.
+
+    Example:
+        >>> pattern = PathPattern("/etc/*")
+        >>> pattern.matches("/tmp/../etc/passwd"), pattern.matches("//etc/passwd"), pattern.matches("/tmp/x")
+        (True, True, False)
+
+    Raises:
+        ValueError: the pattern has ``.`` or ``..`` segments after a glob character (they cannot be
+            resolved before the match), or a NUL character.
+    """
+
+    pattern: str
+    """The glob as given."""
+    root: str
+    """The canonical directory relative paths are taken from."""
+    glob: str
+    """The canonical glob the arguments are matched against."""
+
+    def __init__(self, pattern: str, *, root: str | os.PathLike[str] | None = None) -> None:
+        base: str = os.path.realpath(os.getcwd() if root is None else os.fspath(root))
+        parts = pattern.split("/")
+        first_glob = next(
+            (i for i, part in enumerate(parts) if _GLOB_CHARACTERS.intersection(part)), len(parts)
+        )
+        literal, rest = "/".join(parts[:first_glob]), [part for part in parts[first_glob:] if part]
+        if any(part in (".", "..") for part in rest):
+            raise ValueError(f"path pattern {pattern!r}: '.' and '..' cannot follow a glob character")
+        prefix = canonical_path(literal or ("/" if pattern.startswith("/") else "."), base)
+        glob = prefix.rstrip("/") + "/" + "/".join(rest) if rest else prefix
+        object.__setattr__(self, "pattern", pattern)
+        object.__setattr__(self, "root", base)
+        object.__setattr__(self, "glob", glob)
+
+    def matches(self, value: str | PurePath) -> bool:
+        """True when ``value``, canonicalised, matches the pattern.
+
+        Raises:
+            TypeError, ValueError: ``value`` is not a path (see :func:`canonical_path`).
+        """
+        path = canonical_path(value, self.root)
+        return fnmatchcase(path, self.glob) or fnmatchcase(path.rstrip("/") + "/", self.glob)
+
+
+ArgumentPattern: TypeAlias = str | PathPattern
+"""What a rule matches one argument with: a glob on its text, or a :class:`PathPattern` on the path it
+names."""
+
 
 @dataclass(frozen=True, slots=True)
 class PermissionRule:
@@ -42,14 +155,15 @@ class PermissionRule:
     Attributes:
         decision: what a match decides.
         tools: glob pattern for the tool name.
-        arguments: glob patterns that the given arguments' text must match (all of them).
+        arguments: patterns the given arguments must all match: a glob on the argument's text, or a
+            :class:`PathPattern` on the path it names (see the module's notes on what each guards).
         when: a predicate over the arguments and the run's context, for anything patterns cannot say.
         reason: why, shown in the decision (and to the model when a call is refused).
     """
 
     decision: Decision
     tools: str = "*"
-    arguments: Mapping[str, str] = field(default_factory=lambda: {})
+    arguments: Mapping[str, ArgumentPattern] = field(default_factory=lambda: {})
     when: Callable[[Mapping[str, Any], RuntimeContext], bool] | None = None
     reason: str = ""
 
@@ -58,9 +172,18 @@ class PermissionRule:
         if not fnmatchcase(tool_name, self.tools):
             return False
         for name, pattern in self.arguments.items():
-            if name not in arguments or not fnmatchcase(_text(arguments[name]), pattern):
+            if name not in arguments or not self._argument_matches(pattern, arguments[name]):
                 return False
         return self.when is None or self.when(arguments, context)
+
+    def _argument_matches(self, pattern: ArgumentPattern, value: Any) -> bool:
+        if isinstance(pattern, str):
+            return fnmatchcase(_text(value), pattern)
+        try:
+            return pattern.matches(value)
+        except (TypeError, ValueError):
+            # Fail closed: a value that names no path is refused or asked about, never allowed by a path.
+            return self.decision != "allow"
 
 
 def _text(value: Any) -> str:
@@ -91,7 +214,7 @@ class Permissions:
     mode: PermissionMode = "default"
 
     def _with(
-        self, decision: Decision, tools: str, when: Any, reason: str, arguments: Mapping[str, str]
+        self, decision: Decision, tools: str, when: Any, reason: str, arguments: Mapping[str, ArgumentPattern]
     ) -> Permissions:
         rule = PermissionRule(decision, tools, dict(arguments), when, reason)
         return replace(self, rules=(*self.rules, rule))
@@ -102,9 +225,9 @@ class Permissions:
         *,
         when: Callable[[Mapping[str, Any], RuntimeContext], bool] | None = None,
         reason: str = "",
-        **arguments: str,
+        **arguments: ArgumentPattern,
     ) -> Permissions:
-        """A copy with an allow rule added."""
+        """A copy with an allow rule added (``arguments``: a text glob or a :class:`PathPattern` per name)."""
         return self._with("allow", tools, when, reason, arguments)
 
     def deny(
@@ -113,7 +236,7 @@ class Permissions:
         *,
         when: Callable[[Mapping[str, Any], RuntimeContext], bool] | None = None,
         reason: str = "",
-        **arguments: str,
+        **arguments: ArgumentPattern,
     ) -> Permissions:
         """A copy with a deny rule added."""
         return self._with("deny", tools, when, reason, arguments)
@@ -124,9 +247,9 @@ class Permissions:
         *,
         when: Callable[[Mapping[str, Any], RuntimeContext], bool] | None = None,
         reason: str = "",
-        **arguments: str,
+        **arguments: ArgumentPattern,
     ) -> Permissions:
-        """A copy with an ask rule added."""
+        """A copy with an ask rule added (``arguments``: a text glob or a :class:`PathPattern` per name)."""
         return self._with("ask", tools, when, reason, arguments)
 
     def with_mode(self, mode: PermissionMode) -> Permissions:

@@ -1,14 +1,18 @@
 """LlamaCppModel with the real embedded model (SmolLM2-135M-Instruct, Q4_1) on llama.cpp.
 
 One model object serves the whole module (the loaded weights are shared per process anyway). Generation
-is greedy (temperature 0), but a 135M model's words are not what these tests check: they check the
-shape of what comes out (deltas, finish reason, usage, calls that parse and validate), which grammars and
-the stream contract guarantee whatever the words are.
+is greedy (temperature 0), but llama.cpp built for another CPU computes slightly other logits, so what the
+135M model freely chooses (its words, whether it calls a tool when it may, when it stops) differs between
+machines. These tests check only what rxagent guarantees whatever the model chooses: the shape of what
+comes out (deltas, finish reason, usage), that grammars hold (a forced call is a well-formed call of an
+offered tool; structured output fits its schema), budgets and lifecycle. Where a test needs the model to
+write at least so many tokens, a grammar makes it (a string of a fixed length), rather than a prompt.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import json
 import re
@@ -74,6 +78,21 @@ def text_of(chunks: list[ChatChunk]) -> str:
     return "".join(chunk.text for chunk in chunks)
 
 
+def at_least(model: LlamaCppModel, tokens: int) -> JsonSchemaFormat:
+    """Structured output the model cannot end before it wrote ``tokens`` tokens: a JSON string of that
+    many digits. No token of the vocabulary holds two digits (checked here), so each digit takes a token of
+    its own, and the grammar allows nothing shorter."""
+    assert digits_per_token(model) == 1
+    return JsonSchemaFormat(name="digits", schema={"type": "string", "pattern": f"^[0-9]{{{tokens}}}$"})
+
+
+@functools.cache
+def digits_per_token(model: LlamaCppModel) -> int:
+    """The most digits any one token of ``model``'s vocabulary holds."""
+    llama = model.llama
+    return max(sum(byte in b"0123456789" for byte in llama.detokenize([t])) for t in range(llama.n_vocab()))
+
+
 def assert_valid_call(name: str, arguments: dict[str, Any] | None) -> None:
     """``arguments`` is a valid call of tool ``name``: by its JSON schema, and by the tool itself."""
     assert name in TOOLS
@@ -92,15 +111,34 @@ async def test_stream_emits_text_deltas_then_finish_reason_then_usage(model: Lla
 
     assert seen.completed, seen.error
     *deltas, finish, usage = seen.items
-    assert len(deltas) >= 3
     assert all(chunk.text and chunk.finish_reason is None and chunk.usage is None for chunk in deltas)
-    assert (finish.text, finish.finish_reason, finish.usage) == ("", "length", None)
+    assert finish.text == ""
+    assert finish.usage is None
+    assert finish.finish_reason in ("stop", "length")  # the model may stop on its own before the limit
     assert usage.usage is not None
     assert (usage.text, usage.finish_reason) == ("", None)
     assert usage.usage.input_tokens == model.count_request(request)
-    assert usage.usage.output_tokens == 12
+    assert usage.usage.output_tokens <= 12
+    if finish.finish_reason == "length":
+        assert usage.usage.output_tokens == 12
     message = await reactivex.from_iterable(seen.items).pipe(fold_message())
     assert message.text == text_of(deltas)
+    assert message.metadata["finish_reason"] == finish.finish_reason
+    assert message.metadata["usage"]["output_tokens"] == usage.usage.output_tokens
+
+
+async def test_max_tokens_ends_a_longer_answer_with_length(model: LlamaCppModel) -> None:
+    request = ask("Write anything.", max_tokens=12, response_format=at_least(model, 100))
+
+    seen = await expect(model.stream(request))
+
+    assert seen.completed, seen.error
+    *deltas, finish, usage = seen.items
+    assert deltas
+    assert finish.finish_reason == "length"
+    assert usage.usage is not None
+    assert usage.usage.output_tokens == 12
+    message = await reactivex.from_iterable(seen.items).pipe(fold_message())
     assert message.metadata["finish_reason"] == "length"
     assert message.metadata["usage"]["output_tokens"] == 12
 
@@ -116,6 +154,12 @@ async def test_output_tokens_count_tokens_not_text_pieces(model: LlamaCppModel) 
         max_tokens=64,
     )
 
+    # The premise: no single token of this model's vocabulary is the emoji, so it takes several tokens
+    # whatever the model does, and llama.cpp hands them out as one piece.
+    llama = model.llama
+    emoji = "😀".encode()
+    assert all(llama.detokenize([token]) != emoji for token in range(llama.n_vocab()))
+
     chunks = await to_list(model.stream(request))
 
     pieces = [chunk.text for chunk in chunks if chunk.text]
@@ -124,7 +168,6 @@ async def test_output_tokens_count_tokens_not_text_pieces(model: LlamaCppModel) 
     assert json.loads("".join(pieces)) == "你好世界😀"
     assert usage.output_tokens > len(pieces)
     # The answer's tokens are the ones that follow the prompt in the model's context.
-    llama = model.llama
     answer = list(llama.input_ids[usage.input_tokens : usage.input_tokens + usage.output_tokens])
     assert llama.detokenize(answer).decode("utf-8") == "".join(pieces)
 
@@ -142,11 +185,12 @@ async def test_dispose_mid_generation_ends_the_worker_and_frees_the_model(model:
         if len(received) >= 5:
             some_arrived.set()
 
-    request = ask("Write a very long story about a dragon.", max_tokens=max_tokens)
+    # The grammar asks for more than max_tokens, so the model cannot stop before the dispose does.
+    request = ask("Write anything.", max_tokens=max_tokens, response_format=at_least(model, 2 * max_tokens))
     subscription = model.stream(request).subscribe(on_next)
     worker = model.last_worker
     assert worker is not None
-    await some_arrived.wait()
+    await asyncio.wait_for(some_arrived.wait(), timeout=60)
     subscription.dispose()
     at_dispose = len(received)
 
@@ -155,9 +199,10 @@ async def test_dispose_mid_generation_ends_the_worker_and_frees_the_model(model:
     assert not worker.is_alive()
     # Generation itself stopped (not just the delivery): few tokens followed the prompt in the context.
     assert model.llama.n_tokens - model.count_request(request) < max_tokens // 2
-    again = await model.stream(ask("Say hi.", max_tokens=8)).pipe(fold_message())
-    assert again.text
-    assert again.metadata["finish_reason"] in ("stop", "length")
+    again = await expect(model.stream(ask("Say hi.", max_tokens=8)))
+    assert again.completed, again.error
+    assert again.items[-2].finish_reason in ("stop", "length")
+    assert again.items[-1].usage is not None
     # Whatever the worker handed over before it stopped was dropped: nothing arrived after the dispose.
     assert len(received) == at_dispose < max_tokens
     assert all(chunk.finish_reason is None and chunk.usage is None for chunk in received)
@@ -166,28 +211,50 @@ async def test_dispose_mid_generation_ends_the_worker_and_frees_the_model(model:
 async def test_two_concurrent_streams_both_complete_taking_turns(model: LlamaCppModel) -> None:
     order: list[str] = []
     first = expect(
-        model.stream(ask("Name three colours.", max_tokens=16)).pipe(
+        model.stream(ask("Name three colours.", max_tokens=16, response_format=at_least(model, 32))).pipe(
             ops.do_action(lambda _: order.append("a"))
         )
     )
     second = expect(
-        model.stream(ask("Name three animals.", max_tokens=16)).pipe(
+        model.stream(ask("Name three animals.", max_tokens=16, response_format=at_least(model, 32))).pipe(
             ops.do_action(lambda _: order.append("b"))
         )
     )
 
-    await first
-    await second
+    await asyncio.wait_for(first, timeout=60)
+    await asyncio.wait_for(second, timeout=60)
 
     for seen in (first, second):
         assert seen.completed, seen.error
-        assert text_of(seen.items)
-        assert seen.items[-1].usage is not None
+        assert text_of(seen.items)  # the grammar made each write 16 tokens
+        usage = seen.items[-1].usage
+        assert usage is not None
+        assert usage.output_tokens == 16
     # One generation at a time: all of one stream's chunks, then all of the other's.
     assert [name for name, _ in itertools.groupby(order)] in (["a", "b"], ["b", "a"])
 
 
-# ---- tools -----------------------------------------------------------------------------------------
+# ---- tools ----------------------------------------------------------------------------------------
+
+
+def assert_call_of_an_offered_tool(message: Msg, forced: str | None = None) -> None:
+    """``message`` is one call of an offered tool (``forced``, if given) that the tool accepts, or, if
+    ``max_tokens`` cut it off, a call marked invalid (never run), never text.
+
+    The grammar allows only well-formed calls, but how long the model makes one (spaces, ``\\u``
+    escapes in a string) is its choice, so a cut is possible; rxagent's guarantee covers both cases.
+    """
+    assert message.text == ""
+    (call,) = message.tool_calls
+    if message.metadata["finish_reason"] == "length":
+        assert call.state == "invalid"
+        assert call.error
+        return
+    assert message.metadata["finish_reason"] == "tool_calls"
+    assert (call.state, call.error) == ("complete", None)
+    if forced is not None:
+        assert call.name == forced
+    assert_valid_call(call.name, call.input)
 
 
 @pytest.mark.parametrize(
@@ -196,27 +263,19 @@ async def test_two_concurrent_streams_both_complete_taking_turns(model: LlamaCpp
     ids=["force-get_weather", "force-add", "required"],
 )
 async def test_forced_tool_choice_gives_a_valid_call(model: LlamaCppModel, choice: ToolChoice) -> None:
-    request = ask("What is the weather in Paris?", tools=SCHEMAS, tool_choice=choice, max_tokens=128)
+    request = ask("What is the weather in Paris?", tools=SCHEMAS, tool_choice=choice, max_tokens=256)
 
     message = await model.stream(request).pipe(fold_message())
 
-    assert message.text == ""
-    assert message.metadata["finish_reason"] == "tool_calls"
-    (call,) = message.tool_calls
-    assert (call.state, call.error) == ("complete", None)
-    if isinstance(choice, ForceTool):
-        assert call.name == choice.name
-    assert_valid_call(call.name, call.input)
+    assert_call_of_an_offered_tool(message, choice.name if isinstance(choice, ForceTool) else None)
 
 
 def assert_text_or_valid_call(message: Msg) -> None:
-    """``message`` is a plain answer or well-formed calls, never a mix and never broken JSON."""
+    """``message`` is a plain answer or a call (see :func:`assert_call_of_an_offered_tool`), never a mix
+    and never JSON passed off as text. The grammar's answer starts with a visible character other than
+    ``{``, so an answer is never blank."""
     if message.tool_calls:
-        assert message.text == ""
-        assert message.metadata["finish_reason"] == "tool_calls"
-        for call in message.tool_calls:
-            assert (call.state, call.error) == ("complete", None)
-            assert_valid_call(call.name, call.input)
+        assert_call_of_an_offered_tool(message)
     else:
         assert message.text.strip()
         assert not message.text.lstrip().startswith("{")
@@ -238,6 +297,8 @@ def after_an_example_call(question: str) -> tuple[Msg, ...]:
     )
 
 
+# Whether the model answers or calls under "auto" is its free choice (it differs between machines), so
+# these only check that either way the output is well-formed.
 @pytest.mark.parametrize(
     "messages",
     [
@@ -247,32 +308,18 @@ def after_an_example_call(question: str) -> tuple[Msg, ...]:
         (Msg.user("Tell me a joke."),),
         after_an_example_call("And in Rome?"),
         after_an_example_call("What is 2 + 3?"),
+        after_an_example_call("What is the weather in Berlin?"),
     ],
-    ids=["weather", "sum", "greeting", "joke", "example-then-weather", "example-then-sum"],
+    ids=["weather", "sum", "greeting", "joke", "example-then-weather", "example-then-sum", "example-berlin"],
 )
 async def test_auto_tool_choice_gives_text_or_a_valid_call(
     model: LlamaCppModel, messages: tuple[Msg, ...]
 ) -> None:
-    request = ChatRequest(messages, tools=SCHEMAS, tool_choice="auto", max_tokens=128)
+    request = ChatRequest(messages, tools=SCHEMAS, tool_choice="auto", max_tokens=256)
 
     message = await model.stream(request).pipe(fold_message())
 
     assert_text_or_valid_call(message)
-
-
-async def test_auto_tool_choice_can_call_a_tool(model: LlamaCppModel) -> None:
-    # Asked plainly, this tiny model answers in prose; after one example call it calls the tool itself.
-    request = ChatRequest(
-        after_an_example_call("What is the weather in Berlin?"),
-        tools=SCHEMAS,
-        tool_choice="auto",
-        max_tokens=128,
-    )
-
-    message = await model.stream(request).pipe(fold_message())
-
-    assert_text_or_valid_call(message)
-    assert [call.name for call in message.tool_calls] == ["get_weather"]
 
 
 # ---- structured output -----------------------------------------------------------------------------

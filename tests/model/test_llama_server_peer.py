@@ -1,16 +1,19 @@
 """OpenAIChatModel against a real OpenAI-compatible server nobody here wrote: ``llama_cpp.server``.
 
 One server per module (``python -m llama_cpp.server`` with the embedded SmolLM2 and the
-``chatml-function-calling`` format, on a free loopback port). What the tests found out about the peer
-(llama-cpp-python 0.3.36):
+``chatml-function-calling`` format, on a free loopback port). The tests check what rxagent guarantees
+against any conforming server, never what the 135M model freely writes, and never the peer's current
+shortcomings: they pass whether or not the peer mends them. What was found out about the peer
+(llama-cpp-python 0.3.36), and what rxagent does about it:
 
 - Streaming works and ends with ``[DONE]``, but **no usage is sent when streaming**, although rxagent asks
-  for it (``stream_options.include_usage``); usage comes only with ``stream=False``.
+  for it (``stream_options.include_usage``); usage comes only with ``stream=False``. rxagent's message
+  then simply has no ``usage`` in its metadata.
 - A forced ``tool_choice`` gives a well-formed call (the 135M model's argument values are nonsense).
 - An assistant message that carries ``tool_calls`` must have a *string* ``content``: ``null`` (which
   OpenAI accepts) is refused with HTTP 500 (a request validation error), and leaving it out crashes the
   chat template after the 200 response has started (an empty event stream). This is why rxagent sends
-  ``""`` there; the agent test below runs a tool round with the stock client.
+  ``""`` there; the tests below check that what rxagent sends is accepted, and run a tool round.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import urllib.request
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO, Annotated, Any
+from typing import IO, Annotated, Any, Literal
 
 import aiohttp
 import pytest
@@ -37,7 +40,7 @@ from rxagent.agent.middleware import Middleware
 from rxagent.agent.react import AgentOptions, ReActAgent
 from rxagent.context import RunContext
 from rxagent.events import AgentEvent, AgentResult, ToolCallCompleted, ToolResult
-from rxagent.messages import Msg, ToolUseBlock
+from rxagent.messages import Msg, TextBlock, ToolResultBlock, ToolUseBlock
 from rxagent.model.gguf import default_gguf_path
 from rxagent.model.openai import OpenAIChatModel, Timeouts
 from rxagent.model.types import ChatChunk, ChatRequest, ForceTool
@@ -173,23 +176,27 @@ async def test_streams_text_deltas_then_a_finish_reason(model: OpenAIChatModel) 
 
     assert seen.completed, seen.error
     deltas = [chunk.text for chunk in seen.items if chunk.text]
-    assert len(deltas) >= 2
     reasons = [chunk.finish_reason for chunk in seen.items if chunk.finish_reason is not None]
     assert reasons in (["stop"], ["length"])
     message = await reactivex.from_iterable(seen.items).pipe(fold_message())
     assert message.text == "".join(deltas)
-    assert message.text.strip()
     assert message.metadata["finish_reason"] == reasons[0]
 
 
-async def test_server_sends_no_usage_when_streaming(model: OpenAIChatModel) -> None:
+async def test_a_stream_folds_with_or_without_usage_from_the_server(model: OpenAIChatModel) -> None:
     request = ask("Say hello.")
     assert b'"stream_options":{"include_usage":true}' in model.encode_request(request)
 
     chunks: list[ChatChunk] = await to_list(model.stream(request))
 
-    assert [chunk for chunk in chunks if chunk.usage is not None] == []
     assert any(chunk.finish_reason is not None for chunk in chunks)
+    usages = [chunk.usage for chunk in chunks if chunk.usage is not None]
+    message = await reactivex.from_iterable(chunks).pipe(fold_message())
+    if usages:  # the peer learnt to send it: it is the last word, and it reaches the message
+        assert usages[-1].input_tokens > 0
+        assert message.metadata["usage"]["input_tokens"] == usages[-1].input_tokens
+    else:  # llama-cpp-python 0.3.36 sends none while streaming
+        assert "usage" not in message.metadata
 
 
 async def test_usage_is_reported_without_streaming(model: OpenAIChatModel) -> None:
@@ -197,8 +204,7 @@ async def test_usage_is_reported_without_streaming(model: OpenAIChatModel) -> No
 
     usage = message.metadata["usage"]
     assert usage["input_tokens"] > 0
-    assert 0 < usage["output_tokens"] <= MAX_TOKENS
-    assert message.text.strip()
+    assert 0 <= usage["output_tokens"] <= MAX_TOKENS
 
 
 @pytest.mark.parametrize("stream", [True, False], ids=["streamed", "whole"])
@@ -207,46 +213,53 @@ async def test_forced_tool_choice_gives_a_well_formed_call(model: OpenAIChatMode
         "What is the weather in Paris?",
         tools=(get_weather.schema(),),
         tool_choice=ForceTool("get_weather"),
-        max_tokens=48,
+        max_tokens=128,
         stream=stream,
     )
 
     message = await model.stream(request).pipe(fold_message())
 
-    assert message.metadata["finish_reason"] == "tool_calls"
     (call,) = message.tool_calls
     assert isinstance(call, ToolUseBlock)
-    assert (call.name, call.state, call.error) == ("get_weather", "complete", None)
-    assert isinstance(call.input, dict)
     assert call.id
+    assert call.name == "get_weather"
+    if message.metadata["finish_reason"] == "length":  # how long the model makes the arguments is its choice
+        assert call.state == "invalid"
+        return
+    assert (call.state, call.error) == ("complete", None)
+    assert isinstance(call.input, dict)
 
 
-async def test_server_refuses_null_content_next_to_tool_calls(llama_server: LlamaServer) -> None:
-    def body(content: str | None) -> dict[str, Any]:
-        call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
-        return {
-            "model": llama_server.model_name,
-            "messages": [
-                {"role": "user", "content": "Weather?"},
-                {"role": "assistant", "content": content, "tool_calls": [call]},
-                {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
-            ],
-            "max_tokens": 2,
-            "temperature": 0,
-        }
+async def test_the_server_accepts_a_tool_round_as_rxagent_sends_it(
+    model: OpenAIChatModel, llama_server: LlamaServer
+) -> None:
+    call = ToolUseBlock(
+        id="call_1", name="get_weather", input={"city": "Oslo"}, raw_arguments='{"city":"Oslo"}'
+    )
+    round_trip = ChatRequest(
+        (
+            Msg.user("Weather in Oslo?"),
+            Msg(role="assistant", content=(call,)),
+            Msg.from_tool_results(
+                ToolResultBlock(tool_use_id="call_1", name="get_weather", output=(TextBlock(text="sunny"),))
+            ),
+        ),
+        tools=(get_weather.schema(),),
+        max_tokens=2,
+        temperature=0.0,
+        stream=False,
+    )
+    body = json.loads(model.encode_request(round_trip))
+    assert body["messages"][1]["content"] == ""  # not null: what this peer needs next to tool calls
 
-    url = f"{llama_server.base_url}/chat/completions"
-    async with aiohttp.ClientSession() as session:
-        async with session.post(url, json=body(None)) as refused:
-            refused_status, refused_text = refused.status, await refused.text()
-        async with session.post(url, json=body("")) as accepted:
-            accepted_status = accepted.status
-            accepted_body = await accepted.json()
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(f"{llama_server.base_url}/chat/completions", json=body) as answer,
+    ):
+        status, reply = answer.status, await answer.json()
 
-    assert refused_status == 500
-    assert "ChatCompletionRequestAssistantMessage" in refused_text
-    assert accepted_status == 200
-    assert accepted_body["choices"][0]["message"]["role"] == "assistant"
+    assert status == 200, reply
+    assert reply["choices"][0]["message"]["role"] == "assistant"
 
 
 class ForceFirstTool(Middleware):
@@ -266,12 +279,13 @@ class ForceFirstTool(Middleware):
 async def test_react_agent_runs_one_tool_round(llama_server: LlamaServer) -> None:
     ran: list[str] = []
 
+    # An enum keeps the forced call short whatever the model picks, so max_tokens cannot cut it off.
     @tool
-    def weather(city: Annotated[str, Field(max_length=24)]) -> str:
+    def weather(city: Literal["Paris", "Oslo", "Rome"]) -> str:
         """The current weather in a city.
 
         Args:
-            city: the city's name.
+            city: the city.
         """
         ran.append(city)
         return f"sunny in {city}"
@@ -280,16 +294,14 @@ async def test_react_agent_runs_one_tool_round(llama_server: LlamaServer) -> Non
         agent = ReActAgent(
             model,
             Toolkit([weather]),
-            options=AgentOptions(max_iters=1, max_tokens=32, temperature=0.0),
+            options=AgentOptions(max_iters=1, max_tokens=128, temperature=0.0),
             middleware=[ForceFirstTool()],
         )
         events = await to_list(agent.stream_events("What is the weather in Paris?"))
 
     result = events[-1]
     assert isinstance(result, AgentResult)
-    assert result.reason == "MAX_ITERATIONS"
-    assert result.message is not None
-    assert result.message.text.strip()
+    assert result.reason == "MAX_ITERATIONS"  # one step, then the summarising turn, whatever it says
     (tool_result,) = [event for event in events if isinstance(event, ToolResult)]
     assert tool_result.result.name == "weather"
     assert tool_result.result.status == "ok"

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
+from concurrent.futures import Future
 from pathlib import Path
+from threading import Thread
 
 import pytest
 
-from rxagent.tools.demo import FileReader, calculator, clock, demo_tools
+from rxagent.tools.demo import MAX_RESULT_DIGITS, FileReader, calculator, clock, demo_tools
 
 
 @pytest.mark.parametrize(
@@ -25,11 +28,45 @@ def test_calculator_evaluates_arithmetic(expression: str, value: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "expression", ["__import__('os').system('true')", "a + 1", "2 ** 100000", "1 +", "'x' * 3", "True + 1"]
+    "expression", ["__import__('os').system('true')", "a + 1", "1 +", "'x' * 3", "True + 1", "2 << 3"]
 )
 def test_calculator_refuses_anything_but_arithmetic(expression: str) -> None:
     with pytest.raises(ValueError):  # noqa: PT011 - each refusal has its own message
         calculator(expression)
+
+
+@pytest.mark.parametrize(
+    ("expression", "why"),
+    [
+        ("((9**999)**999)**999", "would have about 9.52e+05 digits"),
+        ("9 ** 9 ** 9", "would have about 3.7e+08 digits"),
+        ("7**7**7**7", "digits"),
+        ("2 ** 100000", "would have about 3.01e+04 digits"),
+        ("(9**999) * (9**999)", f"more than {MAX_RESULT_DIGITS} digits"),
+        ("10.0 ** 400", "too large"),
+        ("(10 ** 500) / 3", "too large"),
+        ("(-8) ** 0.5", "not a real number"),
+    ],
+)
+def test_calculator_refuses_huge_results_before_computing_them(expression: str, why: str) -> None:
+    # Run in a daemon thread with a deadline, so a regression fails here instead of hanging the suite.
+    outcome: Future[str] = Future()
+
+    def evaluate() -> None:
+        try:
+            outcome.set_result(calculator(expression))
+        except Exception as error:
+            outcome.set_exception(error)
+
+    Thread(target=evaluate, daemon=True).start()
+    with pytest.raises(ValueError, match=re.escape(why)):
+        outcome.result(timeout=10)
+
+
+def test_calculator_keeps_large_results_within_the_limit() -> None:
+    assert len(calculator("9 ** 999")) == 954
+    assert calculator("(-1) ** (10 ** 100)") == "1"
+    assert calculator("0 ** 123456789") == "0"
 
 
 def test_clock_knows_time_zones_and_refuses_unknown_ones() -> None:
@@ -62,3 +99,10 @@ def test_demo_tools_by_name(tmp_path: Path) -> None:
     ]
     with pytest.raises(ValueError, match="unknown demo tool"):
         demo_tools(["shell"])
+
+
+def test_file_reader_reads_no_more_than_it_keeps(tmp_path: Path) -> None:
+    # An 8 GiB sparse file: reading it whole would take minutes and the memory; the reader takes 11 bytes.
+    with (tmp_path / "huge.bin").open("wb") as file:
+        file.truncate(8 * 1024**3)
+    assert FileReader(tmp_path, max_bytes=10).read_file("huge.bin") == "\x00" * 10 + "\n[… cut off]"
