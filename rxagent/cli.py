@@ -218,6 +218,16 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument(
         "--json", action="store_true", help="print every event as a JSON line, and nothing else, on stdout"
     )
+    common.add_argument(
+        "--session", default="cli", help="the session to continue (with --db, across invocations)"
+    )
+    common.add_argument(
+        "--db",
+        default=os.environ.get("RXAGENT_DB") or None,
+        metavar="PATH_OR_URL",
+        help="where sessions live: a SQLite file (created if missing) or postgresql://… "
+        "(default: $RXAGENT_DB, else memory, which forgets the session when the command ends)",
+    )
     run = commands.add_parser(
         "run", parents=[common], help="answer one prompt", epilog=_EPILOG, formatter_class=_HelpFormatter
     )
@@ -264,6 +274,7 @@ def _agent(args: argparse.Namespace, model: ChatModel, toolkit: Toolkit) -> ReAc
         name="rxagent-cli",
         options=options,
         permissions=permissions,
+        store=args.db,
     )
 
 
@@ -499,6 +510,7 @@ async def _main(args: argparse.Namespace, toolkit: Toolkit) -> ExitCode:
 
     asyncio.get_running_loop().set_default_executor(_DaemonThreads())
     model = _model(args)
+    agent: ReActAgent | None = None
     try:
         agent = _agent(args, model, toolkit)
         output: _Output = (
@@ -506,12 +518,14 @@ async def _main(args: argparse.Namespace, toolkit: Toolkit) -> ExitCode:
             if args.json
             else _Display(Console(highlight=False, markup=False, emoji=False, soft_wrap=True))
         )
-        ctx = RuntimeContext(session_id="cli")
+        ctx = RuntimeContext(session_id=args.session)
         if args.command == "run":
             code, _ = await _run_once(agent, args.prompt, ctx, output)
             return code
         return await _chat(agent, ctx, output, args.json)
     finally:
+        if agent is not None:
+            await agent.aclose()
         close: Any = getattr(model, "aclose", None)
         if close is not None:
             await close()

@@ -685,3 +685,22 @@ async def test_run_on_the_embedded_model_shows_the_tool_call_and_the_outcome() -
     assert re.search(r"^  → (ok|error): ", done.stdout, re.MULTILINE)
     assert re.search(r"^[A-Z_]+ · \d+ step\(s\) · \d+ in / \d+ out tokens", done.stdout, re.MULTILINE)
     assert done.stdout.endswith("\n")
+
+
+async def test_a_session_in_a_database_continues_across_invocations(
+    server: OpenAIServer, tmp_path: Path
+) -> None:
+    db = str(tmp_path / "sessions.db")
+
+    def sent(request: int) -> list[str]:
+        return [m["content"] for m in server.requests[request].body["messages"] if m["role"] != "system"]
+
+    server.script(text_reply("Nice to meet you, Ada."), text_reply("Your name is Ada."))
+    first = await rxagent(*on(server, "run", "My name is Ada.", "--session", "ada", "--db", db, "--json"))
+    assert first.code == 0, first.stderr
+    second = await rxagent(*on(server, "run", "What is my name?", "--session", "ada", "--db", db, "--json"))
+    assert second.code == 0, second.stderr
+    assert sent(1) == ["My name is Ada.", "Nice to meet you, Ada.", "What is my name?"]
+    other = await rxagent(*on(server, "run", "Who am I?", "--session", "bob", "--db", db, "--json"))
+    assert other.code == 1  # the server has no third reply scripted: the point is what was sent
+    assert sent(2) == ["Who am I?"]

@@ -44,6 +44,7 @@ from rxagent.tools import (
     ToolCallProgress,
     ToolEvent,
     ToolPermissionRequired,
+    ToolRecordingError,
     ToolSystemError,
 )
 
@@ -133,10 +134,12 @@ def _acting(
             return None
         run.failure = str(error)
         report: list[Any] = [ErrorEvent(**head, error_type=type(error).__name__, message=str(error))]
-        # Calls that finished before the failure keep their results, as under an interrupt.
-        report.extend(
-            run.settle("The tools failed before this call finished.", "error", answer_waiting=False)
-        )
+        if not isinstance(error, ToolRecordingError):
+            # Calls that finished before the failure keep their results, as under an interrupt. Not when
+            # the log could not be written: what it lacks stays unknown (a call without a recorded
+            # result is uncertain), and no guess is recorded in its place.
+            cut_short = "The tools failed before this call finished."
+            report.extend(run.settle(cut_short, "error", answer_waiting=False))
         if then is not None:
             report.append(then())
         return sync_of(*report)

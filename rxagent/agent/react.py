@@ -61,6 +61,7 @@ from rxagent.session import (
     SessionStore,
     StoredFact,
     TurnRecord,
+    open_store,
     turns_of,
 )
 from rxagent.session.reconcile import Reconcile, UncertainToolCallsError, never_started, settle_uncertain
@@ -101,8 +102,9 @@ class ReActAgent:
         middleware: hooks at the cut points (first = outermost).
         permissions: the gate every tool call passes.
         output_type: a pydantic model (or JSON schema) for structured output.
-        store: where sessions live between runs (default: in this process's memory); see
-            :mod:`rxagent.session` for SQLite and PostgreSQL.
+        store: where sessions live between runs: a :class:`~rxagent.session.SessionStore`, or a path or URL
+            for :func:`~rxagent.session.open_store` (a SQLite file, ``postgresql://…``); default: this
+            process's memory.
         steps: steps to use instead of (or besides) the built-in ones, by node type; merged over
             :func:`default_steps` (see :mod:`rxagent.agent.steps`).
 
@@ -123,7 +125,7 @@ class ReActAgent:
         middleware: Sequence[AnyMiddleware] = (),
         permissions: Permissions | None = None,
         output_type: type[BaseModel] | Mapping[str, JsonValue] | None = None,
-        store: SessionStore | None = None,
+        store: SessionStore | str | None = None,
         steps: Mapping[type, Step] | None = None,
     ) -> None:
         self.model = model
@@ -133,7 +135,8 @@ class ReActAgent:
         self.middleware = tuple(middleware)
         self.permissions = permissions or Permissions()
         self.output = OutputSpec(output_type) if output_type is not None else None
-        self.store: SessionStore = store or MemoryStore()
+        self.store: SessionStore = open_store(store) if isinstance(store, str) else store or MemoryStore()
+        self._owns_store = not isinstance(store, SessionStore)
         self.keeper = SessionKeeper(self.store, lease_ttl=self.options.lease_ttl)
         self.steps: Mapping[type, Step] = {**default_steps(), **(steps or {})}
         self._system = Msg.system(system_prompt) if system_prompt else None
@@ -208,13 +211,13 @@ class ReActAgent:
             recorder = claim.recorder
 
             async def save(reason: RunReason, failure: Exception | None) -> None:
-                turn_id = claim.projection.turn_id
+                turn_id = held.turn_id
                 run_id = recorder.run_id  # not `run`: the run holds this closure
                 if failure is not None:
                     recorder.note("run_failed", {"run_id": run_id, "error": _describe(failure)})
                 else:
                     recorder.note("run_finished", {"run_id": run_id, "reason": reason})
-                if turn_id is not None and (failure is not None or reason not in _WAITING):
+                if turn_id is not None and not claim.projection.state.pending:  # nothing left to answer
                     recorder.note("turn_finished", {"turn_id": turn_id, "reason": reason})
                 try:
                     await recorder.flush()
@@ -232,7 +235,7 @@ class ReActAgent:
             recorder.run_id = run.run_id
             run.repair_cache = claim.projection.memo.get("repair", run.repair_cache)
             held.run = run
-            _record_start(run, claim, run_input)
+            held.turn_id = _record_start(run, claim, run_input)
 
             def loop(first: RunInput) -> Observable[AgentEvent]:
                 return run_loop(self.steps, Start(first), run)
@@ -412,6 +415,13 @@ class ReActAgent:
         finally:
             await self.keeper.release(claim)
 
+    async def aclose(self) -> None:
+        """Finish background work (checkpoints being written) and close the session store if the agent
+        opened it (from a path or URL, or the default); a store passed in stays open for its owner."""
+        await self.keeper.aclose()
+        if self._owns_store:
+            await self.store.aclose()
+
     async def sessions(self) -> list[SessionInfo]:
         """Every session in the agent's store (its key, last sequence number, last update, lease holder)."""
         return await self.store.sessions()
@@ -469,12 +479,9 @@ class _Held:
     claim: Claim
     control: RunControl
     run: RunState | None = None
+    turn_id: str | None = None
     saved: bool = False
     """The run recorded (or tried to, for a failure) its ending: the release records no more."""
-
-
-_WAITING: frozenset[RunReason] = frozenset({"PERMISSION_ASKING", "TOOL_SUSPENDED"})
-"""Reasons that pause a turn rather than end it."""
 
 
 def session_key(ctx: RuntimeContext | None) -> SessionKey:
@@ -487,14 +494,19 @@ def _describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
-def _record_start(run: RunState, claim: Claim, run_input: RunInput) -> None:
-    """Note the run's start (and a new turn's) for the log; a run that ended without a record is noted."""
+def _record_start(run: RunState, claim: Claim, run_input: RunInput) -> str:
+    """Note the run's start (and a new turn's) for the log; a run that ended without a record is noted.
+
+    New input opens a turn, unless calls wait for answers (then the input will be refused, or, with
+    ``recover_pending``, it ends the waiting turn); returns the run's turn.
+    """
     projection, recorder = claim.projection, claim.recorder
     if projection.open_run is not None:
         lost = "the run ended with no record of how (its process stopped)"
         recorder.note("run_failed", {"run_id": projection.open_run, "error": lost})
     turn_id = projection.turn_id
-    if run_input.messages or turn_id is None:
+    waiting = bool(projection.state.pending) and not run.agent.options.recover_pending
+    if (run_input.messages and not waiting) or turn_id is None:
         if turn_id is not None:
             recorder.note("turn_finished", {"turn_id": turn_id, "reason": "SUPERSEDED"})
         turn_id = new_id("turn")
@@ -511,6 +523,7 @@ def _record_start(run: RunState, claim: Claim, run_input: RunInput) -> None:
             "decisions": decisions,
         },
     )
+    return turn_id
 
 
 def _decision_json(decision: ToolDecision | ExternalResult) -> JsonValue:
@@ -540,12 +553,10 @@ def _retry_what_is_safe(agent: ReActAgent, claim: Claim) -> None:
             refused.append(call)
     if refused:
         raise UncertainToolCallsError(refused)
+    unstarted = never_started(state, projection)
     for call in retried:
         projection.uncertain.pop(call.id, None)
         claim.recorder.note("reconciled", {"call_id": call.id, "outcome": "retry", "automatic": True})
-    retried.extend(never_started(state, projection))
-    waiting = {p.call.id for p in state.pending}
-    for call in retried:
-        if call.id not in waiting:
-            why = "its outcome was lost; it is safe to run again"
-            state.pending.append(PendingCall(call=call, kind="retry", reason=why))
+    for call in [*retried, *unstarted]:
+        why = "its outcome was lost; it is safe to run again"
+        state.pending.append(PendingCall(call=call, kind="retry", reason=why))

@@ -15,6 +15,7 @@ from rxagent.session.facts import Checkpoint, Fact, FactKind, StoredFact
 from rxagent.session.history import RunRecord, TurnRecord, turns_of
 from rxagent.session.keeper import Claim, SessionBusy, SessionKeeper
 from rxagent.session.memory import MemoryStore
+from rxagent.session.open import open_store
 from rxagent.session.projection import Projection
 from rxagent.session.reconcile import Reconcile, ReconcileError, UncertainToolCallsError
 from rxagent.session.recorder import Recorder, seed_session
@@ -44,6 +45,7 @@ __all__ = [
     "StoredFact",
     "TurnRecord",
     "UncertainToolCallsError",
+    "open_store",
     "seed_session",
     "turns_of",
 ]

@@ -68,29 +68,40 @@ class Recorder:
         self.projection = projection
         self.run_id = run_id
         self._lock = asyncio.Lock()
-        self._notes: list[Fact] = []
+        self._queue: list[Fact] = []
+        self._answered: set[str] = set()
         self._snapshot = _Snapshot.of(projection)
 
     def note(self, kind: FactKind, data: dict[str, JsonValue]) -> None:
-        """Queue a fact that is not a state change (it is appended with the next flush)."""
-        self._notes.append(fact(kind, data, self.run_id))
+        """Queue a fact that is not a state change, after the state's changes so far (so the log keeps
+        the order things happened in); it is appended with the next flush."""
+        self._capture()
+        self._queue.append(fact(kind, data, self.run_id))
+
+    def _capture(self) -> None:
+        changes, self._snapshot, answered = self._snapshot.changes(self.projection, self.run_id)
+        self._queue.extend(changes)
+        self._answered |= answered
 
     async def flush(self, *facts: Fact) -> None:
-        """Append the state's changes, then the noted facts, then ``facts``: one atomic append.
+        """Append what is queued, the state's changes since, then ``facts``: one atomic append.
+
+        A failed append leaves its facts queued, so a later flush tries them again.
 
         Raises:
             LeaseLostError: the lease is no longer the session's (nothing was appended).
             Exception: whatever the store raised (nothing was recorded as appended).
         """
         async with self._lock:
-            changes, snapshot, answered = self._snapshot.changes(self.projection, self.run_id)
-            noted = list(self._notes)
-            batch = [*changes, *noted, *facts]
+            self._capture()
+            self._queue.extend(facts)
+            batch = list(self._queue)
             if not batch:
                 return
+            answered = set(self._answered)
             seq = await self.store.append(self.lease, batch)
-            self._snapshot = snapshot
-            del self._notes[: len(noted)]  # notes made while the append was on its way stay queued
+            del self._queue[: len(batch)]  # facts queued while the append was on its way stay queued
+            self._answered -= answered
             projection = self.projection
             projection.seq = seq
             projection.since_checkpoint += len(batch)

@@ -33,6 +33,7 @@ from rxagent.tools.executor import (
     ToolInterceptor,
     ToolInvocation,
     ToolJournal,
+    ToolRecordingError,
     result_of,
 )
 from rxagent.tools.permissions import (
@@ -75,6 +76,7 @@ __all__ = [
     "ToolInvocation",
     "ToolJournal",
     "ToolPermissionRequired",
+    "ToolRecordingError",
     "ToolSystemError",
     "ToolTraits",
     "ToolView",

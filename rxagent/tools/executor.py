@@ -58,7 +58,15 @@ from rxagent.tools.events import (
 from rxagent.tools.permissions import Permissions
 from rxagent.tools.toolkit import ToolView, Unavailable
 
-__all__ = ["ToolCallNext", "ToolExecutor", "ToolInterceptor", "ToolInvocation", "ToolJournal", "result_of"]
+__all__ = [
+    "ToolCallNext",
+    "ToolExecutor",
+    "ToolInterceptor",
+    "ToolInvocation",
+    "ToolJournal",
+    "ToolRecordingError",
+    "result_of",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -441,8 +449,13 @@ class ToolExecutor:
         return Source(subscribe)
 
 
-def _unrecorded(why: str, error: Exception) -> ToolSystemError:
-    failure = ToolSystemError(why)
+class ToolRecordingError(ToolSystemError):
+    """The journal could not record a call (before it ran) or its result (after): the batch fails, and what
+    the log knows of the call is left as it is (a call whose result is missing stays uncertain)."""
+
+
+def _unrecorded(why: str, error: Exception) -> ToolRecordingError:
+    failure = ToolRecordingError(why)
     failure.__cause__ = error
     return failure
 
