@@ -28,6 +28,7 @@ from rxagent.agent.inputs import (
     ToolDecision,
     normalise_input,
 )
+from rxagent.agent.live import RunHandle, SessionHandle, SessionState, SessionStatus
 from rxagent.agent.middleware import (
     ActingStep,
     AnyMiddleware,
@@ -89,11 +90,15 @@ __all__ = [
     "RouteDecision",
     "RunContextFactory",
     "RunControl",
+    "RunHandle",
     "RunInput",
     "RunOutcome",
     "RunState",
     "RunStatus",
     "SessionBusyError",
+    "SessionHandle",
+    "SessionState",
+    "SessionStatus",
     "Start",
     "Step",
     "StepOutput",

@@ -40,6 +40,9 @@ class AgentOptions:
             queue moving meanwhile.
         lease_ttl: seconds a run's lease on its session lasts without renewal (a live run renews it every
             third of that); after a crash, other processes take the session over this long after.
+        record_events: runs write every event they emit (deltas included) to the session's log, so the
+            session's feed replays them to watchers that join late or follow from another process (runs
+            submitted through a session handle always do).
     """
 
     max_iters: int = 10
@@ -56,6 +59,7 @@ class AgentOptions:
     first_tool_choice: ToolChoice | None = None
     session_wait: float | None = None
     lease_ttl: float = 30.0
+    record_events: bool = False
 
     def __post_init__(self) -> None:
         if self.max_iters < 1:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -38,6 +39,7 @@ from rxagent.agent.inputs import (
     ToolDecision,
     normalise_input,
 )
+from rxagent.agent.live import SessionHandle
 from rxagent.agent.middleware import AnyMiddleware, Middleware, chain, has_hooks
 from rxagent.agent.nodes import Act, CheckOutput, Finish, Interrupt, Reason, Reprompt, Start, Step
 from rxagent.agent.options import AgentOptions
@@ -71,6 +73,8 @@ from rxagent.tools import Permissions, Tool, ToolInterceptor, Toolkit
 __all__ = ["DEFAULT_SESSION", "ReActAgent", "default_steps"]
 
 DEFAULT_SESSION = "default"
+
+_log = logging.getLogger("rxagent")
 
 
 def default_steps() -> dict[type, Step]:
@@ -137,6 +141,9 @@ class ReActAgent:
         self.output = OutputSpec(output_type) if output_type is not None else None
         self.store: SessionStore = open_store(store) if isinstance(store, str) else store or MemoryStore()
         self._owns_store = not isinstance(store, SessionStore)
+        self._active: dict[SessionKey, RunState] = {}
+        """The run holding each session in this process (where steering goes)."""
+        self._handles: dict[SessionKey, SessionHandle] = {}
         self.keeper = SessionKeeper(self.store, lease_ttl=self.options.lease_ttl)
         self.steps: Mapping[type, Step] = {**default_steps(), **(steps or {})}
         self._system = Msg.system(system_prompt) if system_prompt else None
@@ -150,6 +157,8 @@ class ReActAgent:
         *,
         control: RunControl | None = None,
         deltas: bool = True,
+        record: bool = False,
+        run_id: str | None = None,
     ) -> Observable[AgentEvent]:
         """Run the agent and emit every event; the last is the :class:`AgentResult`.
 
@@ -177,9 +186,11 @@ class ReActAgent:
 
         ``control`` interrupts the run from any thread and shows its place in the session's queue.
         ``deltas=False`` leaves out the per-token events (text, thinking and tool-argument deltas) for
-        consumers that only want the folded results.
+        consumers that only want the folded results. ``record=True`` writes every event to the session's
+        log as well (as ``AgentOptions.record_events`` does for every run), so the session's feed replays
+        them; ``run_id`` names the run (default: a fresh id).
         """
-        return self._events(input, ctx, control, deltas=deltas, quiet=False)
+        return self._events(input, ctx, control, deltas=deltas, quiet=False, record=record, run_id=run_id)
 
     def _events(
         self,
@@ -189,7 +200,10 @@ class ReActAgent:
         *,
         deltas: bool,
         quiet: bool,
+        record: bool = False,
+        run_id: str | None = None,
     ) -> Observable[AgentEvent]:
+        record = record or self.options.record_events
         context = ctx or RuntimeContext(session_id=DEFAULT_SESSION)
         key = session_key(context)
         run_input = normalise_input(input)
@@ -229,25 +243,30 @@ class ReActAgent:
                 held.saved = True
 
             state = claim.projection.state
-            run = RunState(
-                self, context, key, state, held.control, save, recorder, deltas=deltas, quiet=quiet
-            )
+            control = held.control
+            run = RunState(self, context, key, state, control, save, recorder, deltas=deltas, quiet=quiet)
+            if run_id is not None:
+                run.run_id = run_id
+                run.head["run_id"] = run_id
             recorder.run_id = run.run_id
             run.repair_cache = claim.projection.memo.get("repair", run.repair_cache)
             held.run = run
             held.turn_id = _record_start(run, claim, run_input)
+            self._active[key] = run
 
             def loop(first: RunInput) -> Observable[AgentEvent]:
                 return run_loop(self.steps, Start(first), run)
 
             counter = itertools.count()
-            run_id = run.run_id
+            own_id = run.run_id
 
             def stamp(event: AgentEvent) -> AgentEvent:
                 # In the order subscribers see events, after any middleware; events of nested runs (an
                 # agent used as a tool) pass through with their own run's numbering.
-                if event.run_id == run_id:
+                if event.run_id == own_id:
                     event.seq = next(counter)
+                if record:
+                    recorder.event(event)
                 return event
 
             events = chain(self.middleware, "agent", run.ctx, loop)(run_input)
@@ -270,14 +289,20 @@ class ReActAgent:
                         error = outcome.error
                         why = _describe(error) if error is not None else "it ended before its result"
                         claim.recorder.note("run_failed", {"run_id": run.run_id, "error": why})
-                    try:
-                        await claim.recorder.flush()
-                    except Exception:
-                        claim.broken = True
+                try:  # what came after the run's ending was recorded (its result event, if recorded)
+                    await claim.recorder.flush()
+                except Exception:
+                    claim.broken = True
+                    if not held.saved:
                         raise
+                    _log.warning("rxagent: recording the end of a run of %r failed", key[1], exc_info=True)
             finally:
                 if run is not None:
                     claim.projection.memo["repair"] = run.repair_cache
+                    if self._active.get(key) is run:
+                        del self._active[key]
+                    if run.inbox:  # delivered too late for the run: the session handle takes them
+                        self._left_over(key, list(run.inbox))
                 held.run = None  # the run's save closure holds the holder: cut the cycle
                 try:
                     await keeper.release(claim)
@@ -414,6 +439,45 @@ class ReActAgent:
                 raise
         finally:
             await self.keeper.release(claim)
+
+    def session(self, ctx: RuntimeContext | None = None) -> SessionHandle:
+        """The handle that drives and watches the session ``ctx`` names: submit, steer, inject, respond,
+        interrupt, wait, status, and its feed (see :class:`~rxagent.agent.live.SessionHandle`).
+
+        One handle per session and agent: asking again returns the same one. Create it on the agent's
+        event loop; its methods may then be called from any thread.
+        """
+        key = session_key(ctx)
+        handle = self._handles.get(key)
+        if handle is None:
+            handle = self._handles[key] = SessionHandle(
+                self, ctx or RuntimeContext(session_id=DEFAULT_SESSION)
+            )
+        return handle
+
+    def active_run(self, ctx: RuntimeContext | None = None) -> RunState | None:
+        """The run holding the session in this process now, if any (where steered messages go)."""
+        return self._active.get(session_key(ctx))
+
+    async def add_messages(self, ctx: RuntimeContext | None, messages: Sequence[Msg]) -> None:
+        """Add ``messages`` to the session's history without a model call (waiting, as a run would, for a
+        run that holds the session): context the next run will see."""
+        key = session_key(ctx)
+        claim = await self._take(key)
+        try:
+            claim.projection.state.messages.extend(messages)
+            try:
+                await claim.recorder.flush()
+            except Exception:
+                claim.broken = True
+                raise
+        finally:
+            await self.keeper.release(claim)
+
+    def _left_over(self, key: SessionKey, entries: list[tuple[Msg, bool]]) -> None:
+        handle = self._handles.get(key)
+        if handle is not None:
+            handle.take_left_over(entries)
 
     async def aclose(self) -> None:
         """Finish background work (checkpoints being written) and close the session store if the agent

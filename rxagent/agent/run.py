@@ -9,6 +9,7 @@ repaired history a request sends. It is created per subscription, so runs never 
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -50,6 +51,7 @@ class RunState:
         usage: token totals over the run's model calls.
         last_message: the last assistant message folded in this run.
         vars: free per-run data for custom steps (a plan and its progress, say); never saved.
+        inbox: messages delivered mid-run, taken in before the next model turn.
         quiet: nobody watches the per-step events (``call`` with no hook): steps skip building them.
         deltas: per-token events are wanted.
         ctx: the context hooks, interceptors and tools receive (the caller's plus the run id and state).
@@ -72,6 +74,9 @@ class RunState:
     usage: UsageTotals = field(default_factory=UsageTotals)
     last_message: Msg | None = None
     vars: dict[str, Any] = field(default_factory=lambda: {})
+    inbox: deque[tuple[Msg, bool]] = field(default_factory=lambda: deque())
+    """Messages delivered into the running run (a session handle's ``steer`` and ``inject``), added to the
+    history at the next reasoning boundary; the flag says whether one left over starts the next run."""
     quiet: bool = False
     deltas: bool = True
     phase: Phase | None = None

@@ -31,6 +31,8 @@ assembly gets the same guarantees from :func:`run_loop` and the agent's lifecycl
 - **cancel** and **save**: the agent's lifecycle (``ReActAgent.stream_events``) saves the state on
   every ending and releases the session, whatever the steps are.
 - **depth**: steps are subscribed one after another at constant stack depth (``run_steps``).
+- **steering**: messages delivered into a running run (a session handle's ``steer``) join the history
+  right before the next :class:`Reason` step, whatever the assembly.
 - **middleware**: the ``agent`` cut point wraps the whole loop; the built-in steps apply the
   ``reasoning``/``request``/``model_call`` and ``acting``/``tool_call`` cut points, so a custom step that
   reuses them (``reason_step(...)``, ``act_step(...)``, :func:`~rxagent.agent.reasoning.model_turn`) gets
@@ -47,9 +49,9 @@ from reactivex import Observable
 
 from rxagent.agent.decisions import continue_reasoning
 from rxagent.agent.middleware import StopRun
-from rxagent.agent.nodes import Finish, Interrupt, Next, Reprompt, Step, StepOutput
+from rxagent.agent.nodes import Finish, Interrupt, Next, Reason, Reprompt, Step, StepOutput
 from rxagent.agent.run import RunState
-from rxagent.events import AgentEvent, AgentResult, ErrorEvent, Phase, RunReason
+from rxagent.events import AgentEvent, AgentResult, ErrorEvent, MessageCompleted, Phase, RunReason
 from rxagent.messages import Msg
 from rxagent.operators import frame, from_async_iterable, run_steps, sync_of
 
@@ -129,11 +131,29 @@ def run_loop(steps: Mapping[type, Step], first: Any, run: RunState) -> Observabl
             raise KeyError(f"no step for node {kind.__name__} (steps: {known})")
         if ending or isinstance(node, Finish):  # the closing steps always run to their end
             return step(node, run).pipe(frame(take_next))
+        if run.inbox and isinstance(node, Reason):  # a reasoning boundary: messages delivered mid-run
+            delivered = take_inbox(run)
+            return reactivex.concat(sync_of(*delivered), step(node, run)).pipe(
+                frame(take_next, until=run.control.on_interrupt)
+            )
         # `until`: an interrupt cuts a step that does not end itself on interrupt. The steps that do (a
         # model call keeps what streamed so far) act first: interrupt callbacks run innermost first.
         return step(node, run).pipe(frame(take_next, until=run.control.on_interrupt))
 
     return run_steps(next_step, lambda error: recover(run, error))
+
+
+def take_inbox(run: RunState) -> list[AgentEvent]:
+    """Add the messages delivered into the run to its history (recorded as ``steer`` facts where they
+    took effect); returns their events."""
+    events: list[AgentEvent] = []
+    while run.inbox:
+        message, _ = run.inbox.popleft()
+        run.add_messages([message])
+        run.note("steer", {"message_id": message.id})
+        if not run.quiet:
+            events.append(MessageCompleted(**run.head, message=message))
+    return events
 
 
 def recover(run: RunState, error: Exception) -> Observable[AgentEvent] | None:

@@ -6,12 +6,14 @@
 - :mod:`~rxagent.session.recorder`: how a run's changes become facts; :mod:`~rxagent.session.keeper`:
   taking a session for a run (turn, lease, cached projection, checkpoints).
 - :mod:`~rxagent.session.reconcile`: calls with no recorded outcome, and settling them.
+- :mod:`~rxagent.session.feed`: a session's log, live, for any number of watchers.
 - :class:`MemoryStore` (one process), :class:`SQLiteStore` (a file), ``PostgresStore`` (many processes).
 """
 
 from __future__ import annotations
 
 from rxagent.session.facts import Checkpoint, Fact, FactKind, StoredFact
+from rxagent.session.feed import FeedGap, FeedItem, FeedLagError, FeedPolicy, SessionFeed
 from rxagent.session.history import RunRecord, TurnRecord, turns_of
 from rxagent.session.keeper import Claim, SessionBusy, SessionKeeper
 from rxagent.session.memory import MemoryStore
@@ -27,6 +29,10 @@ __all__ = [
     "Claim",
     "Fact",
     "FactKind",
+    "FeedGap",
+    "FeedItem",
+    "FeedLagError",
+    "FeedPolicy",
     "Lease",
     "LeaseLostError",
     "MemoryStore",
@@ -38,6 +44,7 @@ __all__ = [
     "SQLiteStore",
     "SessionBusy",
     "SessionExistsError",
+    "SessionFeed",
     "SessionFileError",
     "SessionInfo",
     "SessionKeeper",

@@ -26,6 +26,7 @@ kind                 payload                                            projecti
 ``decision``         ``call_id``, ``allow``, ``reason``, ``arguments``  (a record of who decided what)
 ``reconciled``       ``call_id``, ``outcome``, ``output``               an uncertain call's outcome, settled
 ``steer``            ``message``                                        (a message delivered mid-run)
+``event``            an :class:`~rxagent.events.AgentEvent` as JSON     (what a run emitted, when recorded)
 ===================  =================================================  ======================================
 
 A **checkpoint** is the projection at a sequence number, whole (:class:`Checkpoint`). Stores keep them
@@ -62,6 +63,7 @@ FactKind: TypeAlias = Literal[
     "decision",
     "reconciled",
     "steer",
+    "event",
 ]
 """The kinds of facts (see the module's table)."""
 

@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from rxagent.operators import KeyedSerializer, Turn, start_task
+from rxagent.session.feed import SessionFeed
 from rxagent.session.projection import Projection
 from rxagent.session.recorder import Recorder
 from rxagent.session.store import Lease, LeaseLostError, SessionStore
@@ -88,6 +89,7 @@ class SessionKeeper:
         self._sleep = sleep
         self._turns = KeyedSerializer()
         self._projections: OrderedDict[SessionKey, Projection] = OrderedDict()
+        self._feeds: dict[SessionKey, SessionFeed] = {}
         self._checkpoints: set[asyncio.Task[None]] = set()
 
     def turn(self, key: SessionKey) -> Turn:
@@ -117,7 +119,8 @@ class SessionKeeper:
         except BaseException:
             turn.release()
             raise
-        claim = Claim(key, turn, lease, projection, Recorder(self.store, lease, projection))
+        feed = self.feed(key, head=projection.seq)
+        claim = Claim(key, turn, lease, projection, Recorder(self.store, lease, projection, feed=feed))
         claim.renewal = start_task(loop, self._renew(claim), "rxagent.session.renew")
         return claim
 
@@ -158,6 +161,17 @@ class SessionKeeper:
             except Exception:
                 _log.warning("rxagent: renewing the lease on session %r failed", claim.key[1], exc_info=True)
 
+    def feed(self, key: SessionKey, *, head: int | None = None) -> SessionFeed:
+        """The session's feed in this process (made on first use; ``head``: the log's head, if known)."""
+        feed = self._feeds.get(key)
+        if feed is None:
+            feed = self._feeds[key] = SessionFeed(self.store, key)
+            if head is not None:
+                feed.reset(head)
+        elif head is not None and feed.head < head:  # others appended meanwhile: the log has it
+            feed.reset(head)
+        return feed
+
     async def release(self, claim: Claim) -> None:
         """Give the session back: stop renewing, release the lease and the turn, keep the projection in
         memory (unless recording broke), and checkpoint in the background when due."""
@@ -165,6 +179,8 @@ class SessionKeeper:
         if renewal is not None:
             renewal.cancel()
         try:
+            if claim.broken:  # the feed gave out numbers the log never got: the log is the truth
+                self.feed(claim.key).reset(await self.store.head(claim.key))
             await self.store.release(claim.lease)
         finally:
             claim.turn.release()
@@ -173,7 +189,10 @@ class SessionKeeper:
         projection = claim.projection
         self._projections[claim.key] = projection
         while len(self._projections) > self.cache_size:
-            self._projections.popitem(last=False)
+            gone, _ = self._projections.popitem(last=False)
+            feed = self._feeds.get(gone)
+            if feed is not None and not feed.watchers:
+                del self._feeds[gone]
         if projection.since_checkpoint >= max(64, projection.seq // 4):
             self._checkpoint(claim.key, projection)
 
@@ -201,6 +220,10 @@ class SessionKeeper:
             return cached.snapshot()
         checkpoint, facts = await self.store.load(key)
         return Projection.replay(checkpoint, facts)
+
+    def cached(self, key: SessionKey) -> Projection | None:
+        """The session's projection as this process last held it (``None``: not in memory)."""
+        return self._projections.get(key)
 
     def forget(self, key: SessionKey) -> None:
         """Drop the session's projection from memory (the next run loads it from the store)."""

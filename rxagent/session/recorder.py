@@ -22,14 +22,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import JsonValue, TypeAdapter
 
+from rxagent.events import AgentEvent, event_to_json
 from rxagent.messages import Msg, ToolResultBlock, ToolUseBlock
+from rxagent.operators import start_task
 from rxagent.session.facts import Fact, FactKind
+from rxagent.session.feed import FeedItem, SessionFeed
 from rxagent.session.projection import Projection
-from rxagent.session.store import Lease, SessionStore
+from rxagent.session.store import Lease, LeaseLostError, SessionStore
 from rxagent.state import AgentState, PendingCall
 
 __all__ = ["Recorder", "fact", "message_fact", "seed_session"]
@@ -37,6 +42,9 @@ __all__ = ["Recorder", "fact", "message_fact", "seed_session"]
 _PENDING = TypeAdapter(list[PendingCall])
 _RESULTS = TypeAdapter(list[ToolResultBlock])
 _TAIL = 4
+_FLUSH_AT = 256
+"""Queued facts (recorded events, mostly) that start a flush in the background."""
+_log = logging.getLogger("rxagent")
 """Recorded messages checked for in-place replacement at each flush."""
 
 
@@ -61,27 +69,64 @@ class Recorder:
     """
 
     def __init__(
-        self, store: SessionStore, lease: Lease, projection: Projection, run_id: str | None = None
+        self,
+        store: SessionStore,
+        lease: Lease,
+        projection: Projection,
+        run_id: str | None = None,
+        *,
+        feed: SessionFeed | None = None,
     ) -> None:
         self.store = store
         self.lease = lease
         self.projection = projection
         self.run_id = run_id
+        self.feed = feed
         self._lock = asyncio.Lock()
         self._queue: list[Fact] = []
+        self._next = projection.seq + 1
+        """The sequence number the next queued fact gets (the lease makes this the only writer)."""
         self._answered: set[str] = set()
         self._snapshot = _Snapshot.of(projection)
+        self._background: asyncio.Task[None] | None = None
 
     def note(self, kind: FactKind, data: dict[str, JsonValue]) -> None:
         """Queue a fact that is not a state change, after the state's changes so far (so the log keeps
         the order things happened in); it is appended with the next flush."""
         self._capture()
-        self._queue.append(fact(kind, data, self.run_id))
+        self._enqueue([fact(kind, data, self.run_id)])
+
+    def event(self, event: AgentEvent) -> None:
+        """Queue one of the run's events (the feed gets it at once; the log with the next flush, which
+        starts by itself once enough has piled up)."""
+        self._capture()
+        self._enqueue([Fact("event", event_to_json(event), self.run_id)])
+        if len(self._queue) >= _FLUSH_AT and self._background is None:
+            self._background = start_task(asyncio.get_running_loop(), self._flush_queued(), "rxagent.record")
+
+    async def _flush_queued(self) -> None:
+        try:
+            await self.flush()
+        except Exception:  # the facts stay queued: the run's next flush tries them again, and raises
+            _log.debug("rxagent: a background flush of the session log failed", exc_info=True)
+        finally:
+            self._background = None
 
     def _capture(self) -> None:
         changes, self._snapshot, answered = self._snapshot.changes(self.projection, self.run_id)
-        self._queue.extend(changes)
+        self._enqueue(changes)
         self._answered |= answered
+
+    def _enqueue(self, facts: Sequence[Fact]) -> None:
+        if not facts:
+            return
+        first = self._next
+        self._queue.extend(facts)
+        self._next += len(facts)
+        if self.feed is not None:
+            self.feed.publish(
+                [FeedItem(first + i, f.kind, f.payload, f.run_id, f.at) for i, f in enumerate(facts)]
+            )
 
     async def flush(self, *facts: Fact) -> None:
         """Append what is queued, the state's changes since, then ``facts``: one atomic append.
@@ -94,13 +139,21 @@ class Recorder:
         """
         async with self._lock:
             self._capture()
-            self._queue.extend(facts)
+            self._enqueue(facts)
             batch = list(self._queue)
             if not batch:
                 return
             answered = set(self._answered)
             seq = await self.store.append(self.lease, batch)
+            expected = self._next - (len(self._queue) - len(batch)) - 1
+            if seq != expected:  # someone else appended: the numbers the feed gave out are wrong
+                raise LeaseLostError(
+                    f"session {self.lease.key[1]!r}: the log's head is {seq}, not {expected}; another "
+                    "writer appended under this lease"
+                )
             del self._queue[: len(batch)]  # facts queued while the append was on its way stay queued
+            if self.feed is not None:
+                self.feed.durable(seq)
             self._answered -= answered
             projection = self.projection
             projection.seq = seq

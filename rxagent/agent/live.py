@@ -1,0 +1,314 @@
+"""Driving and watching a session from outside a run: :class:`SessionHandle` and :class:`RunHandle`.
+
+``stream_events`` serves the one caller that started a run. A session handle serves everyone else: a
+dashboard, a notebook cell opened later, a bridge to a chat app. It queues runs
+(:meth:`~SessionHandle.submit`, :meth:`~SessionHandle.respond`), delivers messages into the running run
+(:meth:`~SessionHandle.steer`, :meth:`~SessionHandle.inject`), stops it (:meth:`~SessionHandle.interrupt`),
+says where the session stands
+(:meth:`~SessionHandle.status`), and opens the session's feed to any number of watchers
+(:meth:`~SessionHandle.feed`): every fact of the session's log, numbered by its sequence, replayed from any
+point and then live (see :mod:`rxagent.session.feed`). Runs submitted through a handle record their
+events in the log, so the feed holds them too (deltas included).
+
+Thread-safety: create the handle on the agent's event loop (``agent.session(ctx)``); its methods may then
+be called from any thread (a UI thread, a widget callback): they hand their work to the loop. A
+:class:`RunHandle` is awaitable on the loop and has a blocking :meth:`~RunHandle.result` for other threads.
+
+Disconnecting is not stopping: a watcher that stops watching (leaves its ``async for``, disposes its
+subscription) never affects a run. Stopping is :meth:`SessionHandle.interrupt` (the run ends
+``INTERRUPTED``, what finished kept) or :meth:`RunHandle.cancel` (cleanup only).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+
+from reactivex import Observable, abc
+
+from rxagent.agent.control import RunControl
+from rxagent.agent.inputs import AgentInput, ExternalResult, ToolDecision
+from rxagent.context import RuntimeContext
+from rxagent.events import AgentEvent, AgentResult
+from rxagent.messages import Msg, new_id
+from rxagent.operators import map_many
+from rxagent.session import FeedGap, FeedItem, FeedPolicy
+from rxagent.state import PendingCall
+
+if TYPE_CHECKING:
+    from rxagent.agent.react import ReActAgent
+
+__all__ = ["RunHandle", "SessionHandle", "SessionState", "SessionStatus"]
+
+SessionState: TypeAlias = Literal["idle", "queued", "running", "waiting_for_approval", "waiting_for_results"]
+"""Where a session stands: nothing to do, runs waiting for their turn, a run going, or calls waiting for a
+human's decision or for external results."""
+
+
+@dataclass(frozen=True, slots=True)
+class SessionStatus:
+    """A snapshot of a session, as :meth:`SessionHandle.status` gives it.
+
+    Attributes:
+        state: see :data:`SessionState`.
+        running: the id of the run going now (``None``: none).
+        queued: runs submitted through the handle and waiting for their turn.
+        pending: the calls waiting for decisions or results (as of the last run this process saw).
+    """
+
+    state: SessionState
+    running: str | None
+    queued: int
+    pending: tuple[PendingCall, ...]
+
+
+class RunHandle:
+    """One run submitted through a :class:`SessionHandle`.
+
+    ``await run`` gives its :class:`~rxagent.events.AgentResult` (or raises its error); other threads use
+    :meth:`result`.
+
+    Attributes:
+        id: the run's id (its events carry it), known from the moment it is submitted.
+        input: what it was submitted with.
+        control: its :class:`~rxagent.agent.control.RunControl`.
+    """
+
+    def __init__(self, session: SessionHandle, input: AgentInput) -> None:
+        self.id = new_id("run")
+        self.input = input
+        self.control = RunControl()
+        self._session = session
+        self._future: concurrent.futures.Future[AgentResult] = concurrent.futures.Future()
+        self._subscription: abc.DisposableBase | None = None
+        self._result: AgentResult | None = None
+
+    @property
+    def status(self) -> Literal["queued", "running", "done"]:
+        """``queued`` (waiting for its session), ``running`` or ``done``."""
+        if self._future.done():
+            return "done"
+        return "running" if self.control.status == "running" else "queued"
+
+    @property
+    def position(self) -> int | None:
+        """``0`` while it runs, ``n`` while it waits ``n``-th in the session's line (``None`` when done)."""
+        return None if self._future.done() else self.control.position
+
+    def done(self) -> bool:
+        """Whether it ended (with a result or an error, or cancelled)."""
+        return self._future.done()
+
+    def interrupt(self) -> bool:
+        """Interrupt it (from any thread); ``False`` if it is not running."""
+        return self.control.interrupt()
+
+    def cancel(self) -> None:
+        """Cancel it (from any thread): cleanup only, what happened is recorded; awaiting it then raises
+        ``CancelledError``."""
+        self._session.on_loop(self._cancel)
+
+    def _cancel(self) -> None:
+        subscription, self._subscription = self._subscription, None
+        if subscription is not None:
+            subscription.dispose()
+        if not self._future.done():
+            self._future.cancel()
+        self._session.finished(self)
+
+    def result(self, timeout: float | None = None) -> AgentResult:
+        """Block until it ends and return its result (from a thread other than the loop's)."""
+        if self._session.is_loop_thread():
+            raise RuntimeError("on the event loop, `await` the run handle instead of blocking on result()")
+        return self._future.result(timeout)
+
+    def __await__(self) -> Any:
+        return asyncio.wrap_future(self._future).__await__()
+
+    # ---- called on the loop by the session handle ---------------------------------------------------------
+
+    def start(self, events: Observable[AgentEvent]) -> None:
+        def on_next(event: AgentEvent) -> None:
+            if isinstance(event, AgentResult) and event.run_id == self.id:
+                self._result = event
+
+        def on_error(error: Exception) -> None:
+            if not self._future.done():
+                self._future.set_exception(error)
+            self._session.finished(self)
+
+        def on_completed() -> None:
+            if not self._future.done():
+                if self._result is not None:
+                    self._future.set_result(self._result)
+                else:
+                    self._future.set_exception(RuntimeError("the run ended without a result"))
+            self._session.finished(self)
+
+        self._subscription = events.subscribe(on_next, on_error, on_completed)
+
+
+class SessionHandle:
+    """The one way to drive a session from outside a run (see the module).
+
+    Get it with ``agent.session(ctx)``.
+    """
+
+    def __init__(self, agent: ReActAgent, ctx: RuntimeContext) -> None:
+        self.agent = agent
+        self.ctx = ctx
+        self.key = (ctx.user_id, ctx.session_id or "default")
+        self._loop = asyncio.get_running_loop()
+        self._thread = threading.get_ident()
+        self._runs: list[RunHandle] = []
+        self._chores = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self.last_run: RunHandle | None = None
+        """The run submitted most recently (a steer that started one included)."""
+
+    # ---- threads ------------------------------------------------------------------------------------------
+
+    def is_loop_thread(self) -> bool:
+        """Whether the caller runs on the agent's loop."""
+        return threading.get_ident() == self._thread
+
+    def on_loop(self, work: Callable[..., None], *args: Any) -> None:
+        """Run ``work`` on the agent's loop: now when called there, soon when called from elsewhere."""
+        if self.is_loop_thread():
+            work(*args)
+        else:
+            self._loop.call_soon_threadsafe(work, *args)
+
+    # ---- driving ------------------------------------------------------------------------------------------
+
+    def submit(self, input: AgentInput) -> RunHandle:
+        """Queue a run of ``input``: it starts when the runs before it on this session have ended."""
+        run = RunHandle(self, input)
+        self.last_run = run
+        self._runs.append(run)
+        self._idle.clear()
+        self.on_loop(self._start, run)
+        return run
+
+    def _start(self, run: RunHandle) -> None:
+        if run.done():  # cancelled before it got to the loop
+            return
+        run.start(
+            self.agent.stream_events(run.input, self.ctx, control=run.control, run_id=run.id, record=True)
+        )
+
+    def respond(
+        self, answers: ToolDecision | ExternalResult | Sequence[ToolDecision | ExternalResult]
+    ) -> RunHandle:
+        """Answer calls waiting for approval or for external results (a run that carries on from them)."""
+        return self.submit(answers)
+
+    def steer(self, message: str | Msg) -> None:
+        """Deliver ``message`` (a user message) into the running run at its next reasoning boundary: it
+        joins the history right before the next model turn, recorded where it took effect. When no run is
+        going, or the run ends before such a boundary, it starts the next run (see :attr:`last_run`)."""
+        self.on_loop(self._deliver, _as_message(message), True)
+
+    def inject(self, message: str | Msg) -> None:
+        """Add ``message`` to the conversation without starting a turn: into the running run at its next
+        boundary, or, when none is going, straight into the session's history (no model call)."""
+        self.on_loop(self._deliver, _as_message(message), False)
+
+    def _deliver(self, message: Msg, steer: bool) -> None:
+        active = self.agent.active_run(self.ctx)
+        if active is not None and not active.ended:
+            active.inbox.append((message, steer))
+            return
+        self.take_left_over([(message, steer)])
+
+    def take_left_over(self, entries: Sequence[tuple[Msg, bool]]) -> None:
+        """Messages a run did not take in before it ended: steered ones start the next run together,
+        injected ones join the history."""
+        steered = [m for m, steer in entries if steer]
+        injected = [m for m, steer in entries if not steer]
+        if injected:
+            self._chore(self.agent.add_messages(self.ctx, injected))
+        if steered:
+            self.submit(steered)
+
+    def _chore(self, work: Any) -> None:
+        self._chores += 1
+        self._idle.clear()
+        task = asyncio.ensure_future(work)
+
+        def done(_: asyncio.Future[Any]) -> None:
+            self._chores -= 1
+            self._check_idle()
+
+        task.add_done_callback(done)
+
+    def interrupt(self) -> bool:
+        """Interrupt the running run (from any thread); ``False`` when none is going."""
+        active = self.agent.active_run(self.ctx)
+        return active is not None and active.control.interrupt()
+
+    def finished(self, run: RunHandle) -> None:
+        """A submitted run ended (called by the run handle, on the loop)."""
+        if run in self._runs:
+            self._runs.remove(run)
+        self._check_idle()
+
+    def _check_idle(self) -> None:
+        if not self._runs and not self._chores:
+            self._idle.set()
+
+    async def wait(self) -> None:
+        """Return once no run submitted through this handle is queued or running (on the loop)."""
+        await self._idle.wait()
+
+    # ---- where it stands ----------------------------------------------------------------------------------
+
+    def status(self) -> SessionStatus:
+        """Where the session stands now, as this process knows it (from any thread)."""
+        active = self.agent.active_run(self.ctx)
+        queued = sum(1 for run in list(self._runs) if run.status == "queued")
+        projection = self.agent.keeper.cached(self.key)
+        pending = tuple(projection.state.pending) if projection is not None else ()
+        if active is not None and not active.ended:
+            state: SessionState = "running"
+        elif queued:
+            state = "queued"
+        elif any(p.kind == "ask" for p in pending):
+            state = "waiting_for_approval"
+        elif pending:
+            state = "waiting_for_results"
+        else:
+            state = "idle"
+        return SessionStatus(state, active.run_id if active is not None else None, queued, pending)
+
+    # ---- watching -----------------------------------------------------------------------------------------
+
+    def watch(self, after: int = 0, *, policy: FeedPolicy = "catch_up") -> AsyncIterator[FeedItem | FeedGap]:
+        """The session's feed from sequence number ``after`` on, as an async iterator (on the loop): the
+        log's facts up to now, then each new one as it comes (see :mod:`rxagent.session.feed`)."""
+        return self.agent.keeper.feed(self.key).watch(after, policy=policy)
+
+    def feed(self, after: int = 0, *, policy: FeedPolicy = "catch_up") -> Observable[FeedItem | FeedGap]:
+        """:meth:`watch` as an observable: each subscription is one watcher; disposing it stops only that
+        watcher, never a run."""
+        return self.agent.keeper.feed(self.key).observe(after, policy=policy)
+
+    def events(self, after: int = 0, *, policy: FeedPolicy = "catch_up") -> Observable[AgentEvent | FeedGap]:
+        """The feed's recorded events only (what the session's runs emitted), with gaps when they occur."""
+
+        def pick(item: FeedItem | FeedGap) -> list[AgentEvent | FeedGap]:
+            if isinstance(item, FeedGap):
+                return [item]
+            event = item.event
+            return [event] if event is not None else []
+
+        return self.feed(after, policy=policy).pipe(map_many(pick))
+
+
+def _as_message(message: str | Msg) -> Msg:
+    return Msg.user(message) if isinstance(message, str) else message

@@ -1,0 +1,237 @@
+"""A session's feed: everything appended to its log, live, for any number of watchers joining at any time.
+
+Each :class:`FeedItem` is one fact of the session's log, numbered by the log's sequence: the run's events
+(when runs record them, as runs submitted through a session handle do: ``kind == "event"``, with the
+:class:`~rxagent.events.AgentEvent` in ``item.event``) and the facts about the conversation (messages,
+tool calls dispatched and their results, runs and turns starting and ending).
+
+::
+
+    writer (the run holding the lease):  publish(7) publish(8) publish(9) … (before they are durable)
+    ring (the newest items, shared):     [ … 5 6 7 8 9 ]
+    watcher from 0:  log 1..4 (catching up, in pages) ─▶ ring 5..9 ─▶ live 10, 11, …
+    watcher from 8:  ring 9 ─▶ live …
+
+**Replay, then live, with no gap and no duplicate.** A watcher starting after sequence ``n`` reads the
+log from ``n`` in pages until it reaches what the ring holds, then the ring, then waits for new items:
+one cursor moves through all three, so the seams cannot skip or repeat an item.
+
+**Watchers never slow the run.** Publishing appends to one shared ring (bounded: ``capacity`` items)
+and wakes the watchers once per loop turn, however many items came and however many watch; each watcher
+reads at its own pace through its own cursor. Memory does not grow with the number of watchers nor with
+how far one falls behind. A watcher the ring has left behind follows its ``policy``: ``catch_up`` reads
+what it missed from the log (exactly, in pages), ``drop`` skips to the oldest item still held and says
+so with a :class:`FeedGap` (what it names is still in the log), ``disconnect`` ends its iteration with
+:class:`FeedLagError`. Stopping a watcher (leaving ``async for``, disposing) never stops a run.
+
+**In-process and across processes.** Items published by a run in this process reach watchers at once,
+before they are durable; the log is read only for what the ring no longer holds. A session whose runs
+execute in another process is followed by reading its log (:meth:`SessionFeed.follow`, polling): watchers
+there see the same items with the same numbers, as soon as they are durable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeAlias
+
+from reactivex import Observable
+
+from rxagent.events import AgentEvent, event_from_json
+from rxagent.operators import from_async_iterable
+from rxagent.session.facts import FactKind, StoredFact
+from rxagent.session.store import SessionStore
+from rxagent.state import SessionKey
+
+__all__ = ["FeedGap", "FeedItem", "FeedLagError", "FeedPolicy", "SessionFeed"]
+
+FeedPolicy: TypeAlias = Literal["catch_up", "drop", "disconnect"]
+"""What a watcher the ring left behind does: read the log, skip ahead (told by a gap), or stop."""
+
+
+@dataclass(slots=True)
+class FeedItem:
+    """One fact of the session, as the feed delivers it.
+
+    Attributes:
+        seq: its sequence number in the session's log.
+        kind: the fact's kind (``"event"`` for a run's events).
+        payload: the fact's JSON payload.
+        run_id: the run that wrote it.
+        at: when (wall-clock seconds).
+    """
+
+    seq: int
+    kind: FactKind
+    payload: str
+    run_id: str | None
+    at: float
+    _event: AgentEvent | None = field(default=None, repr=False)
+
+    @property
+    def event(self) -> AgentEvent | None:
+        """The run's event, for ``kind == "event"`` (``None`` for other facts)."""
+        if self._event is None and self.kind == "event":
+            self._event = event_from_json(self.payload)
+        return self._event
+
+    def data(self) -> Any:
+        """The payload, decoded."""
+        return json.loads(self.payload)
+
+    @classmethod
+    def of(cls, fact: StoredFact) -> FeedItem:
+        """The feed item of a stored fact."""
+        return cls(fact.seq, fact.kind, fact.payload, fact.run_id, fact.at)
+
+
+@dataclass(frozen=True, slots=True)
+class FeedGap:
+    """Items ``first`` to ``last`` were skipped (policy ``drop``); the log still has them."""
+
+    first: int
+    last: int
+
+    @property
+    def missed(self) -> int:
+        """How many items were skipped."""
+        return self.last - self.first + 1
+
+
+class FeedLagError(RuntimeError):
+    """A watcher with policy ``disconnect`` fell further behind than the feed holds."""
+
+
+class SessionFeed:
+    """The feed of one session in this process (see the module).
+
+    Args:
+        store: where the session's log is, for watchers that start before what the ring holds.
+        key: the session.
+        capacity: items the shared ring holds.
+        page: facts read from the log at a time while catching up.
+    """
+
+    def __init__(
+        self, store: SessionStore, key: SessionKey, *, capacity: int = 4096, page: int = 512
+    ) -> None:
+        if capacity < 1 or page < 1:
+            raise ValueError("capacity and page must be at least 1")
+        self.store = store
+        self.key = key
+        self.capacity = capacity
+        self.page = page
+        self._ring: deque[FeedItem] = deque(maxlen=capacity)
+        self._head = 0
+        self._durable = 0
+        self._changed: asyncio.Future[None] | None = None
+        self._wake_scheduled = False
+        self.watchers = 0
+        """Watchers iterating now."""
+
+    @property
+    def head(self) -> int:
+        """The sequence number of the newest item published (or read by :meth:`follow`)."""
+        return self._head
+
+    def reset(self, head: int) -> None:
+        """Forget what the ring holds: the log is the truth again from ``head`` on (a writer's items that
+        never became durable are gone)."""
+        self._ring.clear()
+        self._head = self._durable = head
+        self._wake()
+
+    def publish(self, items: Sequence[FeedItem]) -> None:
+        """Add items (numbered right after the head, in order) and wake the watchers on the next turn."""
+        for item in items:
+            if item.seq != self._head + 1:
+                raise ValueError(f"feed item {item.seq} does not follow {self._head}")
+            self._ring.append(item)
+            self._head = item.seq
+        if items and not self._wake_scheduled:
+            self._wake_scheduled = True
+            asyncio.get_running_loop().call_soon(self._wake)
+
+    def durable(self, seq: int) -> None:
+        """Everything up to ``seq`` is in the log now (a watcher catching up may read that far)."""
+        if seq > self._durable:
+            self._durable = seq
+            self._wake()
+
+    def _wake(self) -> None:
+        self._wake_scheduled = False
+        changed, self._changed = self._changed, None
+        if changed is not None and not changed.done():
+            changed.set_result(None)
+
+    async def _next_change(self) -> None:
+        if self._changed is None:
+            self._changed = asyncio.get_running_loop().create_future()
+        await asyncio.shield(self._changed)  # one watcher leaving must not cancel the others' wait
+
+    async def watch(
+        self, after: int = 0, *, policy: FeedPolicy = "catch_up"
+    ) -> AsyncIterator[FeedItem | FeedGap]:
+        """Every item after sequence ``after``, then the live ones as they come (see the module).
+
+        Raises:
+            FeedLagError: ``policy="disconnect"`` and the watcher fell behind what the feed holds.
+        """
+        if policy not in ("catch_up", "drop", "disconnect"):
+            raise ValueError(f"policy must be catch_up, drop or disconnect, not {policy!r}")
+        cursor = max(0, after)
+        caught_up = False  # the replay it asked for is done: from now on, falling behind is lagging
+        self.watchers += 1
+        try:
+            while True:
+                oldest = self._ring[0].seq if self._ring else self._head + 1
+                if cursor + 1 < oldest:  # what it wants next is no longer in the ring
+                    if caught_up and policy == "disconnect":
+                        behind = oldest - cursor - 1
+                        raise FeedLagError(f"a watcher of session {self.key[1]!r} fell {behind} items behind")
+                    if caught_up and policy == "drop":
+                        yield FeedGap(cursor + 1, oldest - 1)
+                        cursor = oldest - 1
+                        continue
+                    upto = min(oldest - 1, self._durable)
+                    if upto <= cursor:
+                        await self._next_change()  # what it needs is still on its way to the log
+                        continue
+                    for fact in await self.store.read(
+                        self.key, after=cursor, limit=min(self.page, upto - cursor)
+                    ):
+                        yield FeedItem.of(fact)
+                        cursor = fact.seq
+                    continue
+                caught_up = True
+                start = cursor + 1 - oldest
+                if start < len(self._ring):
+                    for item in [
+                        self._ring[i] for i in range(start, min(len(self._ring), start + self.page))
+                    ]:
+                        if item.seq > cursor:  # (the ring may have moved on while an item was delivered)
+                            yield item
+                            cursor = item.seq
+                    continue
+                await self._next_change()
+        finally:
+            self.watchers -= 1
+
+    def observe(self, after: int = 0, *, policy: FeedPolicy = "catch_up") -> Observable[FeedItem | FeedGap]:
+        """:meth:`watch` as a cold observable: each subscription is one watcher; disposing stops only it."""
+        return from_async_iterable(lambda: self.watch(after, policy=policy))
+
+    async def follow(self, poll: float = 0.2, *, sleep: Callable[[float], Any] = asyncio.sleep) -> None:
+        """Follow a session whose runs write in another process: read its log as it grows, publishing
+        what it appends (runs until cancelled). The items are durable when watchers get them."""
+        while True:
+            facts = await self.store.read(self.key, after=self._head, limit=self.page)
+            if facts:
+                self.publish([FeedItem.of(f) for f in facts])
+                self.durable(facts[-1].seq)
+                continue
+            await sleep(poll)
