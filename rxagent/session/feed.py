@@ -134,6 +134,18 @@ class SessionFeed:
         """Watchers iterating now."""
 
     @property
+    def held(self) -> int:
+        """Items the ring holds now (at most ``capacity``, however far watchers fall behind)."""
+        return len(self._ring)
+
+    def resize(self, capacity: int) -> None:
+        """Hold at most ``capacity`` items from now on (the newest are kept)."""
+        if capacity < 1:
+            raise ValueError("capacity must be at least 1")
+        self.capacity = capacity
+        self._ring = deque(self._ring, maxlen=capacity)
+
+    @property
     def head(self) -> int:
         """The sequence number of the newest item published (or read by :meth:`follow`)."""
         return self._head

@@ -1,0 +1,388 @@
+"""Live sessions: a handle drives a session from outside its runs, and its feed serves any number of watchers.
+
+Bad inputs tried: a steer when no run is going, a steer that arrives after the run's last boundary, a
+cancel before the run got to the loop, a watcher stalled for 10 000 items under each lag policy, a
+watcher that leaves mid-run, an interrupt from another thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import tracemalloc
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import pytest
+
+from rxagent import ScriptedModel, ScriptedResponse, ScriptedToolCall
+from rxagent.agent import ExternalResult, ReActAgent, ToolDecision
+from rxagent.context import RuntimeContext
+from rxagent.events import AgentEvent, AgentResult, TextDelta
+from rxagent.model.scripted import FunctionModel
+from rxagent.model.types import ChatRequest
+from rxagent.session import FeedGap, FeedItem, FeedLagError, MemoryStore, SessionFeed
+from rxagent.tools import Permissions, Toolkit, tool
+
+CTX = RuntimeContext(user_id="u", session_id="live")
+WAIT = 10.0
+
+
+class Gate:
+    """A model whose every call waits until the test opens it; it records what each request carried."""
+
+    def __init__(self, *answers: str) -> None:
+        self.answers = list(answers)
+        self.requests: list[ChatRequest] = []
+        self.entered = asyncio.Event()
+        self.opened = asyncio.Event()
+
+    async def respond(self, request: ChatRequest) -> str:
+        self.requests.append(request)
+        self.entered.set()
+        await self.opened.wait()
+        self.opened.clear()
+        self.entered.clear()
+        return self.answers.pop(0)
+
+    async def next_call(self) -> None:
+        await asyncio.wait_for(self.entered.wait(), WAIT)
+
+    def open(self) -> None:
+        self.opened.set()
+
+
+@tool
+def lookup(city: str) -> str:
+    """Look a city up."""
+    return f"{city}: big"
+
+
+@tool
+def refund(order: str) -> str:
+    """Refund an order."""
+    return f"refunded {order}"
+
+
+@tool(external=True)
+def sign(document: str) -> str:
+    """A human signs it elsewhere."""
+    raise AssertionError("external")
+
+
+async def collect_until_result(source: AsyncIterator[FeedItem | FeedGap], run_id: str) -> list[Any]:
+    seen: list[Any] = []
+    async with asyncio.timeout(WAIT):
+        async for item in source:
+            seen.append(item)
+            if (
+                isinstance(item, FeedItem)
+                and isinstance(item.event, AgentResult)
+                and item.event.run_id == run_id
+            ):
+                return seen
+    raise AssertionError("the feed ended")
+
+
+# ---- driving --------------------------------------------------------------------------------------------
+
+
+async def test_a_submitted_run_is_awaited_and_the_queue_moves() -> None:
+    gate = Gate("first", "second")
+    session = ReActAgent(FunctionModel(gate.respond)).session(CTX)
+    first = session.submit("one")
+    second = session.submit("two")
+    await gate.next_call()
+    assert (first.status, first.position) == ("running", 0)
+    assert (second.status, second.position) == ("queued", 1)
+    assert session.status().state == "running"
+    assert session.status().queued == 1
+    gate.open()
+    assert (await asyncio.wait_for(first, WAIT)).text == "first"
+    await gate.next_call()
+    assert (second.status, second.position) == ("running", 0)
+    gate.open()
+    assert (await asyncio.wait_for(second, WAIT)).text == "second"
+    await asyncio.wait_for(session.wait(), WAIT)
+    assert session.status().state == "idle"
+    assert second.position is None
+
+
+async def test_steer_lands_at_the_next_reasoning_boundary() -> None:
+    gate = Gate()
+    calls = [
+        ScriptedResponse(tool_calls=[ScriptedToolCall("lookup", {"city": "Oslo"})]),
+        "Oslo is big and cold.",
+    ]
+
+    async def respond(request: ChatRequest) -> ScriptedResponse | str:
+        gate.requests.append(request)
+        gate.entered.set()
+        await gate.opened.wait()
+        gate.opened.clear()
+        gate.entered.clear()
+        return calls.pop(0)
+
+    model = FunctionModel(respond)
+    agent = ReActAgent(model, Toolkit([lookup]))
+    session = agent.session(CTX)
+    run = session.submit("Tell me about Oslo.")
+    await gate.next_call()
+    session.steer("Also mention the weather.")  # while the model thinks: not mid-stream
+    gate.open()
+    await gate.next_call()
+    gate.open()
+    result = await asyncio.wait_for(run, WAIT)
+    assert result.text == "Oslo is big and cold."
+    first, second = gate.requests
+    assert "Also mention the weather." not in [m.text for m in first.messages]
+    roles = [(m.role, m.text) for m in second.messages]
+    assert roles[-1] == ("user", "Also mention the weather.")  # after the tool results, before the turn
+    assert roles[-2][0] == "tool"
+    facts = await agent.facts(CTX)
+    assert sum(f.kind == "steer" for f in facts) == 1
+
+
+async def test_a_steer_the_run_had_no_boundary_for_starts_the_next_run() -> None:
+    gate = Gate("Hello.", "The weather is fine.")
+    agent = ReActAgent(FunctionModel(gate.respond))
+    session = agent.session(CTX)
+    run = session.submit("Hi.")
+    await gate.next_call()  # the only turn of this run is under way
+    session.steer("And the weather?")
+    gate.open()
+    assert (await asyncio.wait_for(run, WAIT)).text == "Hello."
+    await gate.next_call()  # the steered message started the next run
+    gate.open()
+    follow_up = session.last_run
+    assert follow_up is not None
+    assert follow_up is not run
+    assert (await asyncio.wait_for(follow_up, WAIT)).text == "The weather is fine."
+    assert [m.text for m in gate.requests[1].messages] == ["Hi.", "Hello.", "And the weather?"]
+
+
+async def test_steer_with_no_run_going_starts_one() -> None:
+    model = ScriptedModel(["Started by a steer."])
+    session = ReActAgent(model).session(CTX)
+    session.steer("Hello?")
+    await asyncio.wait_for(session.wait(), WAIT)
+    assert session.last_run is not None
+    assert (await session.last_run).text == "Started by a steer."
+
+
+async def test_inject_adds_context_without_a_model_call() -> None:
+    model = ScriptedModel(["Noted: you like tea."])
+    agent = ReActAgent(model)
+    session = agent.session(CTX)
+    session.inject("The user likes tea.")
+    await asyncio.wait_for(session.wait(), WAIT)
+    assert model.requests == []
+    assert [m.text for m in (await agent.state(CTX)).messages] == ["The user likes tea."]
+    await asyncio.wait_for(session.submit("What do I like?"), WAIT)
+    assert [m.text for m in model.requests[0].messages] == ["The user likes tea.", "What do I like?"]
+
+
+async def test_respond_answers_approvals_and_external_results_together() -> None:
+    both = ScriptedResponse(
+        tool_calls=[
+            ScriptedToolCall("refund", {"order": "A-1"}, id="r1"),
+            ScriptedToolCall("sign", {"document": "NDA"}, id="e1"),
+        ]
+    )
+    model = ScriptedModel([both, "Refunded and signed."])
+    agent = ReActAgent(model, Toolkit([refund, sign]), permissions=Permissions().ask("refund"))
+    session = agent.session(CTX)
+    waiting = await asyncio.wait_for(session.submit("refund and sign"), WAIT)
+    assert waiting.reason == "PERMISSION_ASKING"
+    assert session.status().state == "waiting_for_approval"
+    assert {p.call.id for p in session.status().pending} == {"r1", "e1"}
+    done = await asyncio.wait_for(
+        session.respond([ToolDecision("r1", allow=True), ExternalResult("e1", "signed by Ada")]), WAIT
+    )
+    assert done.text == "Refunded and signed."
+    results = {r.tool_use_id: r.text for r in model.requests[1].messages[-1].tool_results}
+    assert results == {"r1": "refunded A-1", "e1": "signed by Ada"}
+    assert session.status().state == "idle"
+
+
+async def test_interrupt_from_another_thread() -> None:
+    gate = Gate("never")
+    session = ReActAgent(FunctionModel(gate.respond)).session(CTX)
+    run = session.submit("hi")
+    await gate.next_call()
+    answers: list[bool] = []
+    thread = threading.Thread(target=lambda: answers.append(session.interrupt()))
+    thread.start()
+    await asyncio.to_thread(thread.join, WAIT)
+    result = await asyncio.wait_for(run, WAIT)
+    assert result.reason == "INTERRUPTED"
+    assert answers == [True]
+    assert session.interrupt() is False  # nothing is going now
+
+
+async def test_submit_from_another_thread_and_wait_there() -> None:
+    session = ReActAgent(ScriptedModel(["from a thread"])).session(CTX)
+
+    def elsewhere() -> str:
+        return session.submit("hi").result(timeout=WAIT).text
+
+    assert await asyncio.to_thread(elsewhere) == "from a thread"
+
+
+async def test_a_cancelled_run_handle_is_cancelled_and_the_session_moves_on() -> None:
+    gate = Gate("first", "second")
+    session = ReActAgent(FunctionModel(gate.respond)).session(CTX)
+    first = session.submit("one")
+    second = session.submit("two")
+    await gate.next_call()
+    second.cancel()  # still queued
+    first.cancel()  # running
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    with pytest.raises(asyncio.CancelledError):
+        await second
+    third = session.submit("three")
+    await gate.next_call()
+    gate.open()
+    assert (await asyncio.wait_for(third, WAIT)).text == "first"  # the gate's next answer
+
+
+# ---- the feed ----------------------------------------------------------------------------------------------
+
+
+def long_answer(deltas: int) -> ScriptedResponse:
+    return ScriptedResponse(text="x" * deltas, chunk_size=1)
+
+
+async def test_a_watcher_joining_mid_run_from_zero_sees_exactly_the_runs_items() -> None:
+    gate = Gate("answer")
+    agent = ReActAgent(FunctionModel(gate.respond))
+    session = agent.session(CTX)
+    early_items: list[Any] = []
+
+    async def early() -> None:
+        early_items.extend(await collect_until_result(session.watch(0), run.id))
+
+    run = session.submit("hi")
+    early_task = asyncio.ensure_future(early())
+    await gate.next_call()  # mid-run: a late watcher starts from 0
+    late = asyncio.ensure_future(collect_until_result(session.watch(0), run.id))
+    gate.open()
+    result = await asyncio.wait_for(run, WAIT)
+    late_items = await asyncio.wait_for(late, WAIT)
+    await asyncio.wait_for(early_task, WAIT)
+    seqs = [i.seq for i in late_items]
+    assert seqs == list(range(1, len(seqs) + 1))  # no gap, no duplicate
+    assert [(i.seq, i.kind, i.payload) for i in late_items] == [
+        (i.seq, i.kind, i.payload) for i in early_items
+    ]
+    events = [i.event for i in late_items if i.event is not None]
+    assert events[0].type == "run_started"
+    assert events[-1] == result
+    stored = [(f.seq, f.kind, f.payload) for f in await agent.facts(CTX)]
+    assert [(i.seq, i.kind, i.payload) for i in late_items] == stored[: len(late_items)]
+
+
+async def test_a_late_watcher_catches_up_from_the_log_through_a_small_ring() -> None:
+    agent = ReActAgent(ScriptedModel([long_answer(500)]))
+    session = agent.session(CTX)
+    feed = agent.keeper.feed(("u", "live"))
+    feed.capacity = 16  # a tiny ring: most of what a late watcher wants is only in the log
+    feed._ring = type(feed._ring)(maxlen=16)
+    run = session.submit("long")
+    await asyncio.wait_for(run, WAIT)
+    items = await collect_until_result(session.watch(0), run.id)
+    assert [i.seq for i in items] == list(range(1, len(items) + 1))
+    text = "".join(i.event.text for i in items if isinstance(i.event, TextDelta))
+    assert text == "x" * 500
+
+
+@pytest.mark.parametrize("policy", ["catch_up", "drop", "disconnect"])
+async def test_a_watcher_stalled_for_10000_items_keeps_memory_bounded(policy: Any) -> None:
+    store = MemoryStore()
+    feed = SessionFeed(store, CTX_KEY, capacity=256)
+    watcher = feed.watch(0, policy=policy)
+    lease = await store.acquire(CTX_KEY, "writer", 60)
+    assert lease is not None
+    first = await publish(feed, store, lease, 1, 1)
+    assert (await anext(watcher)).seq == first  # caught up, then it stalls
+    tracemalloc.start()
+    try:
+        baseline = tracemalloc.get_traced_memory()[0]
+        for start in range(2, 10_002, 500):
+            await publish(feed, store, lease, start, 500)
+        held = tracemalloc.get_traced_memory()[0] - baseline
+    finally:
+        tracemalloc.stop()
+    assert len(list(feed._ring)) <= 256
+    assert held < 2_000_000  # items the stalled watcher missed are not kept for it
+    if policy == "disconnect":
+        with pytest.raises(FeedLagError, match=r"fell \d+ items behind"):
+            await anext(watcher)
+        return
+    nxt = await anext(watcher)
+    if policy == "drop":
+        assert isinstance(nxt, FeedGap)
+        assert (nxt.first, nxt.missed) == (2, 10_000 - 256)  # told exactly what it missed
+        following = await anext(watcher)
+        assert isinstance(following, FeedItem)
+        assert following.seq == nxt.last + 1
+    else:
+        seqs = [nxt.seq] if isinstance(nxt, FeedItem) else []
+        while len(seqs) < 10_000:
+            item = await anext(watcher)
+            assert isinstance(item, FeedItem)
+            seqs.append(item.seq)
+        assert seqs == list(range(2, 10_002))  # all of it, from the log and then the ring
+    await watcher.aclose()
+
+
+CTX_KEY = ("u", "feed")
+
+
+async def publish(feed: SessionFeed, store: MemoryStore, lease: Any, first: int, count: int) -> int:
+    from rxagent.session import Fact
+
+    facts = [Fact("event", f'{{"n":{n}}}', "run") for n in range(first, first + count)]
+    feed.publish([FeedItem(first + i, f.kind, f.payload, f.run_id, f.at) for i, f in enumerate(facts)])
+    await store.append(lease, facts)
+    feed.durable(first + count - 1)
+    await asyncio.sleep(0)
+    return first
+
+
+async def test_a_watcher_leaving_never_stops_the_run() -> None:
+    agent = ReActAgent(ScriptedModel([ScriptedResponse(text="y" * 200, chunk_size=1, delay=0.001)]))
+    session = agent.session(CTX)
+    run = session.submit("go")
+    seen: list[FeedItem | FeedGap] = []
+    enough = asyncio.Event()
+
+    def on_item(item: FeedItem | FeedGap) -> None:
+        seen.append(item)
+        if len(seen) >= 20:
+            enough.set()
+
+    subscription = session.feed(0).subscribe(on_item)
+    await asyncio.wait_for(enough.wait(), WAIT)
+    subscription.dispose()
+    result = await asyncio.wait_for(run, WAIT)
+    assert (result.reason, result.text) == ("MODEL_STOP", "y" * 200)
+    assert agent.keeper.feed(("u", "live")).watchers == 0
+
+
+async def test_events_of_the_feed_are_the_runs_events() -> None:
+    agent = ReActAgent(ScriptedModel(["hello"]))
+    session = agent.session(CTX)
+    seen: list[AgentEvent | FeedGap] = []
+    subscription = session.events(0).subscribe(seen.append)
+    result = await asyncio.wait_for(session.submit("hi"), WAIT)
+    for _ in range(20):
+        if seen and seen[-1] == result:
+            break
+        await asyncio.sleep(0.01)
+    subscription.dispose()
+    assert seen[-1] == result
+    assert all(not isinstance(e, FeedGap) for e in seen)
+    types: Sequence[str] = [e.type for e in seen if not isinstance(e, FeedGap)]
+    assert types[0] == "run_started"
