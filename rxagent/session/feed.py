@@ -17,12 +17,14 @@ log from ``n`` in pages until it reaches what the ring holds, then the ring, the
 one cursor moves through all three, so the seams cannot skip or repeat an item.
 
 **Watchers never slow the run.** Publishing appends to one shared ring (bounded: ``capacity`` items)
-and wakes the watchers once per loop turn, however many items came and however many watch; each watcher
-reads at its own pace through its own cursor. Memory does not grow with the number of watchers nor with
-how far one falls behind. A watcher the ring has left behind follows its ``policy``: ``catch_up`` reads
-what it missed from the log (exactly, in pages), ``drop`` skips to the oldest item still held and says
-so with a :class:`FeedGap` (what it names is still in the log), ``disconnect`` ends its iteration with
-:class:`FeedLagError`. Stopping a watcher (leaving ``async for``, disposing) never stops a run.
+and wakes the watchers once per loop turn at most, and no more often than every ``interval`` (10 ms),
+however many items came; each watcher reads at its own pace through its own cursor, taking everything
+new at once (:meth:`SessionFeed.watch_batches` hands it over as one list). Memory does not grow with
+the number of watchers nor with how far one falls behind. A watcher the ring has left behind follows
+its ``policy``: ``catch_up`` reads what it missed from the log (exactly, in pages), ``drop`` skips to
+the oldest item still held and says so with a :class:`FeedGap` (what it names is still in the log),
+``disconnect`` ends its iteration with :class:`FeedLagError`. Stopping a watcher (leaving
+``async for``, disposing) never stops a run.
 
 **In-process and across processes.** Items published by a run in this process reach watchers at once,
 before they are durable; the log is read only for what the ring no longer holds. A session whose runs
@@ -33,6 +35,7 @@ there see the same items with the same numbers, as soon as they are durable.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -79,6 +82,10 @@ class FeedItem:
             self._event = event_from_json(self.payload)
         return self._event
 
+    def attach(self, event: AgentEvent) -> None:
+        """Give the item the event its payload encodes (so watchers in this process skip decoding it)."""
+        self._event = event
+
     def data(self) -> Any:
         """The payload, decoded."""
         return json.loads(self.payload)
@@ -114,10 +121,17 @@ class SessionFeed:
         key: the session.
         capacity: items the shared ring holds.
         page: facts read from the log at a time while catching up.
+        interval: seconds between two wakes of the watchers, at least.
     """
 
     def __init__(
-        self, store: SessionStore, key: SessionKey, *, capacity: int = 4096, page: int = 512
+        self,
+        store: SessionStore,
+        key: SessionKey,
+        *,
+        capacity: int = 4096,
+        page: int = 512,
+        interval: float = 0.010,
     ) -> None:
         if capacity < 1 or page < 1:
             raise ValueError("capacity and page must be at least 1")
@@ -128,8 +142,11 @@ class SessionFeed:
         self._ring: deque[FeedItem] = deque(maxlen=capacity)
         self._head = 0
         self._durable = 0
-        self._changed: asyncio.Future[None] | None = None
+        self._waiting: list[asyncio.Future[None]] = []
         self._wake_scheduled = False
+        self._last_wake = float("-inf")
+        self.interval = interval
+        """Seconds between two wakes of the watchers, at least (items that come sooner wait for it)."""
         self.watchers = 0
         """Watchers iterating now."""
 
@@ -158,32 +175,47 @@ class SessionFeed:
         self._wake()
 
     def publish(self, items: Sequence[FeedItem]) -> None:
-        """Add items (numbered right after the head, in order) and wake the watchers on the next turn."""
+        """Add items (numbered right after the head, in order) and wake the watchers soon."""
         for item in items:
             if item.seq != self._head + 1:
                 raise ValueError(f"feed item {item.seq} does not follow {self._head}")
             self._ring.append(item)
             self._head = item.seq
-        if items and not self._wake_scheduled:
-            self._wake_scheduled = True
-            asyncio.get_running_loop().call_soon(self._wake)
+        if items:
+            self._schedule()
 
     def durable(self, seq: int) -> None:
         """Everything up to ``seq`` is in the log now (a watcher catching up may read that far)."""
         if seq > self._durable:
             self._durable = seq
-            self._wake()
+            self._schedule()
+
+    def _schedule(self) -> None:
+        # Watchers wake on the next loop turn, but not more often than every `interval`: a stream of
+        # deltas a loop turn apart costs each watcher one wake per interval, not one per delta.
+        if self._wake_scheduled:
+            return
+        self._wake_scheduled = True
+        loop = asyncio.get_running_loop()
+        delay = self._last_wake + self.interval - loop.time()
+        if delay > 0:
+            loop.call_later(delay, self._wake)
+        else:
+            loop.call_soon(self._wake)
 
     def _wake(self) -> None:
         self._wake_scheduled = False
-        changed, self._changed = self._changed, None
-        if changed is not None and not changed.done():
-            changed.set_result(None)
+        self._last_wake = asyncio.get_running_loop().time()
+        waiting, self._waiting = self._waiting, []
+        for waiter in waiting:
+            if not waiter.done():
+                waiter.set_result(None)
 
     async def _next_change(self) -> None:
-        if self._changed is None:
-            self._changed = asyncio.get_running_loop().create_future()
-        await asyncio.shield(self._changed)  # one watcher leaving must not cancel the others' wait
+        # A future per watcher: one watcher leaving (its wait cancelled) must not cancel the others'.
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiting.append(waiter)
+        await waiter
 
     async def watch(
         self, after: int = 0, *, policy: FeedPolicy = "catch_up"
@@ -193,6 +225,18 @@ class SessionFeed:
         Raises:
             FeedLagError: ``policy="disconnect"`` and the watcher fell behind what the feed holds.
         """
+        async for batch in self.watch_batches(after, policy=policy):
+            if isinstance(batch, FeedGap):
+                yield batch
+                continue
+            for item in batch:
+                yield item
+
+    async def watch_batches(
+        self, after: int = 0, *, policy: FeedPolicy = "catch_up"
+    ) -> AsyncIterator[list[FeedItem] | FeedGap]:
+        """:meth:`watch`, in batches: everything new at each wake as one list (what a server writes to a
+        client in one go; a watcher's cost then grows with its wakes, not with the items)."""
         if policy not in ("catch_up", "drop", "disconnect"):
             raise ValueError(f"policy must be catch_up, drop or disconnect, not {policy!r}")
         cursor = max(0, after)
@@ -200,7 +244,8 @@ class SessionFeed:
         self.watchers += 1
         try:
             while True:
-                oldest = self._ring[0].seq if self._ring else self._head + 1
+                ring = self._ring
+                oldest = ring[0].seq if ring else self._head + 1
                 if cursor + 1 < oldest:  # what it wants next is no longer in the ring
                     if caught_up and policy == "disconnect":
                         behind = oldest - cursor - 1
@@ -213,21 +258,19 @@ class SessionFeed:
                     if upto <= cursor:
                         await self._next_change()  # what it needs is still on its way to the log
                         continue
-                    for fact in await self.store.read(
-                        self.key, after=cursor, limit=min(self.page, upto - cursor)
-                    ):
-                        yield FeedItem.of(fact)
-                        cursor = fact.seq
+                    limit = min(self.page, upto - cursor)
+                    facts = await self.store.read(self.key, after=cursor, limit=limit)
+                    if facts:
+                        cursor = facts[-1].seq
+                        yield [FeedItem.of(fact) for fact in facts]
                     continue
                 caught_up = True
-                start = cursor + 1 - oldest
-                if start < len(self._ring):
-                    for item in [
-                        self._ring[i] for i in range(start, min(len(self._ring), start + self.page))
-                    ]:
-                        if item.seq > cursor:  # (the ring may have moved on while an item was delivered)
-                            yield item
-                            cursor = item.seq
+                new = self._head - cursor
+                if new > 0:  # the newest items, taken from the ring's right end: O(new), not O(ring)
+                    batch = list(itertools.islice(reversed(ring), new))
+                    batch.reverse()
+                    cursor = batch[-1].seq
+                    yield batch
                     continue
                 await self._next_change()
         finally:

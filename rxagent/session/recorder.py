@@ -100,7 +100,7 @@ class Recorder:
         """Queue one of the run's events (the feed gets it at once; the log with the next flush, which
         starts by itself once enough has piled up)."""
         self._capture()
-        self._enqueue([Fact("event", event_to_json(event), self.run_id)])
+        self._enqueue([Fact("event", event_to_json(event), self.run_id)], event)
         if len(self._queue) >= _FLUSH_AT and self._background is None:
             self._background = start_task(asyncio.get_running_loop(), self._flush_queued(), "rxagent.record")
 
@@ -117,16 +117,17 @@ class Recorder:
         self._enqueue(changes)
         self._answered |= answered
 
-    def _enqueue(self, facts: Sequence[Fact]) -> None:
+    def _enqueue(self, facts: Sequence[Fact], event: AgentEvent | None = None) -> None:
         if not facts:
             return
         first = self._next
         self._queue.extend(facts)
         self._next += len(facts)
         if self.feed is not None:
-            self.feed.publish(
-                [FeedItem(first + i, f.kind, f.payload, f.run_id, f.at) for i, f in enumerate(facts)]
-            )
+            items = [FeedItem(first + i, f.kind, f.payload, f.run_id, f.at) for i, f in enumerate(facts)]
+            if event is not None:  # watchers in this process get the event itself, not JSON to parse
+                items[-1].attach(event)
+            self.feed.publish(items)
 
     async def flush(self, *facts: Fact) -> None:
         """Append what is queued, the state's changes since, then ``facts``: one atomic append.
