@@ -114,6 +114,24 @@ class EventHeader:
     time: float = field(default_factory=time.time)
     parent_run_id: str | None = None
 
+    # ---- notebook display (rxagent.notebook renders; imported on first use) -------------------------
+
+    def _repr_html_(self) -> str:
+        from rxagent.notebook import html_of
+
+        return html_of(self)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        from rxagent.notebook import text_of
+
+        printer.text(text_of(self))
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # IPython's text form prefers a class's own __repr__ (which @dataclass writes for every event
+        # class) to an inherited _repr_pretty_, so each event class gets the hook in its own namespace.
+        # No super() call: slotted dataclasses are rebuilt, and a zero-argument super() then fails.
+        cls._repr_pretty_ = EventHeader._repr_pretty_
+
 
 @dataclass(slots=True, kw_only=True)
 class RunStarted(EventHeader):

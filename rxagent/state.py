@@ -6,7 +6,7 @@ is what keeps it: the state is the log's projection.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, JsonValue
 
@@ -64,3 +64,15 @@ class AgentState(BaseModel):
         self.messages.append(message)
         self.partial_results = []
         return message
+
+    # ---- notebook display (rxagent.notebook renders; imported on first use) -------------------------
+
+    def _repr_html_(self) -> str:
+        from rxagent.notebook import html_of
+
+        return html_of(self)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        from rxagent.notebook import text_of
+
+        printer.text(text_of(self))

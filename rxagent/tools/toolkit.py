@@ -254,6 +254,18 @@ class Toolkit:
             shared_presets=dict(shared_presets or {}),
         )
 
+    # ---- notebook display (rxagent.notebook renders; imported on first use) -------------------------
+
+    def _repr_html_(self) -> str:
+        from rxagent.notebook import html_of
+
+        return html_of(self)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        from rxagent.notebook import text_of
+
+        printer.text(text_of(self))
+
     def _snapshot(self) -> Mapping[str, _Entry]:
         return self._entries
 
