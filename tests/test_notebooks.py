@@ -1,8 +1,14 @@
-"""The notebooks run, top to bottom, on a real kernel: they are documentation that cannot rot."""
+"""The notebooks run, top to bottom, on a real kernel: they are documentation that cannot rot.
+
+Their outputs are checked, not only produced: cells the tests read are tagged (cell metadata ``tags``).
+Only what rxagent guarantees is asserted about the embedded model's runs, never what it answers.
+"""
 
 from __future__ import annotations
 
 import re
+import shutil
+import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
@@ -11,34 +17,126 @@ import pytest
 from nbclient import NotebookClient
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+SVG = "{http://www.w3.org/2000/svg}"
 
 
-def outputs_text(notebook: Any) -> str:
-    parts: list[str] = []
-    for cell in notebook.cells:
-        for output in cell.get("outputs", []):
-            if output.get("output_type") == "stream":
-                parts.append(output["text"])
-            for value in output.get("data", {}).values():
-                parts.append(str(value))
-    return "\n".join(parts)
+def execute(name: str) -> Any:
+    notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
+    NotebookClient(
+        notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}
+    ).execute()
+    errors = [o for c in notebook.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    assert not errors, errors
+    return notebook
+
+
+def tagged(notebook: Any, tag: str) -> list[Any]:
+    """The outputs of the cell tagged ``tag``."""
+    [cell] = [c for c in notebook.cells if tag in c.get("metadata", {}).get("tags", [])]
+    return list(cell.get("outputs", []))
+
+
+def plain(notebook: Any, tag: str) -> str:
+    """The text a plain front end shows for the cell tagged ``tag`` (printed text and text/plain)."""
+    return "\n".join(
+        o["text"] if o.get("output_type") == "stream" else str(o.get("data", {}).get("text/plain", ""))
+        for o in tagged(notebook, tag)
+    )
+
+
+def svg_of(notebook: Any, tag: str) -> str:
+    [picture] = [
+        o["data"]["image/svg+xml"] for o in tagged(notebook, tag) if "image/svg+xml" in o.get("data", {})
+    ]
+    return str(picture)
+
+
+def bars(svg: str, kind: str) -> list[ET.Element]:
+    root = ET.fromstring(svg)
+    return [e for e in root.iter(f"{SVG}rect") if e.get("class") == "rxa-bar" and e.get("data-kind") == kind]
 
 
 @pytest.mark.llm
 def test_quickstart_notebook_runs_with_the_scripted_and_the_embedded_model() -> None:
-    path = NOTEBOOKS / "01_quickstart.ipynb"
-    notebook = nbformat.read(path, as_version=4)
-    NotebookClient(
-        notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}
-    ).execute()
-    text = outputs_text(notebook)
-    assert "⚙ weather({'city': 'Oslo'})" in text
-    assert "→ Oslo: 14 °C, light rain" in text
-    assert "→ 17" in text
-    assert "[MODEL_STOP] 2 step(s)" in text
-    assert "assistant: It is 14 °C with light rain in Oslo" in text
+    notebook = execute("01_quickstart.ipynb")
+    # the live view drew each run into one output area, updated in place to the final frame
+    [live] = tagged(notebook, "live-scripted")
+    assert live["output_type"] == "display_data"
+    assert set(live["data"]) == {"text/plain", "text/html"}
+    final = live["data"]["text/plain"]
+    assert final.startswith("✓ finished · MODEL_STOP")
+    assert '⚙ weather({"city": "Oslo"})  [ok · ' in final
+    assert "→ weather [ok] Oslo: 14 °C, light rain" in final
+    assert "→ add [ok] 17" in final
+    assert "assistant: It is 14 °C with light rain in Oslo; 3 degrees warmer would be 17 °C." in final
+    assert "AgentResult MODEL_STOP · 2 iteration(s) · 2 model call(s)" in final
+    assert "Oslo: 14 °C, light rain" in live["data"]["text/html"]
+    # the result and the session display richly
+    assert plain(notebook, "result").startswith("AgentResult MODEL_STOP · 2 iteration(s)")
+    transcript = plain(notebook, "transcript")
+    assert transcript.startswith("AgentState: 4 message(s)")
+    assert "assistant: It is 14 °C with light rain in Oslo" in transcript
+    # a call waiting for approval, shown with buttons, then approved
+    asking, panel = tagged(notebook, "approvals")
+    assert asking["data"]["text/plain"].startswith("✓ finished · PERMISSION_ASKING")
+    assert "[awaiting approval · weather lookups cost money]" in asking["data"]["text/plain"]
+    assert "application/vnd.jupyter.widget-view+json" in panel["data"]
+    approved = plain(notebook, "approved")
+    assert approved.startswith("AgentResult MODEL_STOP")
+    assert "Bergen: 14 °C, light rain — take an umbrella." in approved
     # The embedded model: its forced first step calls the tool (first_tool_choice="required"); what it does
     # next is its own choice (answer, call again, or say nothing), so any ending reason will do.
-    local_part = text.split("⚙ add(", 1)[-1]
-    assert "⚙ add(" in text
-    assert re.search(r"\[(MODEL_STOP|MAX_ITERATIONS|NO_ANSWER)\] \d+ step\(s\)", local_part)
+    [local] = tagged(notebook, "live-local")
+    local_final = local["data"]["text/plain"]
+    assert local_final.startswith("✓ finished · ")
+    assert "⚙ add(" in local_final
+    assert re.search(r"AgentResult (MODEL_STOP|MAX_ITERATIONS|NO_ANSWER) · \d+ iteration", local_final)
+
+
+@pytest.mark.llm
+def test_timelines_notebook_draws_one_bar_per_call_and_saves_the_pictures() -> None:
+    notebook = execute("05_timelines.ipynb")
+    # the scripted run: two steps of tools (three fetches at once, then one summary), three model calls
+    scripted = svg_of(notebook, "scripted-timeline")
+    assert len(bars(scripted, "model")) == 3
+    tool_bars = bars(scripted, "tool")
+    assert len(tool_bars) == 4
+    assert sorted(int(bar.get("data-lane") or -1) for bar in tool_bars) == [
+        0,
+        0,
+        1,
+        2,
+    ]  # the fetches overlapped
+    assert "model calls: 3 | tool calls: 4" in plain(notebook, "scripted-spans")
+    steps = [
+        g
+        for g in ET.fromstring(svg_of(notebook, "scripted-usage")).iter(f"{SVG}g")
+        if g.get("class") == "rxa-step"
+    ]
+    assert len(steps) == 3
+    transcript = plain(notebook, "scripted-transcript")
+    assert transcript.rstrip().endswith("assistant: The three pages are all about rxagent.")
+    # the pictures were saved: the file holds the picture shown inline
+    saved = Path(plain(notebook, "saved").strip())
+    try:
+        assert saved.read_text(encoding="utf-8") == scripted
+        assert (saved.parent / "parallel-tools-tokens.svg").read_text(encoding="utf-8") == svg_of(
+            notebook, "scripted-usage"
+        )
+    finally:
+        shutil.rmtree(saved.parent)
+    # the embedded model: one bar per call it made, whatever it chose to do
+    counts = re.search(r"model calls: (\d+) \| tool calls: (\d+)", plain(notebook, "local-counts"))
+    assert counts is not None
+    model_calls, tool_calls = int(counts.group(1)), int(counts.group(2))
+    local = svg_of(notebook, "local-timeline")
+    assert len(bars(local, "model")) == model_calls >= 1
+    assert len(bars(local, "tool")) == tool_calls >= 1  # its first step was forced to call the calculator
+    local_steps = ET.fromstring(svg_of(notebook, "local-usage")).iter(f"{SVG}g")
+    assert len([g for g in local_steps if g.get("class") == "rxa-step"]) == model_calls
+    # the transcript holds the run's answer
+    reason, answer = plain(notebook, "local-answer").rstrip("\n").split(" | ", 1)
+    assert reason in {"MODEL_STOP", "MAX_ITERATIONS", "NO_ANSWER"}
+    local_transcript = plain(notebook, "local-transcript")
+    assert local_transcript.startswith("AgentState: ")
+    assert answer in local_transcript

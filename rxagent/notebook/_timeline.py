@@ -23,7 +23,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 from rxagent.events import (
     AgentEvent,
@@ -401,6 +401,12 @@ class Timeline:
     def _repr_svg_(self) -> str:
         return self.svg()
 
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(
+            f"Timeline: {len(self.model_calls)} model call(s), {len(self.tool_calls)} tool call(s) over "
+            f"{self.end - self.origin:.3f} s; lanes: model {self.lanes('model')}, tools {self.lanes('tool')}"
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class StepUsage:
@@ -507,3 +513,10 @@ class UsageChart:
 
     def _repr_svg_(self) -> str:
         return self.svg()
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        tokens_in = sum(s.usage.input_tokens for s in self.steps)
+        tokens_out = sum(s.usage.output_tokens for s in self.steps)
+        printer.text(
+            f"UsageChart: {len(self.steps)} model call(s), {tokens_in} input / {tokens_out} output tokens"
+        )

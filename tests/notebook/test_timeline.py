@@ -247,9 +247,15 @@ def test_pictures_save_to_files_and_display_inline(tmp_path: Path) -> None:
     assert saved.read_text(encoding="utf-8") == picture.svg()
     assert chart.save(tmp_path / "tokens.svg").read_text(encoding="utf-8") == chart.svg()
     formatter = InteractiveShell.instance().display_formatter
+    texts: list[str] = []
     for subject in (picture, chart):
         bundle, _ = formatter.format(subject)
         assert bundle["image/svg+xml"] == subject.svg()
+        texts.append(bundle["text/plain"])
+    assert texts == [
+        "Timeline: 1 model call(s), 3 tool call(s) over 4.000 s; lanes: model 1, tools 2",
+        "UsageChart: 1 model call(s), 40 input / 10 output tokens",
+    ]
 
 
 def test_bad_input_is_refused_clearly() -> None:
