@@ -54,6 +54,7 @@ from rxagent.events import (
 from rxagent.messages import Msg
 from rxagent.notebook._markup import clip, esc, visible
 from rxagent.notebook._views import message_html, message_text, result_html, result_text
+from rxagent.operators import to_async_iterator
 
 __all__ = ["Cancellable", "DisplayTarget", "Frame", "RunView", "Throttle", "live"]
 
@@ -420,22 +421,18 @@ async def live(
     max_buffer: int = 256,
 ) -> AgentResult:
     """Implementation of :func:`rxagent.notebook.live`, where the contract is documented."""
-    from rxagent.operators import to_async_iterator
-
     if max_buffer < 1:
         raise ValueError(f"max_buffer must be at least 1, got {max_buffer!r}")
     view = RunView()
-    drawn = target if target is not None else None
-
-    def draw() -> None:
-        assert drawn is not None
-        drawn.update(view.frame())
-
-    throttle = Throttle(draw, interval=interval, clock=clock, call_later=call_later)
-    if drawn is None:
-        drawn = _notebook_target(view.frame())
+    # Settings are checked (by the throttle) before anything is drawn: a refused call leaves no output.
+    throttle = Throttle(
+        lambda: surface.update(view.frame()), interval=interval, clock=clock, call_later=call_later
+    )
+    if target is None:
+        surface = _notebook_target(view.frame())
     else:
-        drawn.update(view.frame())
+        surface = target
+        surface.update(view.frame())
     try:
         async with contextlib.aclosing(to_async_iterator(events, max_buffer=max_buffer)) as stream:
             async for event in stream:
@@ -451,7 +448,7 @@ async def live(
         view.finish("finished")
     finally:
         throttle.close()
-        drawn.update(view.frame())
+        surface.update(view.frame())
     if view.result is None:
         raise LookupError("the event stream completed without an AgentResult")
     return view.result

@@ -242,9 +242,11 @@ async def test_bad_settings_are_refused_before_the_run_starts(
 ) -> None:
     model = ScriptedModel(["unused"])
     agent = ReActAgent(model)
+    target = Recorder()
     with pytest.raises(ValueError, match=message):
-        await live(agent.stream_events("hi"), target=Recorder(), **arguments)  # type: ignore[arg-type]
+        await live(agent.stream_events("hi"), target=target, **arguments)  # type: ignore[arg-type]
     assert model.requests == []
+    assert target.frames == []  # nothing drawn either
 
 
 def test_the_throttle_draws_at_most_once_per_interval_and_flushes_the_last_change() -> None:
