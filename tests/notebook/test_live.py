@@ -211,10 +211,10 @@ async def test_cancelling_the_cell_disposes_the_run_and_says_so() -> None:
     await asyncio.wait_for(cancelled.wait(), 5)  # the model call was cancelled
     assert target.last.text.startswith("■ cancelled")
     assert not timers.live()
-    # the session was released unsaved: the next run on it starts at once
+    # the session was released (keeping the cancelled run's input): the next run on it starts at once
     second = await asyncio.wait_for(agent.call("again"), 5)
     assert second.text == "second answer"
-    assert [m.text for m in (await agent.state()).messages] == ["again", "second answer"]
+    assert [m.text for m in (await agent.state()).messages] == ["hi", "again", "second answer"]
 
 
 async def test_a_stream_without_a_result_is_an_error_after_drawing_what_came() -> None:
