@@ -238,3 +238,9 @@ async def test_the_snippet_stays_one_decision_per_call_whatever_the_model_wrote(
     # and the widget shows the hostile call as text
     rows = panel.widget().children[1]
     assert shown in assert_safe(rows.children[0].value).text
+
+
+def test_a_panel_is_made_inside_the_running_loop_it_resumes_runs_on() -> None:
+    agent, _ = refund_agent()
+    with pytest.raises(RuntimeError, match="no running event loop"):
+        ApprovalPanel(agent, (), CTX)
