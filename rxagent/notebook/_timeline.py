@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
+from rxagent.chunks import Usage
 from rxagent.events import (
     AgentEvent,
     EventHeader,
@@ -36,7 +37,6 @@ from rxagent.events import (
     ToolResult,
     ToolSuspended,
 )
-from rxagent.model.types import Usage
 from rxagent.notebook._markup import esc
 
 __all__ = ["Retry", "Span", "SpanKind", "StepUsage", "Timeline", "UsageChart"]

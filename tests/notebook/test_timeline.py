@@ -12,6 +12,7 @@ from IPython.core.interactiveshell import InteractiveShell
 
 from rxagent import Msg, ScriptedModel, ScriptedResponse, ScriptedToolCall, TextBlock
 from rxagent.agent import ReActAgent
+from rxagent.chunks import Usage
 from rxagent.events import (
     AgentEvent,
     ModelCallFinished,
@@ -25,7 +26,6 @@ from rxagent.events import (
     event_to_json,
 )
 from rxagent.messages import ToolResultBlock, ToolUseBlock
-from rxagent.model.types import Usage
 from rxagent.notebook import Timeline, UsageChart, timeline, usage_chart
 from rxagent.operators import to_list
 from rxagent.retry import RetryPolicy

@@ -12,6 +12,7 @@ from pydantic import BaseModel
 
 from rxagent import Msg, ScriptedModel, ScriptedResponse, ScriptedToolCall, TextBlock, ThinkingBlock
 from rxagent.agent import ReActAgent
+from rxagent.chunks import Usage
 from rxagent.events import (
     AgentResult,
     ContextCompressed,
@@ -37,7 +38,6 @@ from rxagent.events import (
     UsageTotals,
 )
 from rxagent.messages import ToolResultBlock, ToolUseBlock
-from rxagent.model.types import Usage
 from rxagent.notebook import html_of, text_of
 from rxagent.operators import to_list
 from rxagent.state import AgentState, PendingCall
