@@ -40,6 +40,7 @@ from rxagent.events import (
     PhaseChanged,
     RetryScheduled,
     RunStarted,
+    StepNote,
     TextDelta,
     ThinkingDelta,
     ToolCallArgumentsDelta,
@@ -109,6 +110,7 @@ class _Call:
     status: str
     arguments: list[str] = field(default_factory=lambda: [])
     progress: str = ""
+    done: bool = False
 
 
 class RunView:
@@ -169,6 +171,12 @@ class RunView:
                     self._writing.clear()
                     for call in event.message.tool_calls:
                         self._calls[call.id] = _Call(call.name, "queued")
+                # A result can arrive without a ToolResult event (a custom step refused the call, or
+                # the result was sent in): the tool message is then the only news of it.
+                for result in event.message.tool_results:
+                    call = self._call(result.tool_use_id, result.name)
+                    if not call.done:
+                        call.status, call.progress, call.done = result.status, "", True
             case ToolExecutionStarted():
                 self._call(event.call.id, event.call.name).status = "running"
             case ToolProgress():
@@ -184,7 +192,7 @@ class RunView:
             case ToolResult():
                 call = self._call(event.result.tool_use_id, event.result.name)
                 call.status = f"{event.result.status} · {event.duration_s:.2f} s"
-                call.progress = ""
+                call.progress, call.done = "", True
             case RunStarted():
                 self.messages.extend(event.input)
             case PhaseChanged():
@@ -197,6 +205,8 @@ class RunView:
                 )
             case ErrorEvent():
                 self._notices.append(f"{event.error_type}: {clip(event.message, 300)[0]}")
+            case StepNote():  # a custom step's plan item or verdict
+                self._notices.append(f"{event.source}: {clip(event.text, 300)[0]}")
             case AgentResult():
                 self.result = event
                 self.usage = event.usage

@@ -32,6 +32,7 @@ from rxagent.events import (
     RetryScheduled,
     RunReason,
     RunStarted,
+    StepNote,
     TextDelta,
     ThinkingDelta,
     ToolCallArgumentsDelta,
@@ -403,6 +404,8 @@ def event_summary(event: EventHeader) -> str:
             text = f"{event.tool} gave the same result {event.count} times"
         case ErrorEvent():
             text = f"{event.error_type}: {event.message}"
+        case StepNote():
+            text = f"{event.source}: {event.text}"
         case ToolResultsEvicted():
             text = (
                 f"{len(event.call_ids)} result(s) of {', '.join(event.tools)} evicted, "

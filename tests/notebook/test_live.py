@@ -309,3 +309,30 @@ async def test_a_run_view_fed_by_hand_shows_two_runs_of_a_session_in_one_transcr
     bundle, _ = InteractiveShell.instance().display_formatter.format(view)
     assert bundle["text/plain"] == view.text()
     assert assert_safe(bundle["text/html"]).text.count("answer") == 2
+
+
+async def test_a_custom_steps_notes_show_in_the_live_view() -> None:
+    from collections.abc import Sequence
+
+    from rxagent.agent import Act, RunState
+    from rxagent.agent.recipes import Verdict, reviewed
+    from rxagent.messages import ToolUseBlock
+
+    @tool
+    def delete(path: str) -> str:
+        """Delete a file."""
+        return "deleted"
+
+    async def reviewer(calls: Sequence[ToolUseBlock], run: RunState) -> list[Verdict]:
+        return [Verdict(call.id, approve=False, reason="never delete") for call in calls]
+
+    model = ScriptedModel(
+        [ScriptedResponse(tool_calls=[ScriptedToolCall("delete", {"path": "/etc"}, id="d1")]), "I did not."]
+    )
+    agent = ReActAgent(model, Toolkit([delete]), steps={Act: reviewed(reviewer)})
+    target = Recorder()
+    result = await live(agent.stream_events("delete /etc"), target=target, call_later=Timers())
+    assert result.text == "I did not."
+    notes = [line for line in target.last.text.splitlines() if line.startswith("reviewer: ")]
+    assert notes == ["reviewer: rejected delete"]
+    assert '⚙ delete({"path": "/etc"})  [denied]' in target.last.text

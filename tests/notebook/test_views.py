@@ -24,6 +24,7 @@ from rxagent.events import (
     RepeatGuardTriggered,
     RetryScheduled,
     RunStarted,
+    StepNote,
     TextDelta,
     ThinkingDelta,
     ToolCallArgumentsDelta,
@@ -85,6 +86,7 @@ def hostile_events(text: str) -> list[Any]:
         RetryScheduled(**HEAD, retry_number=1, delay_s=0.5, error=text, budget_remaining=3),
         RepeatGuardTriggered(**HEAD, tool=text, arguments={text: text}, count=3),
         ErrorEvent(**HEAD, error_type=text, message=text),
+        StepNote(**HEAD, source=text, text=text, data={text: text}),
         ToolResultsEvicted(
             **HEAD,
             message_ids=[text],
