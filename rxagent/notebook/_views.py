@@ -504,19 +504,22 @@ def _toolkit_rows(toolkit: Toolkit) -> list[tuple[str, str, list[str], Mapping[s
         availability = shown.resolve(name)
         if not isinstance(availability, ResolvedTool):
             flags.append("disabled" if availability.why == "disabled" else "group inactive")
-        if tool.groups:
-            flags.append("groups: " + ", ".join(sorted(tool.groups)))
+        traits = tool.traits
+        if traits.groups:
+            flags.append("groups: " + ", ".join(sorted(traits.groups)))
         if isinstance(resolved, ResolvedTool) and resolved.presets:
             flags.append("preset: " + ", ".join(sorted(resolved.presets)))  # names only: values may be secret
         for flag, on in (
-            ("concurrency-safe", tool.concurrency_safe),
-            ("return-direct", tool.return_direct),
-            ("external", tool.external),
+            ("concurrency-safe", traits.concurrency_safe),
+            ("return-direct", traits.return_direct),
+            ("external", traits.external),
+            ("idempotent", traits.idempotent),
+            ("read-only", traits.read_only),
         ):
             if on:
                 flags.append(flag)
-        if tool.timeout is not None:
-            flags.append(f"timeout {tool.timeout:g} s")
+        if traits.timeout is not None:
+            flags.append(f"timeout {traits.timeout:g} s")
         rows.append((name, tool.description, flags, schema.parameters))
     return rows
 

@@ -296,7 +296,7 @@ def test_a_toolkit_shows_its_tools_flags_and_parameters_without_preset_values() 
         """Delete everything."""
         return "gone"
 
-    @tool(groups=["admin"])
+    @tool(groups=["admin"], read_only=True)
     def audit(day: str) -> str:
         """Read the audit log."""
         return day
@@ -331,7 +331,7 @@ def test_a_toolkit_shows_its_tools_flags_and_parameters_without_preset_values() 
         "Toolkit: 3 tool(s)",
         "  search(query: string, limit?: integer)  [preset: api_key, concurrency-safe] — Search the web.",
         "  wipe()  [disabled] — Delete everything.",
-        "  audit(day: string)  [group inactive, groups: admin] — Read the audit log.",
+        "  audit(day: string)  [group inactive, groups: admin, read-only] — Read the audit log.",
     ]
 
 
