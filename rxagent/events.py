@@ -22,12 +22,14 @@ A nested run that its parent cancels (a dispose or an interrupt of the parent) e
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Annotated, Any, Literal, TypeAlias
 
-from pydantic import Field, JsonValue, TypeAdapter
+from pydantic import Field, JsonValue, TypeAdapter, ValidationError
+from pydantic_core import PydanticSerializationError
 
 from rxagent.chunks import Usage
 from rxagent.messages import Msg, ToolResultBlock, ToolUseBlock
@@ -495,8 +497,16 @@ def _adapter() -> TypeAdapter[AgentEvent]:
 
 
 def event_to_json(event: AgentEvent) -> str:
-    """The event as a JSON object string (``type`` included)."""
-    return _adapter().dump_json(event).decode()
+    """The event as a JSON object string (``type`` included).
+
+    Text holding a lone surrogate (a delta that cut an emoji's pair in two, as some servers send) cannot
+    be UTF-8; it is written with ``\\u`` escapes instead, which read back as the same text.
+    """
+    adapter = _adapter()
+    try:
+        return adapter.dump_json(event).decode()
+    except PydanticSerializationError:
+        return json.dumps(adapter.dump_python(event, mode="json"))
 
 
 def event_from_json(data: str | bytes) -> AgentEvent:
@@ -505,5 +515,15 @@ def event_from_json(data: str | bytes) -> AgentEvent:
     Raises:
         pydantic.ValidationError: ``data`` is not the JSON of an event.
     """
-    event: AgentEvent = _adapter().validate_json(data)
+    adapter = _adapter()
+    try:
+        event: AgentEvent = adapter.validate_json(data)
+    except ValidationError as error:
+        # pydantic's parser refuses a lone surrogate's escape, which event_to_json may write: read the
+        # JSON with the standard library, then validate (a real validation error is raised again).
+        try:
+            decoded = json.loads(data)
+        except ValueError:
+            raise error from None
+        event = adapter.validate_python(decoded)
     return event

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import uuid
 import weakref
 from collections.abc import Callable
@@ -32,6 +33,7 @@ __all__ = [
     "ToolResultStatus",
     "ToolUseBlock",
     "ToolUseState",
+    "mend_surrogates",
     "new_id",
 ]
 
@@ -48,6 +50,25 @@ ToolResultStatus: TypeAlias = Literal["ok", "error", "denied", "interrupted"]
 
 _ID_BASE = uuid.uuid4().hex[:12]
 _id_counter = itertools.count(int.from_bytes(os.urandom(4), "big"))
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def mend_surrogates(text: str) -> str:
+    """``text`` with each surrogate pair made the one character it stands for.
+
+    A server that streams UTF-16-minded JSON may cut an emoji's pair across two deltas; joined, the halves
+    are two code points that no UTF-8 encoder takes. Mended, they are the emoji; a half with no partner
+    stays as it is (it is written with a ``\\u`` escape wherever JSON is written).
+
+    Example:
+        >>> mend_surrogates("smile \ud83d\ude00") == "smile 😀"
+        True
+    """
+    if _SURROGATE.search(text) is None:
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
 
 
 def new_id(prefix: str) -> str:

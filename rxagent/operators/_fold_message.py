@@ -17,7 +17,15 @@ from reactivex import Observable
 from reactivex import operators as ops
 
 from rxagent.chunks import ChatChunk, FinishReason, ToolCallDelta, Usage
-from rxagent.messages import ContentBlock, Msg, TextBlock, ThinkingBlock, ToolUseBlock, new_id
+from rxagent.messages import (
+    ContentBlock,
+    Msg,
+    TextBlock,
+    ThinkingBlock,
+    ToolUseBlock,
+    mend_surrogates,
+    new_id,
+)
 from rxagent.operators._typing import Operator
 
 __all__ = ["MessageFold", "fold_message"]
@@ -183,9 +191,10 @@ class MessageFold:
     def _blocks(self, *, final: bool) -> tuple[ContentBlock, ...]:
         blocks: list[ContentBlock] = []
         if self._thinking:
-            blocks.append(ThinkingBlock.model_construct(thinking="".join(self._thinking), signature=None))
+            thinking = mend_surrogates("".join(self._thinking))
+            blocks.append(ThinkingBlock.model_construct(thinking=thinking, signature=None))
         if self._text:
-            blocks.append(TextBlock.model_construct(text="".join(self._text)))
+            blocks.append(TextBlock.model_construct(text=mend_surrogates("".join(self._text))))
         blocks.extend(call.block(self.finish_reason, final=final) for call in self._calls)
         return tuple(blocks)
 

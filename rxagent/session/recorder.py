@@ -26,7 +26,8 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import JsonValue, TypeAdapter
+from pydantic import BaseModel, JsonValue
+from pydantic_core import PydanticSerializationError
 
 from rxagent.events import AgentEvent, event_to_json
 from rxagent.messages import Msg, ToolResultBlock, ToolUseBlock
@@ -35,12 +36,10 @@ from rxagent.session.facts import Fact, FactKind
 from rxagent.session.feed import FeedItem, SessionFeed
 from rxagent.session.projection import Projection
 from rxagent.session.store import Lease, LeaseLostError, SessionStore
-from rxagent.state import AgentState, PendingCall
+from rxagent.state import AgentState
 
 __all__ = ["Recorder", "fact", "message_fact", "seed_session"]
 
-_PENDING = TypeAdapter(list[PendingCall])
-_RESULTS = TypeAdapter(list[ToolResultBlock])
 _TAIL = 4
 _FLUSH_AT = 256
 """Queued facts (recorded events, mostly) that start a flush in the background."""
@@ -55,7 +54,16 @@ def fact(kind: FactKind, data: dict[str, JsonValue], run_id: str | None = None) 
 
 def message_fact(kind: FactKind, message: Msg, run_id: str | None) -> Fact:
     """A ``message`` or ``message_replaced`` fact (the message encoded once, by pydantic)."""
-    return Fact(kind, f'{{"message":{message.model_dump_json()}}}', run_id)
+    return Fact(kind, f'{{"message":{json_of(message)}}}', run_id)
+
+
+def json_of(model: BaseModel) -> str:
+    """``model`` as JSON text; text with a lone surrogate (half an emoji's pair, as some servers stream)
+    is written with ``\\u`` escapes, which read back as the same text, instead of failing the run."""
+    try:
+        return model.model_dump_json()
+    except PydanticSerializationError:
+        return json.dumps(model.model_dump(mode="json"))
 
 
 class Recorder:
@@ -169,11 +177,11 @@ class Recorder:
     async def dispatched(self, call: ToolUseBlock) -> None:
         """Record that ``call`` is about to run (with everything before it), before its body starts."""
         self.projection.uncertain[call.id] = call
-        await self.flush(Fact("tool_dispatched", f'{{"call":{call.model_dump_json()}}}', self.run_id))
+        await self.flush(Fact("tool_dispatched", f'{{"call":{json_of(call)}}}', self.run_id))
 
     async def finished(self, result: ToolResultBlock) -> None:
         """Record ``result`` as soon as its call finished."""
-        await self.flush(Fact("tool_result", f'{{"result":{result.model_dump_json()}}}', self.run_id))
+        await self.flush(Fact("tool_result", f'{{"result":{json_of(result)}}}', self.run_id))
         self.projection.uncertain.pop(result.tool_use_id, None)
         recorded = self._snapshot.partial
         if all(r.tool_use_id != result.tool_use_id for r in recorded):
@@ -255,13 +263,13 @@ class _Snapshot:
             answered.update(r.tool_use_id for r in message.tool_results)
         pending = state.pending
         if pending != self.pending:
-            facts.append(Fact("pending", f'{{"pending":{_PENDING.dump_json(pending).decode()}}}', run_id))
+            encoded = "[" + ",".join(json_of(p) for p in pending) + "]"
+            facts.append(Fact("pending", f'{{"pending":{encoded}}}', run_id))
         partial = state.partial_results
         if partial != self.partial:
             answered.update(r.tool_use_id for r in partial)
-            facts.append(
-                Fact("partial_results", f'{{"results":{_RESULTS.dump_json(partial).decode()}}}', run_id)
-            )
+            encoded = "[" + ",".join(json_of(r) for r in partial) + "]"
+            facts.append(Fact("partial_results", f'{{"results":{encoded}}}', run_id))
         extras = _encode_extras(state.extras)
         if extras != self.extras:
             facts.append(Fact("extras", f'{{"extras":{extras}}}', run_id))

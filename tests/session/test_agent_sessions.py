@@ -17,6 +17,7 @@ import pytest
 from rxagent import ScriptedModel, ScriptedResponse, ScriptedToolCall
 from rxagent.agent import PendingToolCallsError, ReActAgent, ToolDecision
 from rxagent.context import RuntimeContext
+from rxagent.messages import mend_surrogates
 from rxagent.model.scripted import FunctionModel
 from rxagent.model.types import ChatRequest
 from rxagent.session import (
@@ -269,3 +270,27 @@ async def test_a_turn_appends_only_its_own_facts(store: SessionStore) -> None:
         await agent.call(f"question {n}", ADA)
         counts.append(len(await agent.facts(ADA)) - before)
     assert set(counts[1:]) == {counts[1]}  # the same facts per turn, however long the history
+
+
+async def test_text_with_a_lone_surrogate_is_recorded_and_read_back(store: SessionStore) -> None:
+    # A server may cut an emoji's surrogate pair across two deltas (and a broken one may never pair it):
+    # neither may fail the run when it is written to the log.
+    halves = ScriptedResponse(text="smile \ud83d\ude00 and a stray \udc00", chunk_size=7)
+    agent = ReActAgent(ScriptedModel([halves]), store=store)
+    session = agent.session(ADA)
+    result = await asyncio.wait_for(session.submit("hi"), 10)
+    assert result.text == "smile 😀 and a stray \udc00"  # the pair mended, the stray kept
+    restarted = ReActAgent(ScriptedModel([]), store=store)
+    assert (await restarted.state(ADA)).messages[-1].text == result.text
+    deltas = "".join(
+        e.text  # type: ignore[union-attr]
+        for e in (item.event for item in [*(await _items(restarted))])
+        if e is not None and e.type == "text_delta"
+    )
+    assert mend_surrogates(deltas) == result.text
+
+
+async def _items(agent: ReActAgent) -> list[Any]:
+    from rxagent.session import FeedItem
+
+    return [FeedItem.of(f) for f in await agent.facts(ADA)]
