@@ -284,24 +284,39 @@ _BLIND_HOPS = 100
 """Loop turns to let pass on a loop whose ready queue cannot be seen (not CPython's asyncio loop)."""
 
 
+_settling: dict[asyncio.AbstractEventLoop, asyncio.Future[bool]] = {}
+"""The settle under way on each loop. Tasks settling at once would each see the others' turns as work
+and keep each other busy forever, so one task watches the loop and the others wait for its verdict."""
+
+
 async def _settle(until: asyncio.Future[Any] | None = None) -> None:
     """Let the loop run until it only waits (for timers, I/O or threads), or until ``until`` is done."""
     loop = asyncio.get_running_loop()
+    while (under_way := _settling.get(loop)) is not None:
+        if await asyncio.shield(under_way) or (until is not None and until.done()):
+            return
+    verdict: asyncio.Future[bool] = loop.create_future()
+    _settling[loop] = verdict
+    idle = False
+    try:
+        idle = await _until_idle(loop, until)
+    finally:
+        del _settling[loop]
+        verdict.set_result(idle)
+
+
+async def _until_idle(loop: asyncio.AbstractEventLoop, until: asyncio.Future[Any] | None) -> bool:
+    """Turn the loop until it is idle (True) or ``until`` is done (False)."""
     # CPython's loops keep their runnable callbacks in `_ready`; it is the only way to see that the loop
     # is idle. Other loops get a fixed number of turns instead.
     ready = cast("Sized | None", getattr(loop, "_ready", None))
-    if ready is None:
-        for _ in range(_BLIND_HOPS):
-            await asyncio.sleep(0)
-            if until is not None and until.done():
-                return
-        return
     quiet = 0
-    while quiet < _QUIET_HOPS:
+    while quiet < (_QUIET_HOPS if ready is not None else _BLIND_HOPS):
         await asyncio.sleep(0)
         if until is not None and until.done():
-            return
-        quiet = 0 if len(ready) else quiet + 1
+            return False
+        quiet = 0 if ready is not None and len(ready) else quiet + 1
+    return True
 
 
 class VirtualClock(Clock):
