@@ -2,7 +2,15 @@
 
 :class:`OpenAIChatModel` and :class:`~rxagent.memory.OpenAIEmbedder` both build on :class:`HttpEndpoint`,
 so the key handling (held as a :class:`pydantic.SecretStr`, sent only in the ``Authorization`` header,
-masked in reprs and in server text quoted by errors) and the session lifecycle exist once.
+masked in reprs and in server text quoted by errors), the session lifecycle and the timeouts exist once.
+
+Every timeout runs on the endpoint's :class:`~rxagent.clock.Clock`, none inside aiohttp, so that a test
+on a :class:`~rxagent.clock.VirtualClock` controls all of them. Per request, one :class:`Deadline` moves
+through the phases: off while the request waits for a free pooled connection, ``connect`` while a new
+connection is made (aiohttp's trace hooks say when), ``idle_read`` from then on while the client waits for
+the server (the response head, then each read of the body; pushing it per read costs an assignment), and
+off again while the caller handles what was read, so a slow consumer is never mistaken for a silent
+server. The whole call's ``total`` is the caller's: a client that retries bounds all its attempts.
 """
 
 from __future__ import annotations
@@ -12,28 +20,31 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from types import TracebackType
-from typing import TYPE_CHECKING, Self
+from types import SimpleNamespace, TracebackType
+from typing import TYPE_CHECKING, Literal, Self
 from urllib.parse import urlsplit
 
 from pydantic import SecretStr
 
+from rxagent.clock import SYSTEM_CLOCK, Clock, Deadline
+from rxagent.model.errors import ModelTimeoutError
+
 if TYPE_CHECKING:
     import aiohttp
 
-__all__ = ["HttpEndpoint", "Timeouts"]
+__all__ = ["HttpEndpoint", "RequestTimer", "Timeouts"]
 
 _MASK = "**********"
 
 
 @dataclass(frozen=True, slots=True)
 class Timeouts:
-    """How long a model call may take, in seconds.
+    """How long a model call may take, in seconds (measured on the client's clock).
 
     Attributes:
-        connect: establishing the TCP (and TLS) connection. Short: a server that cannot be reached
-            should fail fast and be retried.
-        idle_read: the longest silence on the socket, per read: before the response starts and between
+        connect: establishing a new connection (name resolution, TCP and TLS); not the wait for a free
+            pooled one. Short: a server that cannot be reached should fail fast and be retried.
+        idle_read: the longest silence from the server, per read: before the response starts and between
             streamed bytes (SSE keep-alive comments count as activity). ``None``: no limit.
         total: the whole call, retries and their waits included. ``None``: no limit.
     """
@@ -47,6 +58,78 @@ class Timeouts:
             value: float | None = getattr(self, name)
             if value is not None and not (value > 0 and math.isfinite(value)):
                 raise ValueError(f"Timeouts.{name} must be a positive number of seconds, got {value!r}")
+
+
+class RequestTimer:
+    """One request's connect and idle-read deadline (see the module docstring for its phases).
+
+    Enter :attr:`deadline` around the request, pass the timer as aiohttp's ``trace_request_ctx`` (the
+    endpoint's trace hooks then start the connect and idle phases), read the body with :meth:`read`, and
+    turn an expiry into its error with :meth:`error`.
+    """
+
+    __slots__ = ("_clock", "_connect", "_idle", "deadline", "phase")
+
+    def __init__(self, clock: Clock, timeouts: Timeouts) -> None:
+        self._clock = clock
+        self._connect = timeouts.connect
+        self._idle = timeouts.idle_read
+        self.deadline: Deadline = clock.timeout(None)
+        """Off until the request has a connection; expiring cancels the request."""
+        self.phase: Literal["connect", "idle"] = "connect"
+
+    def connecting(self) -> None:
+        """A new connection is being made: ``connect`` seconds from now."""
+        self.phase = "connect"
+        self.deadline.reschedule(self._clock.now() + self._connect)
+
+    def waiting(self) -> None:
+        """The client waits for the server: ``idle_read`` seconds from now (or no limit)."""
+        self.phase = "idle"
+        idle = self._idle
+        self.deadline.reschedule(None if idle is None else self._clock.now() + idle)
+
+    def pause(self) -> None:
+        """The caller is busy with what arrived: the server is not being waited for."""
+        self.deadline.reschedule(None)
+
+    async def read(self, content: aiohttp.StreamReader) -> bytes:
+        """The next bytes of the body (``b""`` at its end), waited for at most ``idle_read`` seconds."""
+        self.waiting()
+        data = await content.readany()
+        self.pause()
+        return data
+
+    async def read_body(self, content: aiohttp.StreamReader, limit: int | None = None) -> bytes:
+        """The rest of the body (its first ``limit`` bytes or a little more), each read idle-bounded."""
+        body = bytearray()
+        while data := await self.read(content):
+            body += data
+            if limit is not None and len(body) >= limit:
+                break
+        return bytes(body)
+
+    def error(self) -> ModelTimeoutError:
+        """The error for this deadline's expiry: a ``connect`` or an ``idle`` timeout."""
+        if self.phase == "connect":
+            return ModelTimeoutError("connect", self._connect)
+        return ModelTimeoutError("idle", self._idle or 0.0)
+
+
+async def _on_connection_create_start(
+    session: aiohttp.ClientSession, context: SimpleNamespace, params: object
+) -> None:
+    timer: object = context.trace_request_ctx
+    if isinstance(timer, RequestTimer):
+        timer.connecting()
+
+
+async def _on_connection_ready(
+    session: aiohttp.ClientSession, context: SimpleNamespace, params: object
+) -> None:
+    timer: object = context.trace_request_ctx
+    if isinstance(timer, RequestTimer):
+        timer.waiting()
 
 
 class HttpEndpoint:
@@ -63,8 +146,8 @@ class HttpEndpoint:
         timeouts: connect, idle-read and total timeouts.
         headers: extra HTTP headers sent with every request.
         connection_limit: most simultaneous connections to the server.
-        request_total: apply ``timeouts.total`` to each HTTP request (a client that retries bounds the
-            whole call itself instead).
+        clock: where the timeouts (and a retrying client's waits) run: the loop's by default, a
+            :class:`~rxagent.clock.VirtualClock` in tests.
     """
 
     _kind = "client"
@@ -80,7 +163,7 @@ class HttpEndpoint:
         timeouts: Timeouts | None,
         headers: Mapping[str, str] | None,
         connection_limit: int = 100,
-        request_total: bool = False,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         if connection_limit < 1:
             raise ValueError("connection_limit must be at least 1")
@@ -95,7 +178,7 @@ class HttpEndpoint:
         self._timeouts = timeouts or Timeouts()
         self._headers = dict(headers or {})
         self._connection_limit = connection_limit
-        self._request_total = request_total
+        self._clock = clock
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
@@ -104,6 +187,15 @@ class HttpEndpoint:
     def timeouts(self) -> Timeouts:
         """The connect, idle-read and total timeouts."""
         return self._timeouts
+
+    @property
+    def clock(self) -> Clock:
+        """The clock the timeouts run on."""
+        return self._clock
+
+    def _request_timer(self) -> RequestTimer:
+        """A fresh connect/idle-read deadline for one request on this endpoint's session."""
+        return RequestTimer(self._clock, self._timeouts)
 
     def _masked_key(self) -> str:
         """The key as a repr shows it."""
@@ -135,16 +227,16 @@ class HttpEndpoint:
         self._check_open()
         loop = asyncio.get_running_loop()
         if self._session is None:
-            timeouts = self._timeouts
+            # The RequestTimer of each request learns from these hooks when a connection is being made
+            # and when it is ready; the timeouts themselves are all on the clock, none in aiohttp.
+            phases = aiohttp.TraceConfig()
+            phases.on_connection_create_start.append(_on_connection_create_start)
+            phases.on_connection_create_end.append(_on_connection_ready)
+            phases.on_connection_reuseconn.append(_on_connection_ready)
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=self._connection_limit),
-                # No `connect` here: waiting for a free pooled connection is not a connect timeout.
-                timeout=aiohttp.ClientTimeout(
-                    total=timeouts.total if self._request_total else None,
-                    connect=None,
-                    sock_connect=timeouts.connect,
-                    sock_read=timeouts.idle_read,
-                ),
+                timeout=aiohttp.ClientTimeout(total=None, connect=None, sock_connect=None, sock_read=None),
+                trace_configs=[phases],
             )
             self._loop = loop
         elif self._loop is not loop:
