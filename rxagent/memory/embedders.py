@@ -21,7 +21,7 @@ from pydantic import SecretStr
 
 from rxagent.clock import SYSTEM_CLOCK, Clock
 from rxagent.model._endpoint import HttpEndpoint, Timeouts
-from rxagent.model.errors import ModelConnectionError, ModelError, ModelHTTPError, ModelTimeoutError
+from rxagent.model.errors import ModelConnectionError, ModelError, ModelHTTPError
 from rxagent.model.gguf import default_gguf_path
 
 if TYPE_CHECKING:
@@ -215,13 +215,11 @@ class OpenAIEmbedder(HttpEndpoint):
             body["dimensions"] = self._dimensions
         headers = self._request_headers("application/json")
         session = self._session_on_running_loop()
-        timer = self._request_timer()
-        total = self._clock.timeout(self._timeouts.total)  # no retries here: the total bounds each request
+        timer = self._request_timer(self._total_due())  # no retries here: the total bounds each request
         failure: ModelError | None = None
         payload = b""
         try:
             async with (
-                total,
                 timer.deadline,
                 session.post(
                     self._url,
@@ -245,9 +243,7 @@ class OpenAIEmbedder(HttpEndpoint):
                 f"invalid HTTP response from the embeddings server: {error.message}"
             )
         except (aiohttp.ClientError, OSError) as error:  # TimeoutError is an OSError
-            if total.expired():
-                failure = ModelTimeoutError("total", self._timeouts.total or 0.0)
-            elif timer.deadline.expired():
+            if timer.deadline.expired():
                 failure = timer.error()
             else:
                 failure = ModelConnectionError(f"{type(error).__name__}: {self._redact(str(error))}")

@@ -6,11 +6,12 @@ masked in reprs and in server text quoted by errors), the session lifecycle and 
 
 Every timeout runs on the endpoint's :class:`~rxagent.clock.Clock`, none inside aiohttp, so that a test
 on a :class:`~rxagent.clock.VirtualClock` controls all of them. Per request, one :class:`Deadline` moves
-through the phases: off while the request waits for a free pooled connection, ``connect`` while a new
-connection is made (aiohttp's trace hooks say when), ``idle_read`` from then on while the client waits for
-the server (the response head, then each read of the body; pushing it per read costs an assignment), and
-off again while the caller handles what was read, so a slow consumer is never mistaken for a silent
-server. The whole call's ``total`` is the caller's: a client that retries bounds all its attempts.
+through the phases: only the total while the request waits for a free pooled connection, ``connect``
+while a new connection is made (aiohttp's trace hooks say when), ``idle_read`` from then on while the
+client waits for the server (the response head, then each read of the body; pushing it per read costs an
+assignment), and off while the caller handles what was read, so a slow consumer is never mistaken for a
+silent server. The call's ``total`` caps every phase (a client that retries passes the same due time to
+all its attempts) and is checked on every read, so it also ends a call whose consumer held it too long.
 """
 
 from __future__ import annotations
@@ -61,43 +62,54 @@ class Timeouts:
 
 
 class RequestTimer:
-    """One request's connect and idle-read deadline (see the module docstring for its phases).
+    """One request's deadline, moving through the phases described in the module docstring.
 
     Enter :attr:`deadline` around the request, pass the timer as aiohttp's ``trace_request_ctx`` (the
     endpoint's trace hooks then start the connect and idle phases), read the body with :meth:`read`, and
-    turn an expiry into its error with :meth:`error`.
+    turn an expiry into its error with :meth:`error`. The call's total deadline (``total_due`` on the
+    clock, shared by all attempts of a call) caps every phase, and is checked again on every read.
     """
 
-    __slots__ = ("_clock", "_connect", "_idle", "deadline", "phase")
+    __slots__ = ("_clock", "_connect", "_idle", "_total", "_total_due", "deadline", "phase")
 
-    def __init__(self, clock: Clock, timeouts: Timeouts) -> None:
+    def __init__(self, clock: Clock, timeouts: Timeouts, total_due: float | None) -> None:
         self._clock = clock
         self._connect = timeouts.connect
         self._idle = timeouts.idle_read
-        self.deadline: Deadline = clock.timeout(None)
-        """Off until the request has a connection; expiring cancels the request."""
-        self.phase: Literal["connect", "idle"] = "connect"
+        self._total = timeouts.total
+        self._total_due = total_due
+        self.deadline: Deadline = clock.timeout_at(total_due)
+        """Only the total until the request has a connection; expiring cancels the request."""
+        self.phase: Literal["connect", "idle", "total"] = "total"
+        """Which limit the deadline stands for now."""
 
     def connecting(self) -> None:
         """A new connection is being made: ``connect`` seconds from now."""
-        self.phase = "connect"
-        self.deadline.reschedule(self._clock.now() + self._connect)
+        self._limit("connect", self._connect)
 
     def waiting(self) -> None:
         """The client waits for the server: ``idle_read`` seconds from now (or no limit)."""
-        self.phase = "idle"
-        idle = self._idle
-        self.deadline.reschedule(None if idle is None else self._clock.now() + idle)
+        self._limit("idle", self._idle)
 
     def pause(self) -> None:
-        """The caller is busy with what arrived: the server is not being waited for."""
+        """The caller is busy with what arrived: the server is not being waited for.
+
+        Nothing is armed while paused, because the caller may be an async generator suspended at a
+        ``yield``: a deadline's cancel would then hit its task outside the generator, where nobody turns
+        it into an error. The total is checked again at the next :meth:`read`.
+        """
         self.deadline.reschedule(None)
 
     async def read(self, content: aiohttp.StreamReader) -> bytes:
-        """The next bytes of the body (``b""`` at its end), waited for at most ``idle_read`` seconds."""
-        self.waiting()
+        """The next bytes of the body (``b""`` at its end), waited for at most ``idle_read`` seconds.
+
+        Raises:
+            ModelTimeoutError: the call's total deadline passed while the caller was busy.
+        """
+        if self._limit("idle", self._idle):
+            raise self.total_error()
         data = await content.readany()
-        self.pause()
+        self.deadline.reschedule(None)
         return data
 
     async def read_body(self, content: aiohttp.StreamReader, limit: int | None = None) -> bytes:
@@ -110,10 +122,29 @@ class RequestTimer:
         return bytes(body)
 
     def error(self) -> ModelTimeoutError:
-        """The error for this deadline's expiry: a ``connect`` or an ``idle`` timeout."""
+        """The error for this deadline's expiry: a ``connect``, ``idle`` or ``total`` timeout."""
         if self.phase == "connect":
             return ModelTimeoutError("connect", self._connect)
-        return ModelTimeoutError("idle", self._idle or 0.0)
+        if self.phase == "idle":
+            return ModelTimeoutError("idle", self._idle or 0.0)
+        return self.total_error()
+
+    def total_error(self) -> ModelTimeoutError:
+        """The error for the call's total deadline."""
+        return ModelTimeoutError("total", self._total or 0.0)
+
+    def _limit(self, phase: Literal["connect", "idle"], seconds: float | None) -> bool:
+        """Arm the deadline ``seconds`` from now, or at the total if that comes first; True if it passed."""
+        now = self._clock.now()
+        when = None if seconds is None else now + seconds
+        due = self._total_due
+        if due is not None and (when is None or due <= when):
+            self.phase = "total"
+            self.deadline.reschedule(due)
+            return due <= now
+        self.phase = phase
+        self.deadline.reschedule(when)
+        return False
 
 
 async def _on_connection_create_start(
@@ -193,9 +224,14 @@ class HttpEndpoint:
         """The clock the timeouts run on."""
         return self._clock
 
-    def _request_timer(self) -> RequestTimer:
-        """A fresh connect/idle-read deadline for one request on this endpoint's session."""
-        return RequestTimer(self._clock, self._timeouts)
+    def _total_due(self) -> float | None:
+        """When a call starting now must end by, on the clock (``None``: no total limit)."""
+        total = self._timeouts.total
+        return None if total is None else self._clock.now() + total
+
+    def _request_timer(self, total_due: float | None) -> RequestTimer:
+        """A fresh deadline for one request of a call that must end by ``total_due``."""
+        return RequestTimer(self._clock, self._timeouts, total_due)
 
     def _masked_key(self) -> str:
         """The key as a repr shows it."""

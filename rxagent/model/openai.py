@@ -211,33 +211,31 @@ class OpenAIChatModel(HttpEndpoint):
 
         One async generator rather than ``retry_backoff`` and ``timeout_total`` around the attempt: the
         same rules (:func:`~rxagent.retry.plan_retry`), without two more observers on every chunk and
-        two more subscriptions on every request.
+        two more subscriptions on every request. The total is not a deadline around this generator (its
+        cancel could hit the task while the consumer holds the stream at a ``yield``, outside it): each
+        attempt's request timer is capped by it, and a retry wait that would outlast it is cut short.
         """
-        total = self._timeouts.total
-        deadline = self._clock.timeout(total)
+        total_due = self._total_due()
         attempts = 0
-        try:
-            async with deadline:
-                while True:
-                    attempts += 1
-                    emitted = False
-                    try:
-                        async for chunk in self._attempt(body, streaming):
-                            emitted = True
-                            yield chunk
-                        return
-                    except ModelError as error:
-                        # Only before the first chunk: a retry would emit the answer's start twice.
-                        if emitted or not is_retryable(error):
-                            raise
-                        plan = plan_retry(self._retry, attempts, error, budget)
-                        if isinstance(plan, RetryExhausted):
-                            raise plan from error
-                    await self._clock.sleep(plan)
-        except TimeoutError:
-            if total is not None and deadline.expired():
-                raise ModelTimeoutError("total", total) from None
-            raise
+        while True:
+            attempts += 1
+            emitted = False
+            try:
+                async for chunk in self._attempt(body, streaming, total_due):
+                    emitted = True
+                    yield chunk
+                return
+            except ModelError as error:
+                # Only before the first chunk: a retry would emit the answer's start twice.
+                if emitted or not is_retryable(error):
+                    raise
+                plan = plan_retry(self._retry, attempts, error, budget)
+                if isinstance(plan, RetryExhausted):
+                    raise plan from error
+            if total_due is not None and self._clock.now() + plan >= total_due:
+                await self._clock.sleep(total_due - self._clock.now())
+                raise ModelTimeoutError("total", self._timeouts.total or 0.0)
+            await self._clock.sleep(plan)
 
     # ---- one call -------------------------------------------------------------------------------------
 
@@ -256,10 +254,12 @@ class OpenAIChatModel(HttpEndpoint):
         messages = [self._wire.encoded(msg) for msg in request.messages]
         return encode_body(self._model, request, messages, tools)
 
-    async def _attempt(self, body: bytes, streaming: bool) -> AsyncIterator[ChatChunk]:
+    async def _attempt(
+        self, body: bytes, streaming: bool, total_due: float | None
+    ) -> AsyncIterator[ChatChunk]:
         """One POST: yields the chunks of one response, raising only :class:`ModelError` (or cancelled)."""
         session = self._session_on_running_loop()
-        timer = self._request_timer()
+        timer = self._request_timer(total_due)
         emitted = 0
         failure: ModelError | None = None
         cause: BaseException | None = None
@@ -318,14 +318,14 @@ class OpenAIChatModel(HttpEndpoint):
             # Holds request_info, headers included: keep only its status and message, never the object.
             failure = ModelConnectionError(f"invalid HTTP response from the model server: {error.message}")
         except (aiohttp.ClientError, OSError) as error:  # TimeoutError is an OSError
-            if timer.deadline.expired():  # our connect or idle deadline (the total's passes as a cancel)
+            if timer.deadline.expired():  # the request's deadline: connect, idle or the call's total
                 failure, cause = timer.error(), error
             else:
                 failure = ModelConnectionError(f"{type(error).__name__}: {self._redact(str(error))}")
                 cause = error
         if failure is not None:
             # Raised outside the `except` blocks so that no aiohttp exception rides along as __context__.
-            if emitted:
+            if emitted and not (isinstance(failure, ModelTimeoutError) and failure.kind == "total"):
                 interrupted = ModelStreamInterrupted(emitted, str(failure))
                 failure.__cause__ = cause
                 raise interrupted from failure

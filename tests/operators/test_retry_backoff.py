@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-import pytest
 import reactivex
 from reactivex import Observable, abc
 from reactivex.disposable import Disposable
@@ -83,11 +82,6 @@ class Scripted:
             return Disposable(dispose)
 
         return Observable(subscribe)
-
-
-@pytest.fixture
-def clock() -> VirtualClock:
-    return VirtualClock()
 
 
 async def test_retry_backoff_completes(clock: VirtualClock) -> None:

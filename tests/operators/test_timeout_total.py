@@ -44,11 +44,6 @@ def ticking(clock: VirtualClock, period: float, disposals: list[int]) -> Observa
     return Observable(subscribe)
 
 
-@pytest.fixture
-def clock() -> VirtualClock:
-    return VirtualClock()
-
-
 async def test_timeout_total_completes(clock: VirtualClock) -> None:
     seen = await expect(reactivex.of(1, 2, 3).pipe(timeout_total(5, clock=clock)))
     assert seen.items == [1, 2, 3]
