@@ -39,6 +39,7 @@ import heapq
 import itertools
 import math
 import time
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sized
 from types import TracebackType
@@ -284,7 +285,9 @@ _BLIND_HOPS = 100
 """Loop turns to let pass on a loop whose ready queue cannot be seen (not CPython's asyncio loop)."""
 
 
-_settling: dict[asyncio.AbstractEventLoop, asyncio.Future[bool]] = {}
+_settling: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Future[bool]] = (
+    weakref.WeakKeyDictionary()
+)
 """The settle under way on each loop. Tasks settling at once would each see the others' turns as work
 and keep each other busy forever, so one task watches the loop and the others wait for its verdict."""
 
