@@ -10,6 +10,9 @@ The plumbing for writing fast loop-bound sources is public too: :class:`Source` 
 :func:`start_task`; so are the :class:`MessageFold` accumulator behind ``fold_message`` and the
 :class:`KeyedSerializer` that makes runs on one session take turns.
 
+The operators that wait (``retry_backoff``, ``timeout_total``) take a ``clock``: the running loop's by
+default, a :class:`~rxagent.clock.VirtualClock` in tests, which then assert exact waits without sleeping.
+
 To everyone else they are ordinary ``reactivex`` observables. Among themselves the hot ones (``frame``,
 ``run_steps``, ``sync_of``, ``from_async_iterable``, ``using_resource``) subscribe directly, without
 reactivex's per-subscribe wrapping (see ``_source.py`` for the promises that makes safe), and they

@@ -244,6 +244,29 @@ async def test_waiting_for_a_pooled_connection_is_not_a_connect_timeout(
     assert [r.received_at for r in timed.requests] == [0.0, 60.0]
 
 
+async def test_the_total_bounds_the_wait_for_a_pooled_connection(
+    timed: OpenAIServer, clock: VirtualClock
+) -> None:
+    timed.script(Reply.sse(text_chunk("a"), text_chunk("b"), Pause(200), finish_chunk(), DONE))
+    async with make_model(timed, timeouts=Timeouts(total=30), connection_limit=1, clock=clock) as model:
+
+        async def hold_the_connection() -> None:
+            # "a" read, "b" buffered: the stream is held (no deadline of its own runs) and keeps the only
+            # connection, its response unfinished, while this reader dawdles.
+            async for _ in to_async_iterator(model.stream(ask("one")), max_buffer=1):
+                await clock.sleep(100)
+
+        holder = asyncio.ensure_future(hold_the_connection())
+        await clock.advance(0)
+        queued = await clock.run(expect(model.stream(ask("two"))))
+        assert not holder.done()
+        holder.cancel()
+    assert isinstance(queued.error, ModelTimeoutError)
+    assert queued.error.kind == "total"
+    assert clock.now() == 30.0  # it timed out waiting for the connection
+    assert [r.body["messages"][0]["content"] for r in timed.requests] == ["one"]
+
+
 async def test_idle_timeout_before_the_first_chunk_is_retried(
     timed: OpenAIServer, clock: VirtualClock
 ) -> None:
