@@ -43,6 +43,8 @@ class RetryPolicy:
     The n-th retry (n = 1, 2, …) waits ``min(max_delay, base_delay * multiplier ** (n - 1))`` scaled by a
     random factor in ``[1 - jitter, 1 + jitter]``; a server's ``Retry-After`` replaces that wait when it is
     longer (and no longer than ``max_retry_after``: a longer demand fails the call rather than stall it).
+    The waits themselves run on the clock of whatever retries (``retry_backoff(clock=...)``, the model's
+    ``clock``).
 
     Attributes:
         max_attempts: attempts per call, the first included (1 disables retrying).
@@ -51,6 +53,14 @@ class RetryPolicy:
         max_delay: cap on the computed wait.
         jitter: relative spread of the random factor, 0 to 1.
         max_retry_after: longest ``Retry-After`` the policy will honour.
+        rng: the jitter's random source, uniform in ``[0, 1)``: the ``random`` module's by default;
+            ``random.Random(seed).random`` makes the waits reproducible.
+
+    Example:
+        >>> import random
+        >>> policy = RetryPolicy(base_delay=1.0, jitter=0.5, rng=random.Random(7).random)
+        >>> [round(policy.delay(n, Exception()), 3) for n in (1, 2, 3)]
+        [0.824, 1.302, 4.604]
     """
 
     max_attempts: int = 4
@@ -59,6 +69,7 @@ class RetryPolicy:
     max_delay: float = 20.0
     jitter: float = 0.25
     max_retry_after: float = 60.0
+    rng: Callable[[], float] = field(default=random.random, repr=False)
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
@@ -68,16 +79,21 @@ class RetryPolicy:
         if not 0 <= self.jitter <= 1:
             raise ValueError("jitter must be between 0 and 1")
 
-    def delay(
-        self, retry_number: int, error: BaseException, rng: random.Random | None = None
-    ) -> float | None:
+    def delay(self, retry_number: int, error: BaseException) -> float | None:
         """Seconds to wait before retry number ``retry_number`` (1-based) after ``error``.
 
         Returns ``None`` when the server asked for a wait longer than ``max_retry_after``.
+
+        Raises:
+            ValueError: ``rng`` returned a number outside ``[0, 1]``.
         """
         backoff = min(self.max_delay, self.base_delay * self.multiplier ** (retry_number - 1))
-        spread = (rng or random).uniform(1 - self.jitter, 1 + self.jitter)
-        wait = backoff * spread
+        wait = backoff
+        if self.jitter:
+            draw = self.rng()
+            if not 0 <= draw <= 1:
+                raise ValueError(f"RetryPolicy.rng must return a number between 0 and 1, got {draw!r}")
+            wait = backoff * (1 - self.jitter + 2 * self.jitter * draw)
         server_wait = retry_after_of(error)
         if server_wait is not None:
             if server_wait > self.max_retry_after:

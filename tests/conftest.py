@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from rxagent.clock import VirtualClock
 from tests.model.openai_server import OpenAIServer
 
 
@@ -15,6 +16,12 @@ async def server() -> AsyncIterator[OpenAIServer]:
     """A scriptable OpenAI-compatible server on 127.0.0.1 (see tests/model/openai_server.py)."""
     async with OpenAIServer() as running:
         yield running
+
+
+@pytest.fixture
+def clock() -> VirtualClock:
+    """A virtual clock at 0 s: give it to what a test times, then ``run`` or ``advance`` it (no sleeping)."""
+    return VirtualClock()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

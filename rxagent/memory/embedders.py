@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import SecretStr
 
+from rxagent.clock import SYSTEM_CLOCK, Clock
 from rxagent.model._endpoint import HttpEndpoint, Timeouts
-from rxagent.model.errors import ModelConnectionError, ModelError, ModelHTTPError, ModelTimeoutError
+from rxagent.model.errors import ModelConnectionError, ModelError, ModelHTTPError
 from rxagent.model.gguf import default_gguf_path
 
 if TYPE_CHECKING:
@@ -146,6 +147,8 @@ class OpenAIEmbedder(HttpEndpoint):
         batch_size: the most texts per request.
         timeouts: connect, idle-read and total timeouts of one request.
         headers: extra HTTP headers.
+        clock: where the timeouts run: the loop's by default, a :class:`~rxagent.clock.VirtualClock` in
+            tests.
 
     Raises:
         ModelHTTPError: an error status. ModelConnectionError: no connection, or a broken one.
@@ -170,6 +173,7 @@ class OpenAIEmbedder(HttpEndpoint):
         batch_size: int = 256,
         timeouts: Timeouts | None = None,
         headers: Mapping[str, str] | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
@@ -182,7 +186,7 @@ class OpenAIEmbedder(HttpEndpoint):
             api_key_env=api_key_env,
             timeouts=timeouts,
             headers=headers,
-            request_total=True,  # no retries here: the total bounds each request
+            clock=clock,
         )
         self._model = model
         self._dimensions = dimensions
@@ -211,32 +215,38 @@ class OpenAIEmbedder(HttpEndpoint):
             body["dimensions"] = self._dimensions
         headers = self._request_headers("application/json")
         session = self._session_on_running_loop()
+        timer = self._request_timer(self._total_due())  # no retries here: the total bounds each request
         failure: ModelError | None = None
         payload = b""
         try:
-            async with session.post(
-                self._url, data=json.dumps(body), headers=headers, allow_redirects=False
-            ) as response:
+            async with (
+                timer.deadline,
+                session.post(
+                    self._url,
+                    data=json.dumps(body),
+                    headers=headers,
+                    allow_redirects=False,
+                    trace_request_ctx=timer,
+                ) as response,
+            ):
+                timer.pause()
                 if not 200 <= response.status < 300:
-                    raw = await response.content.read(_ERROR_BODY_LIMIT)
-                    text = self._redact(raw.decode("utf-8", "replace"))
+                    raw = await timer.read_body(response.content, _ERROR_BODY_LIMIT)
+                    text = self._redact(raw[:_ERROR_BODY_LIMIT].decode("utf-8", "replace"))
                     raise ModelHTTPError(response.status, text, url=self._url)
-                payload = await response.read()
+                payload = await timer.read_body(response.content)
         except ModelError:
             raise
-        except aiohttp.ConnectionTimeoutError:
-            failure = ModelTimeoutError("connect", self._timeouts.connect)
-        except aiohttp.SocketTimeoutError:
-            failure = ModelTimeoutError("idle", self._timeouts.idle_read or 0.0)
-        except TimeoutError:
-            failure = ModelTimeoutError("total", self._timeouts.total or 0.0)
         except aiohttp.ClientResponseError as error:
             # Holds request_info, headers included: keep only its message, never the object.
             failure = ModelConnectionError(
                 f"invalid HTTP response from the embeddings server: {error.message}"
             )
-        except (aiohttp.ClientError, OSError) as error:
-            failure = ModelConnectionError(f"{type(error).__name__}: {self._redact(str(error))}")
+        except (aiohttp.ClientError, OSError) as error:  # TimeoutError is an OSError
+            if timer.deadline.expired():
+                failure = timer.error()
+            else:
+                failure = ModelConnectionError(f"{type(error).__name__}: {self._redact(str(error))}")
         if failure is not None:
             # Raised outside the `except` blocks: no aiohttp exception (with headers) rides along.
             raise failure

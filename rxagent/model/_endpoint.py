@@ -2,7 +2,16 @@
 
 :class:`OpenAIChatModel` and :class:`~rxagent.memory.OpenAIEmbedder` both build on :class:`HttpEndpoint`,
 so the key handling (held as a :class:`pydantic.SecretStr`, sent only in the ``Authorization`` header,
-masked in reprs and in server text quoted by errors) and the session lifecycle exist once.
+masked in reprs and in server text quoted by errors), the session lifecycle and the timeouts exist once.
+
+Every timeout runs on the endpoint's :class:`~rxagent.clock.Clock`, none inside aiohttp, so that a test
+on a :class:`~rxagent.clock.VirtualClock` controls all of them. Per request, one :class:`Deadline` moves
+through the phases: only the total while the request waits for a free pooled connection, ``connect``
+while a new connection is made (aiohttp's trace hooks say when), ``idle_read`` from then on while the
+client waits for the server (the response head, then each read of the body; pushing it per read costs an
+assignment), and off while the caller handles what was read, so a slow consumer is never mistaken for a
+silent server. The call's ``total`` caps every phase (a client that retries passes the same due time to
+all its attempts) and is checked on every read, so it also ends a call whose consumer held it too long.
 """
 
 from __future__ import annotations
@@ -12,28 +21,31 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from types import TracebackType
-from typing import TYPE_CHECKING, Self
+from types import SimpleNamespace, TracebackType
+from typing import TYPE_CHECKING, Literal, Self
 from urllib.parse import urlsplit
 
 from pydantic import SecretStr
 
+from rxagent.clock import SYSTEM_CLOCK, Clock, Deadline
+from rxagent.model.errors import ModelTimeoutError
+
 if TYPE_CHECKING:
     import aiohttp
 
-__all__ = ["HttpEndpoint", "Timeouts"]
+__all__ = ["HttpEndpoint", "RequestTimer", "Timeouts"]
 
 _MASK = "**********"
 
 
 @dataclass(frozen=True, slots=True)
 class Timeouts:
-    """How long a model call may take, in seconds.
+    """How long a model call may take, in seconds (measured on the client's clock).
 
     Attributes:
-        connect: establishing the TCP (and TLS) connection. Short: a server that cannot be reached
-            should fail fast and be retried.
-        idle_read: the longest silence on the socket, per read: before the response starts and between
+        connect: establishing a new connection (name resolution, TCP and TLS); not the wait for a free
+            pooled one. Short: a server that cannot be reached should fail fast and be retried.
+        idle_read: the longest silence from the server, per read: before the response starts and between
             streamed bytes (SSE keep-alive comments count as activity). ``None``: no limit.
         total: the whole call, retries and their waits included. ``None``: no limit.
     """
@@ -47,6 +59,108 @@ class Timeouts:
             value: float | None = getattr(self, name)
             if value is not None and not (value > 0 and math.isfinite(value)):
                 raise ValueError(f"Timeouts.{name} must be a positive number of seconds, got {value!r}")
+
+
+class RequestTimer:
+    """One request's deadline, moving through the phases described in the module docstring.
+
+    Enter :attr:`deadline` around the request, pass the timer as aiohttp's ``trace_request_ctx`` (the
+    endpoint's trace hooks then start the connect and idle phases), read the body with :meth:`read`, and
+    turn an expiry into its error with :meth:`error`. The call's total deadline (``total_due`` on the
+    clock, shared by all attempts of a call) caps every phase, and is checked again on every read.
+    """
+
+    __slots__ = ("_clock", "_connect", "_idle", "_total", "_total_due", "deadline", "phase")
+
+    def __init__(self, clock: Clock, timeouts: Timeouts, total_due: float | None) -> None:
+        self._clock = clock
+        self._connect = timeouts.connect
+        self._idle = timeouts.idle_read
+        self._total = timeouts.total
+        self._total_due = total_due
+        self.deadline: Deadline = clock.timeout_at(total_due)
+        """Only the total until the request has a connection; expiring cancels the request."""
+        self.phase: Literal["connect", "idle", "total"] = "total"
+        """Which limit the deadline stands for now."""
+
+    def connecting(self) -> None:
+        """A new connection is being made: ``connect`` seconds from now."""
+        self._limit("connect", self._connect)
+
+    def waiting(self) -> None:
+        """The client waits for the server: ``idle_read`` seconds from now (or no limit)."""
+        self._limit("idle", self._idle)
+
+    def pause(self) -> None:
+        """The caller is busy with what arrived: the server is not being waited for.
+
+        Nothing is armed while paused, because the caller may be an async generator suspended at a
+        ``yield``: a deadline's cancel would then hit its task outside the generator, where nobody turns
+        it into an error. The total is checked again at the next :meth:`read`.
+        """
+        self.deadline.reschedule(None)
+
+    async def read(self, content: aiohttp.StreamReader) -> bytes:
+        """The next bytes of the body (``b""`` at its end), waited for at most ``idle_read`` seconds.
+
+        Raises:
+            ModelTimeoutError: the call's total deadline passed while the caller was busy.
+        """
+        if self._limit("idle", self._idle):
+            raise self.total_error()
+        data = await content.readany()
+        self.deadline.reschedule(None)
+        return data
+
+    async def read_body(self, content: aiohttp.StreamReader, limit: int | None = None) -> bytes:
+        """The rest of the body (its first ``limit`` bytes or a little more), each read idle-bounded."""
+        body = bytearray()
+        while data := await self.read(content):
+            body += data
+            if limit is not None and len(body) >= limit:
+                break
+        return bytes(body)
+
+    def error(self) -> ModelTimeoutError:
+        """The error for this deadline's expiry: a ``connect``, ``idle`` or ``total`` timeout."""
+        if self.phase == "connect":
+            return ModelTimeoutError("connect", self._connect)
+        if self.phase == "idle":
+            return ModelTimeoutError("idle", self._idle or 0.0)
+        return self.total_error()
+
+    def total_error(self) -> ModelTimeoutError:
+        """The error for the call's total deadline."""
+        return ModelTimeoutError("total", self._total or 0.0)
+
+    def _limit(self, phase: Literal["connect", "idle"], seconds: float | None) -> bool:
+        """Arm the deadline ``seconds`` from now, or at the total if that comes first; True if it passed."""
+        now = self._clock.now()
+        when = None if seconds is None else now + seconds
+        due = self._total_due
+        if due is not None and (when is None or due <= when):
+            self.phase = "total"
+            self.deadline.reschedule(due)
+            return due <= now
+        self.phase = phase
+        self.deadline.reschedule(when)
+        return False
+
+
+async def _on_connection_create_start(
+    session: aiohttp.ClientSession, context: SimpleNamespace, params: object
+) -> None:
+    timer: object = context.trace_request_ctx
+    if isinstance(timer, RequestTimer):
+        timer.connecting()
+
+
+async def _on_connection_ready(
+    session: aiohttp.ClientSession, context: SimpleNamespace, params: object
+) -> None:
+    timer: object = context.trace_request_ctx
+    if isinstance(timer, RequestTimer):
+        timer.waiting()
 
 
 class HttpEndpoint:
@@ -63,8 +177,8 @@ class HttpEndpoint:
         timeouts: connect, idle-read and total timeouts.
         headers: extra HTTP headers sent with every request.
         connection_limit: most simultaneous connections to the server.
-        request_total: apply ``timeouts.total`` to each HTTP request (a client that retries bounds the
-            whole call itself instead).
+        clock: where the timeouts (and a retrying client's waits) run: the loop's by default, a
+            :class:`~rxagent.clock.VirtualClock` in tests.
     """
 
     _kind = "client"
@@ -80,7 +194,7 @@ class HttpEndpoint:
         timeouts: Timeouts | None,
         headers: Mapping[str, str] | None,
         connection_limit: int = 100,
-        request_total: bool = False,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         if connection_limit < 1:
             raise ValueError("connection_limit must be at least 1")
@@ -95,7 +209,7 @@ class HttpEndpoint:
         self._timeouts = timeouts or Timeouts()
         self._headers = dict(headers or {})
         self._connection_limit = connection_limit
-        self._request_total = request_total
+        self._clock = clock
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
@@ -104,6 +218,20 @@ class HttpEndpoint:
     def timeouts(self) -> Timeouts:
         """The connect, idle-read and total timeouts."""
         return self._timeouts
+
+    @property
+    def clock(self) -> Clock:
+        """The clock the timeouts run on."""
+        return self._clock
+
+    def _total_due(self) -> float | None:
+        """When a call starting now must end by, on the clock (``None``: no total limit)."""
+        total = self._timeouts.total
+        return None if total is None else self._clock.now() + total
+
+    def _request_timer(self, total_due: float | None) -> RequestTimer:
+        """A fresh deadline for one request of a call that must end by ``total_due``."""
+        return RequestTimer(self._clock, self._timeouts, total_due)
 
     def _masked_key(self) -> str:
         """The key as a repr shows it."""
@@ -135,16 +263,16 @@ class HttpEndpoint:
         self._check_open()
         loop = asyncio.get_running_loop()
         if self._session is None:
-            timeouts = self._timeouts
+            # The RequestTimer of each request learns from these hooks when a connection is being made
+            # and when it is ready; the timeouts themselves are all on the clock, none in aiohttp.
+            phases = aiohttp.TraceConfig()
+            phases.on_connection_create_start.append(_on_connection_create_start)
+            phases.on_connection_create_end.append(_on_connection_ready)
+            phases.on_connection_reuseconn.append(_on_connection_ready)
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=self._connection_limit),
-                # No `connect` here: waiting for a free pooled connection is not a connect timeout.
-                timeout=aiohttp.ClientTimeout(
-                    total=timeouts.total if self._request_total else None,
-                    connect=None,
-                    sock_connect=timeouts.connect,
-                    sock_read=timeouts.idle_read,
-                ),
+                timeout=aiohttp.ClientTimeout(total=None, connect=None, sock_connect=None, sock_read=None),
+                trace_configs=[phases],
             )
             self._loop = loop
         elif self._loop is not loop:

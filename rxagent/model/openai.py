@@ -4,7 +4,9 @@
 ``stream(request)`` is one call: ``from_async_iterable`` over one async generator that makes the
 attempts (POST, SSE bytes → events → chunks), waits between them by the rules of
 :func:`rxagent.retry.plan_retry` (the same rules as the ``retry_backoff`` operator: retry before the first
-chunk only, honour ``Retry-After``, draw on the run's budget), all under ``timeouts.total``.
+chunk only, honour ``Retry-After``, draw on the run's budget), all under ``timeouts.total``. The waits and
+every timeout run on the model's ``clock`` (see :mod:`rxagent.clock`), so tests can run them on virtual
+time against a real loopback server.
 
 One attempt is an async generator that holds the response in ``async with``: disposing the subscription
 cancels its task, which closes the response and returns the connection to the pool. Errors are mapped to
@@ -22,7 +24,6 @@ masked.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 from collections.abc import AsyncIterator, Mapping
@@ -33,7 +34,8 @@ import aiohttp
 from pydantic import SecretStr
 from reactivex import Observable
 
-from rxagent.model._endpoint import HttpEndpoint, Timeouts
+from rxagent.clock import SYSTEM_CLOCK, Clock
+from rxagent.model._endpoint import HttpEndpoint, RequestTimer, Timeouts
 from rxagent.model._openai_wire import (
     MessageWireCache,
     StreamParser,
@@ -112,6 +114,8 @@ class OpenAIChatModel(HttpEndpoint):
         connection_limit: most simultaneous connections to the server.
         send_reasoning: send thinking blocks back as ``reasoning_content`` (only for providers that
             accept it).
+        clock: where the retry waits and the timeouts run: the loop's by default, a
+            :class:`~rxagent.clock.VirtualClock` in tests.
 
     Example:
         >>> model = OpenAIChatModel("gpt-4o-mini", base_url="http://127.0.0.1:8000/v1", api_key="sk-secret")
@@ -134,6 +138,7 @@ class OpenAIChatModel(HttpEndpoint):
         headers: Mapping[str, str] | None = None,
         connection_limit: int = 100,
         send_reasoning: bool = False,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         super().__init__(
             base_url=base_url,
@@ -143,6 +148,7 @@ class OpenAIChatModel(HttpEndpoint):
             timeouts=timeouts,
             headers=headers,
             connection_limit=connection_limit,
+            clock=clock,
         )
         self._model = model
         self._retry = retry or RetryPolicy()
@@ -205,33 +211,31 @@ class OpenAIChatModel(HttpEndpoint):
 
         One async generator rather than ``retry_backoff`` and ``timeout_total`` around the attempt: the
         same rules (:func:`~rxagent.retry.plan_retry`), without two more observers on every chunk and
-        two more subscriptions on every request.
+        two more subscriptions on every request. The total is not a deadline around this generator (its
+        cancel could hit the task while the consumer holds the stream at a ``yield``, outside it): each
+        attempt's request timer is capped by it, and a retry wait that would outlast it is cut short.
         """
-        total = self._timeouts.total
-        deadline = asyncio.timeout(total)
+        total_due = self._total_due()
         attempts = 0
-        try:
-            async with deadline:
-                while True:
-                    attempts += 1
-                    emitted = False
-                    try:
-                        async for chunk in self._attempt(body, streaming):
-                            emitted = True
-                            yield chunk
-                        return
-                    except ModelError as error:
-                        # Only before the first chunk: a retry would emit the answer's start twice.
-                        if emitted or not is_retryable(error):
-                            raise
-                        plan = plan_retry(self._retry, attempts, error, budget)
-                        if isinstance(plan, RetryExhausted):
-                            raise plan from error
-                    await asyncio.sleep(plan)
-        except TimeoutError:
-            if total is not None and deadline.expired():
-                raise ModelTimeoutError("total", total) from None
-            raise
+        while True:
+            attempts += 1
+            emitted = False
+            try:
+                async for chunk in self._attempt(body, streaming, total_due):
+                    emitted = True
+                    yield chunk
+                return
+            except ModelError as error:
+                # Only before the first chunk: a retry would emit the answer's start twice.
+                if emitted or not is_retryable(error):
+                    raise
+                plan = plan_retry(self._retry, attempts, error, budget)
+                if isinstance(plan, RetryExhausted):
+                    raise plan from error
+            if total_due is not None and self._clock.now() + plan >= total_due:
+                await self._clock.sleep(total_due - self._clock.now())
+                raise ModelTimeoutError("total", self._timeouts.total or 0.0)
+            await self._clock.sleep(plan)
 
     # ---- one call -------------------------------------------------------------------------------------
 
@@ -250,31 +254,40 @@ class OpenAIChatModel(HttpEndpoint):
         messages = [self._wire.encoded(msg) for msg in request.messages]
         return encode_body(self._model, request, messages, tools)
 
-    async def _attempt(self, body: bytes, streaming: bool) -> AsyncIterator[ChatChunk]:
+    async def _attempt(
+        self, body: bytes, streaming: bool, total_due: float | None
+    ) -> AsyncIterator[ChatChunk]:
         """One POST: yields the chunks of one response, raising only :class:`ModelError` (or cancelled)."""
         session = self._session_on_running_loop()
+        timer = self._request_timer(total_due)
         emitted = 0
         failure: ModelError | None = None
         cause: BaseException | None = None
         try:
-            async with session.post(
-                self._url,
-                data=body,
-                headers=self._request_headers("text/event-stream" if streaming else "application/json"),
-                allow_redirects=False,
-            ) as response:
+            async with (
+                timer.deadline,
+                session.post(
+                    self._url,
+                    data=body,
+                    headers=self._request_headers("text/event-stream" if streaming else "application/json"),
+                    allow_redirects=False,
+                    trace_request_ctx=timer,
+                ) as response,
+            ):
+                timer.pause()
                 if not 200 <= response.status < 300:
-                    raise await self._http_error(response)
+                    raise await self._http_error(response, timer)
                 if not streaming or response.content_type == "application/json":
                     # Asked for a stream, some servers still answer with a whole completion (or an error
                     # object) as plain JSON: read it as such rather than as an empty event stream.
-                    for chunk in self._completion_chunks(await response.read()):
+                    for chunk in self._completion_chunks(await timer.read_body(response.content)):
                         emitted += 1
                         yield chunk
                     return
                 parser = StreamParser(self._redact)
                 decoder = SSEDecoder()
-                async for data in response.content.iter_any():
+                content = response.content
+                while data := await timer.read(content):
                     for event in decoder.feed(data):
                         chunk = parser.feed(event)
                         if chunk is not None:
@@ -304,18 +317,15 @@ class OpenAIChatModel(HttpEndpoint):
         except aiohttp.ClientResponseError as error:
             # Holds request_info, headers included: keep only its status and message, never the object.
             failure = ModelConnectionError(f"invalid HTTP response from the model server: {error.message}")
-        except aiohttp.ConnectionTimeoutError as error:
-            failure, cause = ModelTimeoutError("connect", self._timeouts.connect), error
-        except TimeoutError as error:  # aiohttp's sock_read timeout: nothing arrived for idle_read seconds
-            failure, cause = ModelTimeoutError("idle", self._timeouts.idle_read or 0.0), error
-        except (aiohttp.ClientError, OSError) as error:
-            failure, cause = (
-                ModelConnectionError(f"{type(error).__name__}: {self._redact(str(error))}"),
-                error,
-            )
+        except (aiohttp.ClientError, OSError) as error:  # TimeoutError is an OSError
+            if timer.deadline.expired():  # the request's deadline: connect, idle or the call's total
+                failure, cause = timer.error(), error
+            else:
+                failure = ModelConnectionError(f"{type(error).__name__}: {self._redact(str(error))}")
+                cause = error
         if failure is not None:
             # Raised outside the `except` blocks so that no aiohttp exception rides along as __context__.
-            if emitted:
+            if emitted and not (isinstance(failure, ModelTimeoutError) and failure.kind == "total"):
                 interrupted = ModelStreamInterrupted(emitted, str(failure))
                 failure.__cause__ = cause
                 raise interrupted from failure
@@ -350,16 +360,12 @@ class OpenAIChatModel(HttpEndpoint):
             return ModelStreamInterrupted(emitted, reason)
         return ModelConnectionError(reason)
 
-    async def _http_error(self, response: aiohttp.ClientResponse) -> ModelHTTPError:
-        body = bytearray()
-        async for piece in response.content.iter_any():
-            body += piece
-            if len(body) >= _ERROR_BODY_LIMIT:
-                break
+    async def _http_error(self, response: aiohttp.ClientResponse, timer: RequestTimer) -> ModelHTTPError:
+        body = await timer.read_body(response.content, _ERROR_BODY_LIMIT)
         headers = response.headers
         retry_after_ms = parse_retry_after(headers.get("retry-after-ms"))
         retry_after = retry_after_ms / 1000 if retry_after_ms is not None else None
         if retry_after is None:
             retry_after = parse_retry_after(headers.get("Retry-After"))
-        text = self._redact(bytes(body).decode("utf-8", "replace"))
+        text = self._redact(body.decode("utf-8", "replace"))
         return ModelHTTPError(response.status, text, retry_after=retry_after, url=self._url)

@@ -14,7 +14,6 @@ Example:
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import json
 from abc import ABC, abstractmethod
@@ -25,6 +24,7 @@ from typing import TypeAlias
 from pydantic import JsonValue
 from reactivex import Observable
 
+from rxagent.clock import SYSTEM_CLOCK, Clock
 from rxagent.model.types import (
     ChatChunk,
     ChatRequest,
@@ -78,7 +78,7 @@ class ScriptedResponse:
         usage: reported usage; ``None`` reports an estimate (about four characters a token).
         finish_reason: ``None`` picks ``tool_calls`` when there are calls, else ``stop``.
         chunk_size: characters per text or thinking delta.
-        delay: seconds to wait before each chunk (on the loop; disposing cancels the wait).
+        delay: seconds to wait before each chunk (on the model's clock; disposing cancels the wait).
         error: raise this after ``error_after`` chunks instead of finishing.
         error_after: chunks emitted before ``error`` is raised.
     """
@@ -122,8 +122,9 @@ def _estimate_input_tokens(request: ChatRequest) -> int:
 class _RecordingModel(ABC):
     """Shared behaviour of the test models: request recording, chunk rendering, the stream itself."""
 
-    def __init__(self, *, model_name: str, capabilities: ModelCapabilities | None) -> None:
+    def __init__(self, *, model_name: str, capabilities: ModelCapabilities | None, clock: Clock) -> None:
         self._model_name = model_name
+        self._clock = clock
         self._capabilities = capabilities or ModelCapabilities(json_schema_output=True, thinking=True)
         self._call_counter = 0
         self.requests: list[ChatRequest] = []
@@ -166,7 +167,7 @@ class _RecordingModel(ABC):
             if response.error is not None and emitted >= response.error_after:
                 raise response.error
             if response.delay:
-                await asyncio.sleep(response.delay)
+                await self._clock.sleep(response.delay)
             yield chunk
         if response.error is not None:
             raise response.error
@@ -208,6 +209,8 @@ class ScriptedModel(_RecordingModel):
         script: the answers in order: :class:`ScriptedResponse`, plain text, or an exception to fail with.
         model_name: the name it reports.
         capabilities: what it claims to accept.
+        clock: where the responses' ``delay`` passes: the loop's by default, a
+            :class:`~rxagent.clock.VirtualClock` in tests.
 
     Example:
         >>> model = ScriptedModel(["Hello!"])
@@ -221,8 +224,9 @@ class ScriptedModel(_RecordingModel):
         *,
         model_name: str = "scripted",
         capabilities: ModelCapabilities | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        super().__init__(model_name=model_name, capabilities=capabilities)
+        super().__init__(model_name=model_name, capabilities=capabilities, clock=clock)
         self._script: list[ScriptStep] = list(script)
         self._next = 0
 
@@ -259,6 +263,13 @@ class ScriptedModel(_RecordingModel):
 class FunctionModel(_RecordingModel):
     """A model whose answers a function computes from the request (sync or async).
 
+    Args:
+        respond: computes the answer to a request (a :data:`ScriptStep`), or a coroutine of it.
+        model_name: the name it reports.
+        capabilities: what it claims to accept.
+        clock: where the responses' ``delay`` passes: the loop's by default, a
+            :class:`~rxagent.clock.VirtualClock` in tests.
+
     Example:
         >>> echo = FunctionModel(lambda request: "You said: " + request.messages[-1].text)
     """
@@ -269,8 +280,9 @@ class FunctionModel(_RecordingModel):
         *,
         model_name: str = "function",
         capabilities: ModelCapabilities | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        super().__init__(model_name=model_name, capabilities=capabilities)
+        super().__init__(model_name=model_name, capabilities=capabilities, clock=clock)
         self._function = respond
 
     async def _respond(self, request: ChatRequest) -> ScriptStep:

@@ -10,6 +10,9 @@ The plumbing for writing fast loop-bound sources is public too: :class:`Source` 
 :func:`start_task`; so are the :class:`MessageFold` accumulator behind ``fold_message`` and the
 :class:`KeyedSerializer` that makes runs on one session take turns.
 
+The operators that wait (``retry_backoff``, ``timeout_total``) take a ``clock``: the running loop's by
+default, a :class:`~rxagent.clock.VirtualClock` in tests, which then assert exact waits without sleeping.
+
 To everyone else they are ordinary ``reactivex`` observables. Among themselves the hot ones (``frame``,
 ``run_steps``, ``sync_of``, ``from_async_iterable``, ``using_resource``) subscribe directly, without
 reactivex's per-subscribe wrapping (see ``_source.py`` for the promises that makes safe), and they
@@ -23,6 +26,7 @@ from typing import TYPE_CHECKING, Literal, TypeAlias, TypeVar
 
 from reactivex import Observable
 
+from rxagent.clock import SYSTEM_CLOCK, Clock
 from rxagent.operators._flow_control import BufferOverflowError
 from rxagent.operators._fold_message import MessageFold
 from rxagent.operators._from_async_iterable import SourceCancelledError, running_loop, start_task
@@ -338,41 +342,108 @@ async def to_list(source: Observable[_T]) -> list[_T]:
     return await impl(source)
 
 
-def retry_backoff(policy: RetryPolicy | None = None, budget: RetryBudget | None = None) -> Operator[_T, _T]:
-    """Re-subscribe after a retryable error, with exponential backoff and jitter, only before the first item.
+def retry_backoff(
+    policy: RetryPolicy | None = None, budget: RetryBudget | None = None, *, clock: Clock = SYSTEM_CLOCK
+) -> Operator[_T, _T]:
+    """Re-subscribe to the source after a retryable error, waiting ``policy.delay(n, error)`` first.
 
     ::
 
-        attempt 1: ─ X(503)            wait ~base
+        attempt 1: ─ X(503)                 wait ≈ base_delay
         attempt 2: ─ X(429, Retry-After 2)  wait 2 s
-        attempt 3: ─ a ─ b ─|   ─▶  ─ a ─ b ─|
+        attempt 3: ─ a ─ b ─|           ─▶  ─ a ─ b ─|
 
-    An error is retried when it says so (``retryable``), no item has been emitted by this subscription
-    yet (a retry would repeat items already sent), the policy has attempts left and the budget (shared by
-    a whole run) has a retry left; otherwise it passes through, wrapped in
-    :class:`~rxagent.retry.RetryExhausted` when retrying was refused for lack of attempts or budget.
-    Waits run on the subscribing loop.
+    An error is retried only when all of these hold: it is retryable
+    (:func:`rxagent.retry.is_retryable`); this subscription has not emitted an item yet (a retry would
+    emit those items again); the policy has attempts left; the server's ``Retry-After`` is within the
+    policy's cap; and ``budget`` (when given) grants a retry. Before each wait the budget's listeners hear
+    a :class:`~rxagent.retry.RetryAttempt`. Non-retryable errors, and every error after the first item,
+    pass through unchanged; a retryable error that was refused a retry ends the stream as
+    :class:`~rxagent.retry.RetryExhausted` (``why`` says which limit, ``__cause__`` is the error).
+
+    Args:
+        policy: attempts and backoff (its ``rng`` draws the jitter); ``None`` uses ``RetryPolicy()``.
+        budget: the run's shared retry budget; ``None`` limits retries by ``policy.max_attempts`` only.
+        clock: where the waits run: the loop's by default, a :class:`~rxagent.clock.VirtualClock` in tests.
+
+    Returns:
+        An operator that re-subscribes as described.
 
     Lifecycle:
-        complete: passes through. error: retried or passed through as above.
-        cancel: disposes the current attempt or cancels the pending wait.
-        re-subscribe: fresh attempt count (the budget, being the run's, is shared).
+        complete: passes through.
+        error: retried after a wait (a timer on ``clock``), or passed on as above.
+        cancel: disposes the current attempt, or cancels the pending wait so no new attempt starts.
+        re-subscribe: a fresh attempt count; the budget, being the run's, is shared.
+
+    Example:
+        >>> import asyncio, reactivex
+        >>> from rxagent.clock import VirtualClock
+        >>> from rxagent.retry import RetryPolicy
+        >>> class Flaky(Exception):
+        ...     retryable = True
+        >>> clock = VirtualClock()
+        >>> attempts_at: list[float] = []
+        >>> def call() -> reactivex.Observable[str]:
+        ...     attempts_at.append(clock.now())
+        ...     return reactivex.throw(Flaky()) if len(attempts_at) < 3 else reactivex.of("ok")
+        >>> retried = reactivex.defer(lambda _: call()).pipe(
+        ...     retry_backoff(RetryPolicy(max_attempts=3, base_delay=1, jitter=0), clock=clock)
+        ... )
+        >>> asyncio.run(clock.run(retried)), attempts_at
+        ('ok', [0.0, 1.0, 3.0])
     """
     from rxagent.operators._retry_backoff import retry_backoff as impl
 
-    return impl(policy, budget)
+    return impl(policy, budget, clock=clock)
 
 
-def timeout_total(seconds: float, error: Callable[[], Exception] | None = None) -> Operator[_T, _T]:
-    """Fail the stream if it has not terminated ``seconds`` after subscription.
+def timeout_total(
+    seconds: float, error: Callable[[], Exception] | None = None, *, clock: Clock = SYSTEM_CLOCK
+) -> Operator[_T, _T]:
+    """Fail the stream with ``error()`` if it has not completed or failed ``seconds`` after subscription.
 
-    The error is ``error()`` when given, else ``TimeoutError``. Unlike ``reactivex.operators.timeout``
-    (which measures the gap between items and raises a bare ``Exception``), this bounds the whole stream.
+    ::
+
+        source:  ─ a ─ b ──────── c ─|
+        deadline:            ▲
+        result:  ─ a ─ b ─── X(error())
+
+    Unlike ``reactivex.operators.timeout``, which bounds the gap between items and raises a bare
+    ``Exception('Timeout')``, this bounds the whole stream (all retries included when placed after
+    :func:`retry_backoff`), and the error is yours to choose.
+
+    Args:
+        seconds: the deadline, counted from subscription; must be positive and finite.
+        error: makes the error to raise; ``None`` gives ``TimeoutError``.
+        clock: where the deadline runs: the loop's by default, a :class:`~rxagent.clock.VirtualClock` in
+            tests.
+
+    Returns:
+        An operator that passes items through until the deadline.
+
+    Raises:
+        ValueError: ``seconds`` is not a positive, finite number.
 
     Lifecycle:
-        complete/error before the deadline: passes through and cancels the timer. deadline: disposes
-        upstream, then errors. cancel: cancels the timer and disposes upstream.
+        complete/error before the deadline: passes through and cancels the timer.
+        deadline: disposes upstream first (so its task and connection are released), then errors.
+        cancel: cancels the timer and disposes upstream.
+        re-subscribe: a new deadline per subscription.
+
+    Example:
+        >>> import asyncio, reactivex
+        >>> from rxagent.clock import VirtualClock
+        >>> clock = VirtualClock()
+        >>> async def main() -> str:
+        ...     too_slow = timeout_total(30, lambda: TimeoutError("too slow"), clock=clock)
+        ...     try:
+        ...         await clock.run(reactivex.never().pipe(too_slow))
+        ...     except TimeoutError as error:
+        ...         return f"{error} after {clock.now()} s"
+        ...     return "unreachable"
+        >>> asyncio.run(main())
+        'too slow after 30.0 s'
     """
     from rxagent.operators._timeout_total import timeout_total as impl
 
-    return impl(seconds, error)
+    return impl(seconds, error, clock=clock)

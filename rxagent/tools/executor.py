@@ -13,8 +13,9 @@ barrier that runs alone. Finished events come as calls finish; :class:`ToolBatch
 the results in the order of the calls.
 
 Failures: an ordinary exception from a tool becomes an ``error`` result with its message, so the model
-can adapt; a timeout becomes an ``error`` result; :class:`~rxagent.tools.ToolSystemError` fails the whole
-batch (``on_error``), disposing the calls still running.
+can adapt; a timeout (on the executor's ``clock``) becomes an ``error`` result;
+:class:`~rxagent.tools.ToolSystemError` fails the whole batch (``on_error``), disposing the calls still
+running.
 
 Cancellation: disposing the batch cancels running async tools (their ``finally`` blocks run). A sync tool
 already running in a worker thread cannot be stopped by Python: it runs to the end in its thread, its
@@ -26,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field, replace
@@ -39,6 +39,7 @@ from reactivex import Observable, abc
 from reactivex import operators as ops
 from reactivex.disposable import Disposable
 
+from rxagent.clock import SYSTEM_CLOCK, Clock
 from rxagent.context import RuntimeContext
 from rxagent.events import AgentEvent
 from rxagent.messages import TextBlock, ToolResultBlock, ToolResultStatus, ToolUseBlock
@@ -156,6 +157,8 @@ class ToolExecutor:
         thread_pool: where sync tools run (``None``: the loop's default executor).
         journal: records each call before its body runs and its result right after (a session's log);
             a call that cannot be recorded does not run, and fails the batch with ``ToolSystemError``.
+        clock: where tool timeouts run and call durations are measured: the loop's by default, a
+            :class:`~rxagent.clock.VirtualClock` in tests (an agent passes its own).
 
     Example:
         >>> executor = ToolExecutor(parallel=True, permissions=Permissions().ask("refund"))
@@ -168,6 +171,7 @@ class ToolExecutor:
     default_timeout: float | None = None
     thread_pool: Executor | None = None
     journal: ToolJournal | None = None
+    clock: Clock = SYSTEM_CLOCK
 
     def __post_init__(self) -> None:
         if self.max_concurrency < 1:
@@ -335,11 +339,12 @@ class ToolExecutor:
         self, invocation: ToolInvocation, runtime: RuntimeContext, checked: Mapping[str, Any]
     ) -> Observable[ToolEvent]:
         call, tool = invocation.call, invocation.tool
+        clock = self.clock
 
         def finished(
             text: str, status: ToolResultStatus, started: float, value: Any = None
         ) -> ToolCallFinished:
-            return ToolCallFinished(call, result_of(call, text, status), time.perf_counter() - started, value)
+            return ToolCallFinished(call, result_of(call, text, status), clock.now() - started, value)
 
         if invocation.arguments is not checked:
             final = {**invocation.arguments, **invocation.presets}
@@ -349,16 +354,16 @@ class ToolExecutor:
                     f"Permission {decision.decision} for tool '{tool.name}' after its arguments were "
                     f"rewritten: {decision.reason}"
                 )
-                return sync_of(finished(text, "denied", time.perf_counter()))
+                return sync_of(finished(text, "denied", clock.now()))
         try:
             values = tool.prepare(invocation.arguments, invocation.presets)
         except ToolArgumentError as error:
-            return sync_of(finished(str(error), "error", time.perf_counter()))
+            return sync_of(finished(str(error), "error", clock.now()))
         except Exception as error:
             # e.g. a schema whose $ref cannot be resolved: this call fails, not the whole batch
             kind = type(error).__name__
             text = f"Error: the arguments of tool '{tool.name}' could not be checked: {kind}: {error}"
-            return sync_of(finished(text, "error", time.perf_counter()))
+            return sync_of(finished(text, "error", clock.now()))
         timeout = tool.traits.timeout if tool.traits.timeout is not None else self.default_timeout
         pool = self.thread_pool
         journal = self.journal
@@ -380,7 +385,7 @@ class ToolExecutor:
 
             tool_context = ToolContext(call.id, tool.name, runtime, emit_progress, emit_nested)
             observer.on_next(ToolBodyStarted(call, values))
-            started = time.perf_counter()
+            started = clock.now()
 
             async def body() -> None:
                 nonlocal done
@@ -393,7 +398,7 @@ class ToolExecutor:
                         observer.on_error(_unrecorded(why, error))
                         return
                 try:
-                    async with asyncio.timeout(timeout) as deadline:
+                    async with clock.timeout(timeout) as deadline:
                         try:
                             if tool.is_async:
                                 value = await tool.invoke(values, tool_context)

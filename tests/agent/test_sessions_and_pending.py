@@ -10,6 +10,7 @@ import pytest
 
 from rxagent import Msg, ScriptedModel, ScriptedResponse, ScriptedToolCall
 from rxagent.agent import AgentOptions, ExternalResult, PendingToolCallsError, ReActAgent, ToolDecision
+from rxagent.clock import VirtualClock
 from rxagent.context import RuntimeContext
 from rxagent.events import AgentEvent, ToolPermissionAsked, ToolResult, ToolSuspended
 from rxagent.model.scripted import FunctionModel
@@ -102,9 +103,13 @@ async def test_a_failing_save_is_attached_to_the_original_error_never_replacing_
     assert any("disk full" in note for note in getattr(caught.value, "__notes__", []))
 
 
-async def test_cancel_releases_the_session_saves_what_happened_and_emits_nothing_more() -> None:
+async def test_cancel_releases_the_session_saves_what_happened_and_emits_nothing_more(
+    clock: VirtualClock,
+) -> None:
     store = RecordingStore()
-    model = ScriptedModel([ScriptedResponse(text="slow " * 50, chunk_size=1, delay=0.01), "next run"])
+    model = ScriptedModel(
+        [ScriptedResponse(text="slow " * 50, chunk_size=1, delay=1), "next run"], clock=clock
+    )
     agent = ReActAgent(model, store=store)
     seen: list[AgentEvent] = []
     streaming = asyncio.Event()
@@ -115,10 +120,11 @@ async def test_cancel_releases_the_session_saves_what_happened_and_emits_nothing
             streaming.set()
 
     subscription = agent.stream_events("go", ADA).subscribe(on_event)
-    await asyncio.wait_for(streaming.wait(), 2)
+    await clock.run(asyncio.wait_for(streaming.wait(), 2))
     subscription.dispose()
     count = len(seen)
-    await asyncio.sleep(0.05)
+    await clock.advance(300)  # the rest of the answer's delays: nothing arrives
+    assert clock.pending() == ()
     assert len(seen) == count
     result = await asyncio.wait_for(agent.call("again", ADA), 2)  # the session lock was released
     assert result.text == "next run"

@@ -14,6 +14,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from rxagent.clock import VirtualClock
 from rxagent.events import MemoriesRecalled
 from rxagent.memory import (
     ContextWindow,
@@ -162,16 +163,23 @@ async def test_a_closed_port_is_a_connection_error() -> None:
         await embedder.embed(["a"])
 
 
-async def test_a_silent_server_is_an_idle_timeout() -> None:
+@pytest.mark.parametrize(
+    ("timeouts", "kind", "at"),
+    [(Timeouts(idle_read=30, total=300), "idle", 30.0), (Timeouts(idle_read=60, total=20), "total", 20.0)],
+)
+async def test_a_silent_server_times_out_by_the_first_limit(
+    clock: VirtualClock, timeouts: Timeouts, kind: str, at: float
+) -> None:
     async with (
         EmbeddingServer(stall=True) as server,
         OpenAIEmbedder(
-            "m", base_url=server.base_url, api_key_env=None, timeouts=Timeouts(idle_read=0.2, total=5)
+            "m", base_url=server.base_url, api_key_env=None, timeouts=timeouts, clock=clock
         ) as embedder,
     ):
         with pytest.raises(ModelTimeoutError) as caught:
-            await embedder.embed(["a"])
-    assert caught.value.kind == "idle"
+            await clock.run(embedder.embed(["a"]))
+    assert caught.value.kind == kind
+    assert clock.now() == at
 
 
 def test_bad_embedder_settings_are_refused() -> None:

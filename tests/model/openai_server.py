@@ -4,7 +4,9 @@ Each test scripts the replies, one per request, in order: a status, headers, and
 list of frames — raw byte frames (each one ``write``; :class:`Pause` between two frames makes the
 client read them separately), :class:`Stall` (send nothing more until the client goes away) and
 :class:`Cut` (drop the connection mid-body). The server records every request (path, headers, JSON body)
-and notices when a client disconnects in the middle of a reply (the handler is cancelled).
+and notices when a client disconnects in the middle of a reply (the handler is cancelled). Pauses and the
+request times are on the server's ``clock``: give it the client's :class:`~rxagent.clock.VirtualClock`
+and both sides wait on the same virtual time.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any, Self
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from rxagent.clock import SYSTEM_CLOCK, Clock
 from rxagent.messages import Msg
 from rxagent.model.openai import OpenAIChatModel
 from rxagent.model.types import ChatRequest
@@ -104,6 +107,7 @@ class RecordedRequest:
     headers: dict[str, str]
     body: dict[str, Any]
     received_at: float
+    """The server's clock at the request."""
     client_port: int
     """The client's port: the same port on two requests means the connection was reused."""
 
@@ -173,7 +177,9 @@ def tool_chunk(
 class OpenAIServer:
     """The loopback server. Use ``async with OpenAIServer() as server`` and ``server.script(...)``."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.clock = clock
+        """Where pauses wait and request times are read; set it before scripting (tests may swap it)."""
         self.replies: deque[Reply] = deque()
         self.requests: list[RecordedRequest] = []
         self.disconnects = 0
@@ -210,7 +216,7 @@ class OpenAIServer:
                 request.path,
                 dict(request.headers),
                 json.loads(raw) if raw else {},
-                asyncio.get_running_loop().time(),
+                self.clock.now(),
                 request.transport.get_extra_info("peername")[1] if request.transport else -1,
             )
         )
@@ -226,7 +232,7 @@ class OpenAIServer:
                 if isinstance(frame, bytes):
                     await response.write(frame)
                 elif isinstance(frame, Pause):
-                    await asyncio.sleep(frame.seconds)
+                    await self.clock.sleep(frame.seconds)
                 elif isinstance(frame, Stall):
                     self.stalled.set()
                     await asyncio.Event().wait()  # until the client disconnects (the handler is cancelled)

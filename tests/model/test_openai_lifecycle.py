@@ -9,6 +9,7 @@ import pytest
 from reactivex import operators as ops
 
 import rxagent.model.openai
+from rxagent.clock import VirtualClock
 from rxagent.messages import Msg
 from rxagent.model import ChatModel
 from rxagent.model.openai import OpenAIChatModel, Timeouts
@@ -77,6 +78,33 @@ async def test_dispose_mid_stream_closes_the_response_and_frees_the_connection(s
         seen.dispose()
         await assert_released(model, server, tasks)
         assert all(task.cancelled() for task in tasks)
+    assert seen.outcome is None
+
+
+async def test_dispose_leaves_no_timer_on_the_models_clock(server: OpenAIServer, clock: VirtualClock) -> None:
+    server.script(Reply.sse(text_chunk("a"), Stall()))
+    async with make_model(server, timeouts=Timeouts(idle_read=30), clock=clock) as model:
+        seen = expect(model.stream(ask()))
+        await asyncio.wait_for(server.stalled.wait(), 5)
+        await clock.advance(0)
+        assert len(clock.pending()) == 1  # the request's deadline (idle now), waiting for the server
+        tasks = stream_tasks()
+        seen.dispose()
+        await assert_released(model, server, tasks)
+        assert clock.pending() == ()
+
+
+async def test_dispose_during_a_retry_wait_cancels_it(server: OpenAIServer, clock: VirtualClock) -> None:
+    server.script(Reply.error(503, "busy", {"Retry-After": "30"}), OK)
+    async with make_model(server, clock=clock) as model:
+        seen = expect(model.stream(ask()))
+        await clock.advance(0)  # the loop runs until idle: the request made, the 503 read, the wait set
+        assert clock.pending() == (30.0,)
+        seen.dispose()
+        await clock.advance(0)
+        assert clock.pending() == ()
+        await clock.advance(60)
+    assert len(server.requests) == 1  # no attempt after the cancelled wait
     assert seen.outcome is None
 
 

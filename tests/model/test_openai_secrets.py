@@ -12,6 +12,7 @@ import aiohttp
 import pytest
 from pydantic import SecretStr
 
+from rxagent.clock import VirtualClock
 from rxagent.model.openai import OpenAIChatModel, Timeouts
 from rxagent.retry import RetryPolicy
 from tests.model.openai_server import (
@@ -82,20 +83,23 @@ ECHOES = {
 
 @pytest.mark.parametrize("reply", ECHOES.values(), ids=ECHOES.keys())
 async def test_errors_never_show_the_key(
-    server: OpenAIServer, reply: Reply, caplog: pytest.LogCaptureFixture
+    server: OpenAIServer, clock: VirtualClock, reply: Reply, caplog: pytest.LogCaptureFixture
 ) -> None:
+    server.clock = clock  # the pauses, retry waits and idle timeout pass on virtual time
     server.script(reply, reply, reply)
     caplog.set_level(logging.DEBUG)
     stream = reply.content_type != "application/json" or reply.status != 200
-    async with make_model(server, timeouts=Timeouts(idle_read=0.2)) as model:
-        seen = await expect(model.stream(ask(stream=stream)))
+    async with make_model(server, timeouts=Timeouts(idle_read=30), clock=clock) as model:
+        seen = await clock.run(expect(model.stream(ask(stream=stream))))
     assert seen.error is not None
     assert_key_hidden(seen.error)
     assert API_KEY not in caplog.text
     assert server.requests[0].headers["Authorization"] == f"Bearer {API_KEY}"  # it was sent, though
 
 
-async def test_connection_failures_never_show_the_key(caplog: pytest.LogCaptureFixture) -> None:
+async def test_connection_failures_never_show_the_key(
+    clock: VirtualClock, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -103,9 +107,9 @@ async def test_connection_failures_never_show_the_key(caplog: pytest.LogCaptureF
 
     async with raw_http_server(b"NOT HTTP AT ALL\r\n\r\n") as garbage_url:
         for base_url in (f"http://127.0.0.1:{refused_port}/v1", garbage_url):
-            model = make_model(base_url, retry=RetryPolicy(max_attempts=2, base_delay=0.01))
+            model = make_model(base_url, retry=RetryPolicy(max_attempts=2, base_delay=1), clock=clock)
             async with model:
-                seen = await expect(model.stream(ask()))
+                seen = await clock.run(expect(model.stream(ask())))
             assert seen.error is not None
             assert_key_hidden(seen.error)
     assert API_KEY not in caplog.text

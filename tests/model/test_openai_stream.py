@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from rxagent.clock import VirtualClock
 from rxagent.messages import Msg
 from rxagent.model import (
     MalformedStreamError,
@@ -33,9 +34,12 @@ from tests.streams import expect
 
 
 async def answer(server: OpenAIServer, *replies: Reply) -> Msg:
+    """The folded answer to one call, its retry waits and the server's pauses on a virtual clock."""
+    clock = VirtualClock()
+    server.clock = clock
     server.script(*replies)
-    async with make_model(server) as model:
-        return await model.stream(ask()).pipe(fold_message())
+    async with make_model(server, clock=clock) as model:
+        return await clock.run(model.stream(ask()).pipe(fold_message()))
 
 
 def payload(text: str, finish: str | None = None) -> str:
@@ -135,7 +139,7 @@ FRAMINGS: dict[str, list[bytes | Pause]] = {
 
 @pytest.mark.parametrize("frames", FRAMINGS.values(), ids=FRAMINGS.keys())
 async def test_framings_all_give_the_same_message(server: OpenAIServer, frames: list[bytes | Pause]) -> None:
-    message = await answer(server, Reply.sse(*frames))
+    message = await answer(server, Reply.sse(*frames))  # a pause ends after the client read what preceded it
     assert message.text == "Hello, wörld"
     assert message.metadata["finish_reason"] == "stop"
     assert len(server.requests) == 1
@@ -163,10 +167,13 @@ async def test_a_stream_cut_mid_json_is_an_error_naming_the_line(server: OpenAIS
     assert len(server.requests) == 1  # never retried after chunks went out
 
 
-async def test_a_connection_cut_mid_json_is_an_interruption(server: OpenAIServer) -> None:
+async def test_a_connection_cut_mid_json_is_an_interruption(
+    server: OpenAIServer, clock: VirtualClock
+) -> None:
+    server.clock = clock
     server.script(Reply.sse(text_chunk("Hel"), Pause(), b'data: {"choices": [{"ind', Pause(), Cut()))
-    async with make_model(server) as model:
-        seen = await expect(model.stream(ask()))
+    async with make_model(server, clock=clock) as model:
+        seen = await clock.run(expect(model.stream(ask())))
     assert [c.text for c in seen.items] == ["Hel"]
     assert isinstance(seen.error, ModelStreamInterrupted)
     assert isinstance(seen.error.__cause__, ModelConnectionError)
@@ -191,10 +198,12 @@ async def test_an_empty_body_is_a_retryable_connection_error(server: OpenAIServe
     assert len(server.requests) == 3
 
 
-async def test_an_empty_body_every_time_exhausts_the_attempts(server: OpenAIServer) -> None:
+async def test_an_empty_body_every_time_exhausts_the_attempts(
+    server: OpenAIServer, clock: VirtualClock
+) -> None:
     server.script(Reply.sse(), Reply.sse(), Reply.sse())
-    async with make_model(server) as model:
-        seen = await expect(model.stream(ask()))
+    async with make_model(server, clock=clock) as model:
+        seen = await clock.run(expect(model.stream(ask())))
     assert isinstance(seen.error, RetryExhausted)
     assert isinstance(seen.error.last_error, ModelConnectionError)
     assert "without [DONE]" in str(seen.error)

@@ -7,6 +7,7 @@ import asyncio
 import pytest
 from reactivex import operators as ops
 
+from rxagent.clock import VirtualClock
 from rxagent.messages import Msg
 from rxagent.model import (
     ChatChunk,
@@ -108,20 +109,27 @@ async def test_scripted_model_errors_before_and_after_chunks() -> None:
     assert [c.text for c in seen] == ["ab", "cd"]
 
 
-async def test_scripted_model_delay_is_cancelled_on_dispose() -> None:
-    model = ScriptedModel([ScriptedResponse(text="slow answer", chunk_size=1, delay=30)])
+async def test_scripted_model_delays_pass_on_its_clock(clock: VirtualClock) -> None:
+    model = ScriptedModel([ScriptedResponse(text="abc", chunk_size=1, delay=2)], clock=clock)
+    arrivals: list[tuple[str, float]] = []
+    await clock.run(
+        model.stream(request()).pipe(ops.do_action(lambda c: arrivals.append((c.text, clock.now()))))
+    )
+    # a delay before each chunk: three text deltas, the finish reason, the usage
+    assert arrivals == [("a", 2.0), ("b", 4.0), ("c", 6.0), ("", 8.0), ("", 10.0)]
+
+
+async def test_scripted_model_delay_is_cancelled_on_dispose(clock: VirtualClock) -> None:
+    model = ScriptedModel([ScriptedResponse(text="slow answer", chunk_size=1, delay=30)], clock=clock)
     task = asyncio.ensure_future(model.stream(request()).pipe(ops.to_list()))
-    await asyncio.sleep(0.01)
+    await clock.advance(45)  # one chunk out, the second one's delay under way
+    assert clock.pending() == (60.0,)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-    for _ in range(5):
-        if not pending:
-            break
-        await asyncio.sleep(0)
-        pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-    assert pending == []
+    await clock.advance(0)
+    assert clock.pending() == ()  # the delay's timer went with the stream
+    assert [t for t in asyncio.all_tasks() if t is not asyncio.current_task()] == []
 
 
 async def test_scripted_model_default_usage_is_an_estimate() -> None:

@@ -1,4 +1,8 @@
-"""The executor: ordering, parallel stretches, barriers, timeouts, failures, interceptors, the gate."""
+"""The executor: ordering, parallel stretches, barriers, timeouts, failures, interceptors, the gate.
+
+Tools that take time sleep on a :class:`~rxagent.clock.VirtualClock` that the executor shares, so their
+order and the timeouts are exact and nothing is slept through.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ import asyncio
 import json
 import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
 import pytest
@@ -14,6 +19,7 @@ from pydantic import BaseModel
 from reactivex import Observable
 from reactivex import operators as ops
 
+from rxagent.clock import VirtualClock
 from rxagent.context import RuntimeContext
 from rxagent.messages import ToolResultBlock, ToolUseBlock
 from rxagent.tools import (
@@ -35,6 +41,7 @@ from rxagent.tools import (
     ToolTraits,
     tool,
 )
+from tests.streams import expect
 
 
 def call(
@@ -53,10 +60,12 @@ def call(
 async def run(
     calls: Sequence[ToolUseBlock], toolkit: Toolkit, executor: ToolExecutor | None = None, **view: Any
 ) -> list[ToolEvent]:
-    events: list[ToolEvent] = (
-        await (executor or ToolExecutor()).execute(calls, toolkit.view(**view)).pipe(ops.to_list())
-    )
-    return events
+    """The batch's events; on the executor's clock when that is virtual."""
+    executor = executor or ToolExecutor()
+    events = executor.execute(calls, toolkit.view(**view)).pipe(ops.to_list())
+    if isinstance(executor.clock, VirtualClock):
+        return await executor.clock.run(events)
+    return await events
 
 
 def batch(events: list[ToolEvent]) -> ToolBatchFinished:
@@ -82,14 +91,14 @@ class Barrier:
         await asyncio.wait_for(self.all_in.wait(), 2)
 
 
-def safe_and_unsafe(log: list[str], barrier: Barrier | None = None) -> Toolkit:
+def safe_and_unsafe(log: list[str], clock: VirtualClock, barrier: Barrier | None = None) -> Toolkit:
     @tool(concurrency_safe=True)
     async def fetch(key: str, delay: float = 0.0) -> str:
-        """Fetch."""
+        """Fetch (taking ``delay`` seconds of ``clock``)."""
         log.append(f"start {key}")
         if barrier is not None:
             await barrier.wait()
-        await asyncio.sleep(delay)
+        await clock.sleep(delay)
         log.append(f"end {key}")
         return f"value of {key}"
 
@@ -104,57 +113,59 @@ def safe_and_unsafe(log: list[str], barrier: Barrier | None = None) -> Toolkit:
     return Toolkit([fetch, write])
 
 
-async def test_concurrency_safe_calls_run_together_and_results_keep_call_order() -> None:
+async def test_concurrency_safe_calls_run_together_and_results_keep_call_order(clock: VirtualClock) -> None:
     log: list[str] = []
-    toolkit = safe_and_unsafe(log, Barrier(3))
-    calls = [call("fetch", {"key": k, "delay": d}, id=k) for k, d in [("a", 0.03), ("b", 0.0), ("c", 0.01)]]
-    events = await run(calls, toolkit)
+    toolkit = safe_and_unsafe(log, clock, Barrier(3))
+    calls = [call("fetch", {"key": k, "delay": d}, id=k) for k, d in [("a", 3), ("b", 0), ("c", 1)]]
+    events = await run(calls, toolkit, ToolExecutor(clock=clock))
     assert log[:3] == ["start a", "start b", "start c"]
-    finished = [e.call.id for e in events if isinstance(e, ToolCallFinished)]
-    assert finished == ["b", "c", "a"]  # as they happen
+    finished = [(e.call.id, e.duration_s) for e in events if isinstance(e, ToolCallFinished)]
+    assert finished == [("b", 0.0), ("c", 1.0), ("a", 3.0)]  # as they happen, timed on the clock
     assert texts(events) == ["value of a", "value of b", "value of c"]  # in call order
+    assert clock.now() == 3.0  # together: the longest, not the sum
 
 
-async def test_an_unsafe_call_is_a_barrier() -> None:
+async def test_an_unsafe_call_is_a_barrier(clock: VirtualClock) -> None:
     log: list[str] = []
-    toolkit = safe_and_unsafe(log, None)
+    toolkit = safe_and_unsafe(log, clock)
     calls = [
-        call("fetch", {"key": "a", "delay": 0.01}, id="1"),
+        call("fetch", {"key": "a", "delay": 1}, id="1"),
         call("fetch", {"key": "b"}, id="2"),
         call("write", {"key": "w"}, id="3"),
         call("fetch", {"key": "c"}, id="4"),
     ]
-    events = await run(calls, toolkit)
+    events = await run(calls, toolkit, ToolExecutor(clock=clock))
     assert log == ["start a", "start b", "end b", "end a", "start write w", "end write w", "start c", "end c"]
     assert texts(events) == ["value of a", "value of b", "wrote w", "value of c"]
 
 
-async def test_sequential_when_parallel_is_off() -> None:
+async def test_sequential_when_parallel_is_off(clock: VirtualClock) -> None:
     log: list[str] = []
-    toolkit = safe_and_unsafe(log, None)
-    calls = [call("fetch", {"key": "a", "delay": 0.01}, id="1"), call("fetch", {"key": "b"}, id="2")]
-    await run(calls, toolkit, ToolExecutor(parallel=False))
+    toolkit = safe_and_unsafe(log, clock)
+    calls = [call("fetch", {"key": "a", "delay": 1}, id="1"), call("fetch", {"key": "b", "delay": 2}, id="2")]
+    await run(calls, toolkit, ToolExecutor(parallel=False, clock=clock))
     assert log == ["start a", "end a", "start b", "end b"]
+    assert clock.now() == 3.0  # one after the other: the sum
 
 
-async def test_max_concurrency_caps_a_parallel_stretch() -> None:
+async def test_max_concurrency_caps_a_parallel_stretch(clock: VirtualClock) -> None:
     running = peak = 0
 
     @tool(concurrency_safe=True)
     async def job(n: int) -> int:
-        """A job."""
+        """A job of one second."""
         nonlocal running, peak
         running += 1
         peak = max(peak, running)
-        await asyncio.sleep(0.005)
+        await clock.sleep(1)
         running -= 1
         return n
 
-    events = await run(
-        [call("job", {"n": i}, id=str(i)) for i in range(6)], Toolkit([job]), ToolExecutor(max_concurrency=2)
-    )
+    executor = ToolExecutor(max_concurrency=2, clock=clock)
+    events = await run([call("job", {"n": i}, id=str(i)) for i in range(6)], Toolkit([job]), executor)
     assert peak == 2
     assert texts(events) == [str(i) for i in range(6)]
+    assert clock.now() == 3.0  # six one-second jobs, two at a time
 
 
 async def test_sync_tools_run_in_threads_without_blocking_the_loop() -> None:
@@ -196,14 +207,18 @@ async def test_progress_comes_between_start_and_finish_and_is_never_a_result() -
     assert texts(events) == ["done"]
 
 
-async def test_timeouts_become_error_results_and_mark_the_context_cancelled() -> None:
+async def test_timeouts_become_error_results_and_mark_the_context_cancelled(clock: VirtualClock) -> None:
     contexts: list[ToolContext] = []
+    cleaned_up: list[float] = []
 
-    @tool(timeout=0.05)
+    @tool(timeout=30)
     async def hang(ctx: ToolContext) -> str:
         """Never returns."""
         contexts.append(ctx)
-        await asyncio.Event().wait()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            cleaned_up.append(clock.now())
         return "unreachable"
 
     @tool
@@ -211,23 +226,71 @@ async def test_timeouts_become_error_results_and_mark_the_context_cancelled() ->
         """Raises TimeoutError itself (its own deadline, not ours)."""
         raise TimeoutError("upstream took too long")
 
-    events = await run([call("hang", id="h"), call("own_timeout", id="o")], Toolkit([hang, own_timeout]))
+    toolkit = Toolkit([hang, own_timeout])
+    events = await run(
+        [call("hang", id="h"), call("own_timeout", id="o")], toolkit, ToolExecutor(clock=clock)
+    )
     results = batch(events).results
     assert results[0].status == "error"
-    assert results[0].text == "Tool 'hang' timed out after 0.05 s."
+    assert results[0].text == "Tool 'hang' timed out after 30 s."
     assert contexts[0].cancelled
+    assert cleaned_up == [30.0]  # the tool's task was cancelled at the deadline
     assert results[1].text == "Error: tool 'own_timeout' raised TimeoutError"
+    durations = [e.duration_s for e in events if isinstance(e, ToolCallFinished)]
+    assert durations == [30.0, 0.0]  # one after the other (neither is concurrency-safe), timed on the clock
 
 
-async def test_default_timeout_applies_to_tools_without_their_own() -> None:
+async def test_a_tool_that_finishes_in_time_is_not_timed_out(clock: VirtualClock) -> None:
+    @tool(timeout=30)
+    async def slow() -> str:
+        """Takes 29.5 s."""
+        await clock.sleep(29.5)
+        return "in time"
+
+    events = await run([call("slow", id="s")], Toolkit([slow]), ToolExecutor(clock=clock))
+    assert texts(events) == ["in time"]
+    assert clock.pending() == ()  # the deadline's timer went with the call
+
+
+async def test_default_timeout_applies_to_tools_without_their_own(clock: VirtualClock) -> None:
     @tool
     async def hang() -> str:
         """Never returns."""
         await asyncio.Event().wait()
         return "unreachable"
 
-    events = await run([call("hang", id="h")], Toolkit([hang]), ToolExecutor(default_timeout=0.02))
-    assert texts(events) == ["Tool 'hang' timed out after 0.02 s."]
+    executor = ToolExecutor(default_timeout=20, clock=clock)
+    events = await run([call("hang", id="h")], Toolkit([hang]), executor)
+    assert texts(events) == ["Tool 'hang' timed out after 20 s."]
+    assert clock.now() == 20.0
+
+
+async def test_a_sync_tool_times_out_on_the_clock_and_its_late_result_is_discarded(
+    clock: VirtualClock,
+) -> None:
+    entered, release = threading.Event(), threading.Event()
+    saw_cancel: list[bool] = []
+
+    @tool(timeout=10)
+    def blocking(ctx: ToolContext) -> str:
+        """Blocks its thread until released."""
+        entered.set()
+        release.wait(5)
+        saw_cancel.append(ctx.cancelled)
+        return "too late"
+
+    pool = ThreadPoolExecutor(1)
+    executor = ToolExecutor(clock=clock, thread_pool=pool)
+    seen = expect(executor.execute([call("blocking", id="b")], Toolkit([blocking]).view()))
+    await asyncio.to_thread(entered.wait, 5)
+    await clock.advance(9.5)
+    assert seen.outcome is None
+    await clock.advance(0.5)  # a thread's work does not count as idle time: the test moves the clock
+    await asyncio.wait_for(seen, 5)
+    assert texts(seen.items) == ["Tool 'blocking' timed out after 10 s."]
+    release.set()
+    await asyncio.to_thread(pool.shutdown)  # the thread ran to its end; its result went nowhere
+    assert saw_cancel == [True]
 
 
 async def test_ordinary_exceptions_become_error_results_the_model_can_read() -> None:
@@ -254,7 +317,7 @@ async def test_tool_system_error_fails_the_batch_and_cancels_running_siblings() 
     @tool(concurrency_safe=True)
     async def database() -> str:
         """The database is down."""
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0)
         raise ToolSystemError("database unreachable")
 
     @tool(concurrency_safe=True)
@@ -310,15 +373,17 @@ async def test_dispose_while_a_sync_tool_runs_discards_its_result_and_flags_canc
         return "discarded"
 
     seen: list[ToolEvent] = []
+    pool = ThreadPoolExecutor(1)
     subscription = (
-        ToolExecutor()
+        ToolExecutor(thread_pool=pool)
         .execute([call("cooperative", id="c")], Toolkit([cooperative]).view())
         .subscribe(seen.append)
     )
-    await asyncio.get_running_loop().run_in_executor(None, entered.wait, 5)
+    await asyncio.to_thread(entered.wait, 5)
     subscription.dispose()
-    await asyncio.get_running_loop().run_in_executor(None, finished.wait, 5)
-    await asyncio.sleep(0.01)
+    await asyncio.to_thread(pool.shutdown)  # the tool ran to its end and handed its result back
+    await VirtualClock().advance(0)  # let the loop run until idle: the late result had its chance
+    assert finished.is_set()
     assert saw_cancel == [True]
     assert [type(e) for e in seen] == [ToolBodyStarted]
 

@@ -34,6 +34,7 @@ from mcp.types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSI
 from reactivex import Observable
 from reactivex import operators as ops
 
+from rxagent.clock import VirtualClock
 from rxagent.context import RuntimeContext
 from rxagent.messages import ToolResultBlock, ToolUseBlock
 from rxagent.tools import (
@@ -249,12 +250,15 @@ class Watch:
         self.events: list[ToolEvent] = []
         self.error: Exception | None = None
         self.progressed = asyncio.Event()
+        self.finished = asyncio.Event()
         self.subscription = source.subscribe(self._next, self._error)
 
     def _next(self, event: ToolEvent) -> None:
         self.events.append(event)
         if isinstance(event, ToolCallProgress):
             self.progressed.set()
+        if isinstance(event, ToolBatchFinished):
+            self.finished.set()
 
     def _error(self, error: Exception) -> None:
         self.error = error
@@ -262,6 +266,10 @@ class Watch:
     async def until_running(self) -> None:
         """Return once the server has started the call (it reported progress)."""
         await asyncio.wait_for(self.progressed.wait(), WAIT)
+
+    async def until_finished(self) -> None:
+        """Return once the batch has finished."""
+        await asyncio.wait_for(self.finished.wait(), WAIT)
 
 
 def alive(pid: int) -> bool:
@@ -450,10 +458,18 @@ async def test_a_timeout_cancels_the_call_on_the_server_and_the_session_survives
 ) -> None:
     toolkit = connected.toolkit
     before = await cancelled_after(toolkit, -1)
+    clock = VirtualClock()  # the server runs in real time; the executor's deadline is ours to move
 
-    events = await run(toolkit, call("slow", seconds=60), executor=ToolExecutor(default_timeout=0.5))
+    watch = Watch(
+        ToolExecutor(default_timeout=30, clock=clock).execute([call("slow", seconds=60)], toolkit.view())
+    )
+    await watch.until_running()
+    await clock.advance(30)
+    await watch.until_finished()
 
-    assert [(r.status, r.text) for r in results(events)] == [("error", "Tool 'slow' timed out after 0.5 s.")]
+    assert [(r.status, r.text) for r in results(watch.events)] == [
+        ("error", "Tool 'slow' timed out after 30 s.")
+    ]
     assert await cancelled_after(toolkit, before) == before + 1
     assert await text_of(toolkit, "echo", text="still here") == "still here"
 
