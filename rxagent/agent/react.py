@@ -49,6 +49,7 @@ from rxagent.agent.routing import start_step
 from rxagent.agent.run import RunState
 from rxagent.agent.steps import finish_step, interrupt_step, recover, reprompt_step, run_loop
 from rxagent.agent.structured import OutputSpec
+from rxagent.clock import SYSTEM_CLOCK, Clock
 from rxagent.context import RuntimeContext
 from rxagent.events import AgentEvent, AgentResult, RunReason
 from rxagent.messages import Msg, ToolUseBlock, new_id
@@ -111,6 +112,8 @@ class ReActAgent:
             process's memory.
         steps: steps to use instead of (or besides) the built-in ones, by node type; merged over
             :func:`default_steps` (see :mod:`rxagent.agent.steps`).
+        clock: what the agent's own waits run on (tool timeouts, the session wait, leases); give the
+            same :class:`~rxagent.clock.VirtualClock` to the model to test timing without waiting.
 
     Example:
         >>> from rxagent import ScriptedModel
@@ -131,6 +134,7 @@ class ReActAgent:
         output_type: type[BaseModel] | Mapping[str, JsonValue] | None = None,
         store: SessionStore | str | None = None,
         steps: Mapping[type, Step] | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.model = model
         self.toolkit = toolkit or Toolkit()
@@ -144,7 +148,8 @@ class ReActAgent:
         self._active: dict[SessionKey, RunState] = {}
         """The run holding each session in this process (where steering goes)."""
         self._handles: dict[SessionKey, SessionHandle] = {}
-        self.keeper = SessionKeeper(self.store, lease_ttl=self.options.lease_ttl)
+        self.clock = clock
+        self.keeper = SessionKeeper(self.store, lease_ttl=self.options.lease_ttl, clock=clock)
         self.steps: Mapping[type, Step] = {**default_steps(), **(steps or {})}
         self._system = Msg.system(system_prompt) if system_prompt else None
 

@@ -143,6 +143,7 @@ class RunState:
             interceptors=agent.tool_interceptors(),
             default_timeout=agent.options.tool_timeout,
             journal=self.recorder,
+            clock=agent.clock,
         )
 
     # ---- events ------------------------------------------------------------------------------------

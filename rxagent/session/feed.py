@@ -38,12 +38,13 @@ import asyncio
 import itertools
 import json
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
 from reactivex import Observable
 
+from rxagent.clock import SYSTEM_CLOCK, Clock
 from rxagent.events import AgentEvent, event_from_json
 from rxagent.operators import from_async_iterable
 from rxagent.session.facts import FactKind, StoredFact
@@ -122,6 +123,7 @@ class SessionFeed:
         capacity: items the shared ring holds.
         page: facts read from the log at a time while catching up.
         interval: seconds between two wakes of the watchers, at least.
+        clock: what the wake-ups are timed on.
     """
 
     def __init__(
@@ -132,6 +134,7 @@ class SessionFeed:
         capacity: int = 4096,
         page: int = 512,
         interval: float = 0.010,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         if capacity < 1 or page < 1:
             raise ValueError("capacity and page must be at least 1")
@@ -146,6 +149,7 @@ class SessionFeed:
         self._wake_scheduled = False
         self._last_wake = float("-inf")
         self.interval = interval
+        self.clock = clock
         """Seconds between two wakes of the watchers, at least (items that come sooner wait for it)."""
         self.watchers = 0
         """Watchers iterating now."""
@@ -196,16 +200,15 @@ class SessionFeed:
         if self._wake_scheduled:
             return
         self._wake_scheduled = True
-        loop = asyncio.get_running_loop()
-        delay = self._last_wake + self.interval - loop.time()
+        delay = self._last_wake + self.interval - self.clock.now()
         if delay > 0:
-            loop.call_later(delay, self._wake)
+            self.clock.call_later(delay, self._wake)
         else:
-            loop.call_soon(self._wake)
+            asyncio.get_running_loop().call_soon(self._wake)
 
     def _wake(self) -> None:
         self._wake_scheduled = False
-        self._last_wake = asyncio.get_running_loop().time()
+        self._last_wake = self.clock.now()
         waiting, self._waiting = self._waiting, []
         for waiter in waiting:
             if not waiter.done():
@@ -280,7 +283,7 @@ class SessionFeed:
         """:meth:`watch` as a cold observable: each subscription is one watcher; disposing stops only it."""
         return from_async_iterable(lambda: self.watch(after, policy=policy))
 
-    async def follow(self, poll: float = 0.2, *, sleep: Callable[[float], Any] = asyncio.sleep) -> None:
+    async def follow(self, poll: float = 0.2) -> None:
         """Follow a session whose runs write in another process: read its log as it grows, publishing
         what it appends (runs until cancelled). The items are durable when watchers get them."""
         while True:
@@ -289,4 +292,4 @@ class SessionFeed:
                 self.publish([FeedItem.of(f) for f in facts])
                 self.durable(facts[-1].seq)
                 continue
-            await sleep(poll)
+            await self.clock.sleep(poll)

@@ -18,9 +18,9 @@ import logging
 import os
 import socket
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from rxagent.clock import SYSTEM_CLOCK, Clock
 from rxagent.operators import KeyedSerializer, Turn, start_task
 from rxagent.session.feed import SessionFeed
 from rxagent.session.projection import Projection
@@ -68,7 +68,8 @@ class SessionKeeper:
         owner: this keeper's name in leases (default: host, process and a counter).
         lease_ttl: seconds a lease lasts without renewal; a live run renews it every third of that.
         cache_size: sessions whose projection is kept in memory between runs.
-        sleep: how the keeper waits (polling a busy lease, renewing); inject a clock's sleep in tests.
+        clock: what the keeper waits on (the session wait, polling a busy lease, renewing leases, the
+            feeds' wake-ups); a :class:`~rxagent.clock.VirtualClock` in tests.
     """
 
     def __init__(
@@ -78,7 +79,7 @@ class SessionKeeper:
         owner: str | None = None,
         lease_ttl: float = 30.0,
         cache_size: int = 10_000,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         if not lease_ttl > 0:
             raise ValueError("lease_ttl must be positive")
@@ -86,7 +87,7 @@ class SessionKeeper:
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{next(_instances)}"
         self.lease_ttl = lease_ttl
         self.cache_size = cache_size
-        self._sleep = sleep
+        self.clock = clock
         self._turns = KeyedSerializer()
         self._projections: OrderedDict[SessionKey, Projection] = OrderedDict()
         self._feeds: dict[SessionKey, SessionFeed] = {}
@@ -102,10 +103,9 @@ class SessionKeeper:
         Raises:
             SessionBusy: ``wait`` seconds passed first (nothing is held then).
         """
-        loop = asyncio.get_running_loop()
-        started = loop.time()
+        started = self.clock.now()
         try:
-            async with asyncio.timeout(wait):
+            async with self.clock.timeout(wait):
                 await turn.acquire()
         except TimeoutError:
             raise SessionBusy(wait or 0.0, turn.left_at or 0, None) from None
@@ -121,22 +121,22 @@ class SessionKeeper:
             raise
         feed = self.feed(key, head=projection.seq)
         claim = Claim(key, turn, lease, projection, Recorder(self.store, lease, projection, feed=feed))
+        loop = asyncio.get_running_loop()
         claim.renewal = start_task(loop, self._renew(claim), "rxagent.session.renew")
         return claim
 
     async def _lease(self, key: SessionKey, wait: float | None, started: float) -> Lease:
-        loop = asyncio.get_running_loop()
         pause = 0.02
         while True:
             lease = await self.store.acquire(key, self.owner, self.lease_ttl)
             if lease is not None:
                 return lease
-            waited = loop.time() - started
+            waited = self.clock.now() - started
             if wait is not None and waited >= wait:
                 holder = next((s.owner for s in await self.store.sessions() if s.key == key), None)
                 raise SessionBusy(waited, 0, holder)
             remaining = None if wait is None else wait - waited
-            await self._sleep(pause if remaining is None else min(pause, remaining))
+            await self.clock.sleep(pause if remaining is None else min(pause, remaining))
             pause = min(pause * 2, 1.0)
 
     async def _project(self, key: SessionKey) -> Projection:
@@ -152,7 +152,7 @@ class SessionKeeper:
 
     async def _renew(self, claim: Claim) -> None:
         while True:
-            await self._sleep(self.lease_ttl / 3)
+            await self.clock.sleep(self.lease_ttl / 3)
             try:
                 claim.lease = await self.store.renew(claim.lease, self.lease_ttl)
             except LeaseLostError:
@@ -165,7 +165,7 @@ class SessionKeeper:
         """The session's feed in this process (made on first use; ``head``: the log's head, if known)."""
         feed = self._feeds.get(key)
         if feed is None:
-            feed = self._feeds[key] = SessionFeed(self.store, key)
+            feed = self._feeds[key] = SessionFeed(self.store, key, clock=self.clock)
             if head is not None:
                 feed.reset(head)
         elif head is not None and feed.head < head:  # others appended meanwhile: the log has it

@@ -375,12 +375,16 @@ async def test_events_of_the_feed_are_the_runs_events() -> None:
     agent = ReActAgent(ScriptedModel(["hello"]))
     session = agent.session(CTX)
     seen: list[AgentEvent | FeedGap] = []
-    subscription = session.events(0).subscribe(seen.append)
+    finished = asyncio.Event()
+
+    def on_event(event: AgentEvent | FeedGap) -> None:
+        seen.append(event)
+        if isinstance(event, AgentResult):
+            finished.set()
+
+    subscription = session.events(0).subscribe(on_event)
     result = await asyncio.wait_for(session.submit("hi"), WAIT)
-    for _ in range(20):
-        if seen and seen[-1] == result:
-            break
-        await asyncio.sleep(0.01)
+    await asyncio.wait_for(finished.wait(), WAIT)
     subscription.dispose()
     assert seen[-1] == result
     assert all(not isinstance(e, FeedGap) for e in seen)

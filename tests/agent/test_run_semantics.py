@@ -24,8 +24,10 @@ from rxagent.agent import (
     PendingToolCallsError,
     ReActAgent,
     RunControl,
+    SessionBusyError,
     ToolDecision,
 )
+from rxagent.clock import VirtualClock
 from rxagent.context import RuntimeContext, ToolScope
 from rxagent.events import AgentEvent, AgentResult, ErrorEvent, MessageCompleted, PhaseChanged, TextDelta
 from rxagent.messages import Msg
@@ -55,6 +57,7 @@ from tests.streams import expect
 from .helpers import check_invariants, run
 
 ADA = RuntimeContext(user_id="ada", session_id="s1")
+WAIT = 10.0
 
 
 class Shop:
@@ -506,46 +509,80 @@ async def test_the_queue_position_moves_as_runs_ahead_finish() -> None:
 
 
 def drip_reply(deltas: int = 40) -> Reply:
-    """A streamed answer whose deltas arrive every 20 ms."""
+    """A streamed answer whose deltas arrive every 0.2 s (on the server's clock)."""
     frames: list[bytes | Pause] = [chunk({"role": "assistant", "content": ""})]
     for n in range(deltas):
-        frames += [text_chunk(f"{n} "), Pause(0.02)]
+        frames += [text_chunk(f"{n} "), Pause(0.2)]
     return Reply.sse(*frames, finish_chunk(), DONE)
 
 
-async def test_the_total_deadline_ends_a_stream_paused_by_a_slow_consumer(server: OpenAIServer) -> None:
-    server.script(drip_reply())
+async def test_the_total_deadline_ends_a_stream_paused_by_a_slow_consumer(clock: VirtualClock) -> None:
+    # The issue's case, on virtual time: max_buffer=2, a consumer that spends 1.2 s on an item, a 1 s
+    # total, a server that drips a delta every 0.2 s. Before the fix the call neither failed nor ended.
     items = 0
 
     async def consume(model: OpenAIChatModel) -> None:
         nonlocal items
-        async with asyncio.timeout(10):  # a safety net: before the fix this hung forever
-            async for _ in to_async_iterator(model.stream(ChatRequest((Msg.user("count"),))), max_buffer=2):
-                items += 1
-                await asyncio.sleep(0.4)  # the consumer is slower than the whole deadline
+        async for _ in to_async_iterator(model.stream(ChatRequest((Msg.user("count"),))), max_buffer=2):
+            items += 1
+            await clock.sleep(1.2)  # the consumer is slower than the whole deadline
 
-    async with make_model(server, timeouts=Timeouts(total=0.3)) as model:
-        with pytest.raises(ModelTimeoutError, match="the whole model call"):
-            await consume(model)
+    async with OpenAIServer(clock) as server:
+        server.script(drip_reply())
+        async with make_model(server, timeouts=Timeouts(total=1.0), clock=clock) as model:
+            with pytest.raises(ModelTimeoutError, match="the whole model call"):
+                await clock.run(consume(model))
     assert 1 <= items < 40
+    assert clock.now() < 10  # it ended on its deadline, not when the answer would have
 
 
-async def test_an_agent_stream_paused_by_a_slow_consumer_ends_with_the_timeout(server: OpenAIServer) -> None:
-    server.script(drip_reply())
+async def test_an_agent_stream_paused_by_a_slow_consumer_ends_with_the_timeout(clock: VirtualClock) -> None:
     events: list[AgentEvent] = []
 
     async def consume(agent: ReActAgent) -> None:
-        async with asyncio.timeout(10):
-            async for event in to_async_iterator(agent.stream_events("count", ADA), max_buffer=2):
-                events.append(event)
-                if isinstance(event, TextDelta):
-                    await asyncio.sleep(0.4)
+        async for event in to_async_iterator(agent.stream_events("count", ADA), max_buffer=2):
+            events.append(event)
+            if isinstance(event, TextDelta):
+                await clock.sleep(1.2)
 
-    async with make_model(server, timeouts=Timeouts(total=0.3)) as model:
-        with pytest.raises(ModelTimeoutError):
-            await consume(ReActAgent(model))
+    async with OpenAIServer(clock) as server:
+        server.script(drip_reply())
+        async with make_model(server, timeouts=Timeouts(total=1.0), clock=clock) as model:
+            with pytest.raises(ModelTimeoutError):
+                await clock.run(consume(ReActAgent(model, clock=clock)))
     _, result = failure_ending(events)
     assert result.reason == "ERROR"
+    assert clock.now() < 10
+
+
+# ---- 9. the wait for a busy session has a limit ------------------------------------------------------
+
+
+async def test_a_run_waits_for_a_busy_session_no_longer_than_asked(clock: VirtualClock) -> None:
+    release = asyncio.Event()
+
+    async def hold(request: ChatRequest) -> str:
+        await release.wait()
+        return "done"
+
+    agent = ReActAgent(FunctionModel(hold), options=AgentOptions(session_wait=5.0), clock=clock)
+    first = asyncio.ensure_future(agent.call("first", ADA))
+    waiting = RunControl()
+    second = asyncio.ensure_future(agent.call("second", ADA, control=waiting))
+    await clock.advance(4.9)
+    assert (waiting.status, waiting.position) == ("queued", 1)
+    assert not second.done()
+    await clock.advance(0.2)
+    with pytest.raises(SessionBusyError, match=r"session 's1' .*stayed busy for 5 s"):
+        await asyncio.wait_for(second, WAIT)
+    assert waiting.status == "idle"  # it left the line
+    release.set()
+    assert (await asyncio.wait_for(first, WAIT)).text == "done"
+    release.clear()
+    third = asyncio.ensure_future(agent.call("third", ADA))
+    await clock.advance(100)  # no limit hit while nobody else holds the session
+    release.set()
+    assert (await asyncio.wait_for(third, WAIT)).text == "done"
 
 
 # ---- 11. an empty `data:` line is not an error -----------------------------------------------------------
