@@ -38,7 +38,8 @@ session reads its last checkpoint and only the facts after it.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
 from pydantic import JsonValue
@@ -89,17 +90,43 @@ PROJECTING: frozenset[FactKind] = frozenset(
 """The kinds a projection reads (the others are records only)."""
 
 
-@dataclass(frozen=True, slots=True)
 class Fact:
     """A fact to append: its kind, its payload as JSON text, the run that wrote it.
 
-    The payload is encoded once, by whoever creates the fact, so stores write it as it is.
+    The payload may be given as a function that encodes it: it is called once, the first time anyone
+    needs the text (a store that writes it, a watcher that sends it), and never when nobody does (an
+    in-memory log nobody reads back); whatever it encodes must not change meanwhile (messages and
+    blocks are frozen; a run's events are not touched once emitted).
     """
 
-    kind: FactKind
-    payload: str
-    run_id: str | None = None
-    at: float = field(default_factory=time.time)
+    __slots__ = ("_encode", "_payload", "at", "kind", "run_id")
+
+    def __init__(
+        self,
+        kind: FactKind,
+        payload: str | Callable[[], str],
+        run_id: str | None = None,
+        at: float | None = None,
+    ) -> None:
+        self.kind: FactKind = kind
+        self.run_id = run_id
+        self.at = time.time() if at is None else at
+        if isinstance(payload, str):
+            self._payload: str | None = payload
+            self._encode: Callable[[], str] | None = None
+        else:
+            self._payload, self._encode = None, payload
+
+    @property
+    def payload(self) -> str:
+        """The payload as JSON text (encoded now if it was not yet)."""
+        if self._payload is None:
+            assert self._encode is not None
+            self._payload, self._encode = self._encode(), None
+        return self._payload
+
+    def __repr__(self) -> str:
+        return f"Fact({self.kind!r}, run_id={self.run_id!r})"
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,7 +39,7 @@ import itertools
 import json
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
 from reactivex import Observable
@@ -47,7 +47,7 @@ from reactivex import Observable
 from rxagent.clock import SYSTEM_CLOCK, Clock
 from rxagent.events import AgentEvent, event_from_json
 from rxagent.operators import from_async_iterable
-from rxagent.session.facts import FactKind, StoredFact
+from rxagent.session.facts import Fact, FactKind, StoredFact
 from rxagent.session.store import SessionStore
 from rxagent.state import SessionKey
 
@@ -57,24 +57,33 @@ FeedPolicy: TypeAlias = Literal["catch_up", "drop", "disconnect"]
 """What a watcher the ring left behind does: read the log, skip ahead (told by a gap), or stop."""
 
 
-@dataclass(slots=True)
 class FeedItem:
     """One fact of the session, as the feed delivers it.
 
     Attributes:
         seq: its sequence number in the session's log.
         kind: the fact's kind (``"event"`` for a run's events).
-        payload: the fact's JSON payload.
         run_id: the run that wrote it.
         at: when (wall-clock seconds).
     """
 
-    seq: int
-    kind: FactKind
-    payload: str
-    run_id: str | None
-    at: float
-    _event: AgentEvent | None = field(default=None, repr=False)
+    __slots__ = ("_event", "_fact", "at", "kind", "run_id", "seq")
+
+    def __init__(self, seq: int, fact: Fact | StoredFact) -> None:
+        self.seq = seq
+        self.kind: FactKind = fact.kind
+        self.run_id = fact.run_id
+        self.at = fact.at
+        self._fact = fact
+        self._event: AgentEvent | None = None
+
+    @property
+    def payload(self) -> str:
+        """The fact's JSON payload (encoded the first time anyone asks, for a run's own facts)."""
+        return self._fact.payload
+
+    def __repr__(self) -> str:
+        return f"FeedItem({self.seq}, {self.kind!r})"
 
     @property
     def event(self) -> AgentEvent | None:
@@ -94,7 +103,7 @@ class FeedItem:
     @classmethod
     def of(cls, fact: StoredFact) -> FeedItem:
         """The feed item of a stored fact."""
-        return cls(fact.seq, fact.kind, fact.payload, fact.run_id, fact.at)
+        return cls(fact.seq, fact)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ import socket
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from rxagent.clock import SYSTEM_CLOCK, Clock
+from rxagent.clock import SYSTEM_CLOCK, Clock, Timer
 from rxagent.operators import KeyedSerializer, Turn, start_task
 from rxagent.session.feed import SessionFeed
 from rxagent.session.projection import Projection
@@ -54,7 +54,7 @@ class Claim:
     lease: Lease
     projection: Projection
     recorder: Recorder
-    renewal: asyncio.Task[None] | None = None
+    renewal: Timer | asyncio.Task[None] | None = None
     broken: bool = False
     """Something failed to be recorded: the projection may be ahead of the log, so it is not kept."""
     extras: dict[str, object] = field(default_factory=lambda: {})
@@ -121,8 +121,7 @@ class SessionKeeper:
             raise
         feed = self.feed(key, head=projection.seq)
         claim = Claim(key, turn, lease, projection, Recorder(self.store, lease, projection, feed=feed))
-        loop = asyncio.get_running_loop()
-        claim.renewal = start_task(loop, self._renew(claim), "rxagent.session.renew")
+        claim.renewal = self.clock.call_later(self.lease_ttl / 3, lambda: self._renew(claim))
         return claim
 
     async def _lease(self, key: SessionKey, wait: float | None, started: float) -> Lease:
@@ -150,16 +149,21 @@ class SessionKeeper:
         checkpoint, facts = await self.store.load(key)
         return Projection.replay(checkpoint, facts)
 
-    async def _renew(self, claim: Claim) -> None:
-        while True:
-            await self.clock.sleep(self.lease_ttl / 3)
+    def _renew(self, claim: Claim) -> None:
+        # A timer, not a task per run: most runs end long before their first renewal is due.
+        async def renew() -> None:
             try:
                 claim.lease = await self.store.renew(claim.lease, self.lease_ttl)
             except LeaseLostError:
                 _log.warning("rxagent: lost the lease on session %r; its next append will fail", claim.key[1])
+                claim.renewal = None
                 return
             except Exception:
                 _log.warning("rxagent: renewing the lease on session %r failed", claim.key[1], exc_info=True)
+            if claim.renewal is not None:  # still held
+                claim.renewal = self.clock.call_later(self.lease_ttl / 3, lambda: self._renew(claim))
+
+        claim.renewal = start_task(asyncio.get_running_loop(), renew(), "rxagent.session.renew")
 
     def feed(self, key: SessionKey, *, head: int | None = None) -> SessionFeed:
         """The session's feed in this process (made on first use; ``head``: the log's head, if known)."""
@@ -175,7 +179,7 @@ class SessionKeeper:
     async def release(self, claim: Claim) -> None:
         """Give the session back: stop renewing, release the lease and the turn, keep the projection in
         memory (unless recording broke), and checkpoint in the background when due."""
-        renewal, claim.renewal = claim.renewal, None  # the task's frame holds the claim: no cycle left
+        renewal, claim.renewal = claim.renewal, None  # the timer holds the claim: no cycle left
         if renewal is not None:
             renewal.cancel()
         try:

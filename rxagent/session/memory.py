@@ -15,7 +15,8 @@ __all__ = ["MemoryStore"]
 
 @dataclass(slots=True)
 class _Log:
-    facts: list[StoredFact] = field(default_factory=lambda: [])
+    facts: list[Fact] = field(default_factory=lambda: [])
+    """The appended facts, in order (fact ``n`` is ``facts[n - 1]``); their payloads are encoded when read."""
     checkpoints: list[Checkpoint] = field(default_factory=lambda: [])
     lease: Lease | None = None
     tokens: int = 0
@@ -30,6 +31,9 @@ class MemoryStore:
     Args:
         now: the wall clock leases expire on (a test can pass its own).
     """
+
+    durable = False
+    """Nothing outlives the process."""
 
     def __init__(self, *, now: Callable[[], float] = time.time) -> None:
         self._logs: dict[SessionKey, _Log] = {}
@@ -67,11 +71,8 @@ class MemoryStore:
     async def append(self, lease: Lease, facts: Sequence[Fact]) -> int:
         """Append under the lease (see :class:`~rxagent.session.store.SessionStore`)."""
         log = self._check(lease)
-        seq = len(log.facts)
-        for fact in facts:
-            seq += 1
-            log.facts.append(StoredFact(seq, fact.kind, fact.payload, fact.run_id, fact.at))
-        return seq
+        log.facts.extend(facts)
+        return len(log.facts)
 
     def _check(self, lease: Lease) -> _Log:
         log = self._logs.get(lease.key)
@@ -94,7 +95,7 @@ class MemoryStore:
         if log is None:
             return None, []
         checkpoint = log.checkpoints[-1] if log.checkpoints else None
-        return checkpoint, list(log.facts[checkpoint.seq if checkpoint is not None else 0 :])
+        return checkpoint, _stored(log.facts, checkpoint.seq if checkpoint is not None else 0, None)
 
     async def save_checkpoint(self, key: SessionKey, checkpoint: Checkpoint) -> None:
         """Keep a checkpoint (see :class:`~rxagent.session.store.SessionStore`)."""
@@ -110,7 +111,7 @@ class MemoryStore:
         if log is None:
             return []
         end = None if limit is None else after + limit
-        return list(log.facts[after:end])
+        return _stored(log.facts, after, end)
 
     async def head(self, key: SessionKey) -> int:
         """The last sequence number."""
@@ -150,3 +151,10 @@ class MemoryStore:
 
     async def aclose(self) -> None:
         """Nothing to release."""
+
+
+def _stored(facts: list[Fact], start: int, end: int | None) -> list[StoredFact]:
+    return [
+        StoredFact(seq, fact.kind, fact.payload, fact.run_id, fact.at)
+        for seq, fact in enumerate(facts[start:end], start + 1)
+    ]

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -54,7 +55,7 @@ def fact(kind: FactKind, data: dict[str, JsonValue], run_id: str | None = None) 
 
 def message_fact(kind: FactKind, message: Msg, run_id: str | None) -> Fact:
     """A ``message`` or ``message_replaced`` fact (the message encoded once, by pydantic)."""
-    return Fact(kind, f'{{"message":{json_of(message)}}}', run_id)
+    return Fact(kind, lambda: f'{{"message":{json_of(message)}}}', run_id)
 
 
 def json_of(model: BaseModel) -> str:
@@ -108,7 +109,7 @@ class Recorder:
         """Queue one of the run's events (the feed gets it at once; the log with the next flush, which
         starts by itself once enough has piled up)."""
         self._capture()
-        self._enqueue([Fact("event", event_to_json(event), self.run_id)], event)
+        self._enqueue([Fact("event", lambda: event_to_json(event), self.run_id)], event)
         if len(self._queue) >= _FLUSH_AT and self._background is None:
             self._background = start_task(asyncio.get_running_loop(), self._flush_queued(), "rxagent.record")
 
@@ -132,7 +133,7 @@ class Recorder:
         self._queue.extend(facts)
         self._next += len(facts)
         if self.feed is not None:
-            items = [FeedItem(first + i, f.kind, f.payload, f.run_id, f.at) for i, f in enumerate(facts)]
+            items = [FeedItem(first + i, f) for i, f in enumerate(facts)]
             if event is not None:  # watchers in this process get the event itself, not JSON to parse
                 items[-1].attach(event)
             self.feed.publish(items)
@@ -175,13 +176,24 @@ class Recorder:
     # ---- the executor's journal -----------------------------------------------------------------------
 
     async def dispatched(self, call: ToolUseBlock) -> None:
-        """Record that ``call`` is about to run (with everything before it), before its body starts."""
+        """Record that ``call`` is about to run (with everything before it), before its body starts (in a
+        store that outlives the process; elsewhere it is queued for the run's next flush)."""
         self.projection.uncertain[call.id] = call
-        await self.flush(Fact("tool_dispatched", f'{{"call":{json_of(call)}}}', self.run_id))
+        recorded = Fact("tool_dispatched", lambda: f'{{"call":{json_of(call)}}}', self.run_id)
+        if self.store.durable:
+            await self.flush(recorded)
+        else:
+            self._capture()
+            self._enqueue([recorded])
 
     async def finished(self, result: ToolResultBlock) -> None:
-        """Record ``result`` as soon as its call finished."""
-        await self.flush(Fact("tool_result", f'{{"result":{json_of(result)}}}', self.run_id))
+        """Record ``result`` as soon as its call finished (queued, in a store that does not outlive the
+        process)."""
+        recorded = Fact("tool_result", lambda: f'{{"result":{json_of(result)}}}', self.run_id)
+        if self.store.durable:
+            await self.flush(recorded)
+        else:
+            self._enqueue([recorded])
         self.projection.uncertain.pop(result.tool_use_id, None)
         recorded = self._snapshot.partial
         if all(r.tool_use_id != result.tool_use_id for r in recorded):
@@ -251,6 +263,16 @@ class _Snapshot:
         ids of calls those facts give a result."""
         state = projection.state
         messages = state.messages
+        if (  # nothing changed: the usual case between two facts, so it allocates nothing
+            len(messages) == self.length
+            and all(map(operator.is_, messages[self.length - len(self.tail) :], self.tail))
+            and _same(state.pending, self.pending)
+            and _same(state.partial_results, self.partial)
+            and state.active_groups == self.groups
+            and not state.extras
+            and self.extras == "{}"
+        ):
+            return [], self, set()
         facts: list[Fact] = []
         answered: set[str] = set()
         start = max(0, self.length - len(self.tail))
@@ -262,15 +284,19 @@ class _Snapshot:
             facts.append(message_fact("message", message, run_id))
             answered.update(r.tool_use_id for r in message.tool_results)
         pending = state.pending
-        if pending != self.pending:
-            encoded = "[" + ",".join(json_of(p) for p in pending) + "]"
-            facts.append(Fact("pending", f'{{"pending":{encoded}}}', run_id))
+        if not _same(pending, self.pending):
+            pending = list(pending)
+            encoded = lambda: "[" + ",".join(json_of(p) for p in pending) + "]"  # noqa: E731
+            facts.append(Fact("pending", lambda: f'{{"pending":{encoded()}}}', run_id))
         partial = state.partial_results
-        if partial != self.partial:
+        if not _same(partial, self.partial):
+            partial = list(partial)
             answered.update(r.tool_use_id for r in partial)
-            encoded = "[" + ",".join(json_of(r) for r in partial) + "]"
-            facts.append(Fact("partial_results", f'{{"results":{encoded}}}', run_id))
-        extras = _encode_extras(state.extras)
+            results = lambda: "[" + ",".join(json_of(r) for r in partial) + "]"  # noqa: E731
+            facts.append(Fact("partial_results", lambda: f'{{"results":{results()}}}', run_id))
+        # Extras are plain JSON a step may change in place: only their text tells. Empty is the common
+        # case, and costs nothing.
+        extras = _encode_extras(state.extras) if state.extras or self.extras != "{}" else "{}"
         if extras != self.extras:
             facts.append(Fact("extras", f'{{"extras":{extras}}}', run_id))
         groups = state.active_groups
@@ -287,6 +313,13 @@ class _Snapshot:
             None if groups is None else list(groups),
         )
         return facts, snapshot, answered
+
+
+def _same(now: list[Any], recorded: list[Any]) -> bool:
+    """Whether a list of frozen models is unchanged: by identity first (the usual case, and cheap)."""
+    if len(now) != len(recorded):
+        return False
+    return not now or all(map(operator.is_, now, recorded)) or now == recorded
 
 
 def _encode_extras(extras: dict[str, JsonValue]) -> str:

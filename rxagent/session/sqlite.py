@@ -415,6 +415,9 @@ class SQLiteStore:
             :class:`~rxagent.session.memory.MemoryStore`), or a bad ``synchronous``/``busy_timeout``.
     """
 
+    durable = True
+    """Committed facts survive the process (and, with ``synchronous="FULL"``, the machine)."""
+
     def __init__(
         self,
         path: str | os.PathLike[str],

@@ -69,7 +69,14 @@ class SessionExistsError(ValueError):
 
 @runtime_checkable
 class SessionStore(Protocol):
-    """Where session logs live. All methods are coroutines on the caller's loop."""
+    """Where session logs live. All methods are coroutines on the caller's loop.
+
+    ``durable`` says whether appended facts outlive the process: a run records each tool call before it
+    runs (and its result after) only where that protects anything; elsewhere they are appended with the
+    run's next flush.
+    """
+
+    durable: bool
 
     async def acquire(self, key: SessionKey, owner: str, ttl: float) -> Lease | None:
         """Take the session's lease for ``ttl`` seconds, or ``None`` while someone else holds it unexpired.

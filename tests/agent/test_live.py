@@ -344,7 +344,7 @@ async def publish(feed: SessionFeed, store: MemoryStore, lease: Any, first: int,
     from rxagent.session import Fact
 
     facts = [Fact("event", f'{{"n":{n}}}', "run") for n in range(first, first + count)]
-    feed.publish([FeedItem(first + i, f.kind, f.payload, f.run_id, f.at) for i, f in enumerate(facts)])
+    feed.publish([FeedItem(first + i, f) for i, f in enumerate(facts)])
     await store.append(lease, facts)
     feed.durable(first + count - 1)
     await asyncio.sleep(0)
