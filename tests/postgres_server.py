@@ -78,7 +78,7 @@ def start() -> TestPostgres:
             import pgserver
     except ImportError as exc:
         raise RuntimeError(
-            "the PostgreSQL tests need the pgserver package: install the test extra (pip install -e '.[test]')"
+            "the PostgreSQL tests need the pgserver package: pip install -e '.[test]' installs it"
         ) from exc
     # Under /tmp rather than pytest's tmp_path: pgserver opens the directory's parents to its server user,
     # and pytest keeps its own base directory private; a short path also keeps the socket path legal.
