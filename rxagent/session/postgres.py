@@ -179,7 +179,7 @@ WITH s AS (
 ), inserted AS (
     INSERT INTO rxagent_facts (sid, seq, kind, payload, run_id, at)
     SELECT s.sid, s.head - %(count)s + f.n, f.kind, f.payload, f.run_id, f.at
-    FROM s, unnest(%(kinds)s::text[], %(payloads)s::text[], %(run_ids)s::text[], %(ats)s::float8[])
+    FROM s, unnest(%(kinds)b::text[], %(payloads)b::text[], %(run_ids)b::text[], %(ats)b::float8[])
         WITH ORDINALITY AS f(kind, payload, run_id, at, n)
 )
 SELECT s.head, {_NOTIFY.format(t="s")} FROM s
@@ -444,7 +444,13 @@ class PostgresStore:
 
         Raises:
             LeaseLostError: the lease is not current and unexpired (nothing is written, nobody notified).
+            ValueError: a payload holds a NUL character, which PostgreSQL text cannot (nothing is written).
         """
+        for n, fact in enumerate(facts):
+            if "\x00" in fact.payload:
+                raise ValueError(
+                    f"fact {n} ({fact.kind}) has a NUL character in its payload: PostgreSQL cannot store it"
+                )
         params = {**_key(lease.key), "token": lease.token, "now": self._now()}
         if not facts:
             row = await self._fetchone(_CHECK, params)

@@ -4,8 +4,9 @@
 - ``holder`` takes the lease on :data:`KEY` for ``TTL`` seconds, appends ``holder-1`` and reports its lease,
   then waits for a line on stdin (the test pauses it with SIGSTOP meanwhile, past the lease's expiry), and
   then tries to append ``holder-late`` and reports whether the store wrote it or fenced it off.
-- ``taker`` tries to take the lease until it gets it (every 20 ms, for at most 30 s), appends ``taker-1``
-  and ``taker-2``, and reports when it got the lease and how often it was refused before.
+- ``taker`` opens the store, reports that it is ready and waits for a line on stdin; then it tries to take
+  the lease until it gets it (every 20 ms, for at most 30 s), appends ``taker-1`` and ``taker-2``, and
+  reports when it got the lease and how often it was refused before.
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ async def _holder(store: PostgresStore, ttl: float) -> None:
 
 
 async def _taker(store: PostgresStore, ttl: float) -> None:
+    await store.open()
+    _report(event="ready")
+    await asyncio.to_thread(sys.stdin.readline)
     refused = 0
     deadline = time.monotonic() + 30
     while (lease := await store.acquire(KEY, "taker", ttl)) is None:

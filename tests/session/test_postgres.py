@@ -189,7 +189,7 @@ async def test_a_payload_postgres_cannot_store_writes_nothing_and_keeps_the_leas
     lease = await store.acquire(KEY, "me", 30)
     assert lease is not None
     await store.append(lease, [text_fact("before")])
-    with pytest.raises(psycopg.DataError, match="NUL"):
+    with pytest.raises(ValueError, match=r"fact 1 \(steer\) has a NUL character"):
         await store.append(lease, [text_fact("fine"), Fact("steer", '{"text": "nul \x00 inside"}')])
     assert await store.head(KEY) == 1
     assert await store.append(lease, [text_fact("after")]) == 2
@@ -276,6 +276,13 @@ async def read_line(process: asyncio.subprocess.Process, within: float = 30) -> 
     return report
 
 
+async def tell(process: asyncio.subprocess.Process) -> None:
+    """Let a worker waiting for a line on stdin go on."""
+    assert process.stdin is not None
+    process.stdin.write(b"go on\n")
+    await process.stdin.drain()
+
+
 async def worker(role: str, url: str, ttl: float) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
         sys.executable,
@@ -294,14 +301,16 @@ async def worker(role: str, url: str, ttl: float) -> asyncio.subprocess.Process:
 async def test_a_process_paused_past_its_lease_is_fenced_off_after_another_took_over(
     postgres_url: str,
 ) -> None:
-    ttl = 2.0  # real seconds: the holder is really paused past its expiry
+    ttl = 3.0  # real seconds: the holder is really paused past its expiry
     holder = await worker("holder", postgres_url, ttl)
-    taker: asyncio.subprocess.Process | None = None
+    taker = await worker("taker", postgres_url, ttl)
     try:
+        # The taker starts before the holder is paused, so that it contends while the holder's lease is live.
+        assert (await read_line(taker))["event"] == "ready"
         holding = await read_line(holder)
         assert holding["event"] == "holding"
         os.kill(holder.pid, signal.SIGSTOP)
-        taker = await worker("taker", postgres_url, ttl)
+        await tell(taker)
         took = await read_line(taker)
         assert took["event"] == "took over"
         assert took["token"] > holding["token"]
@@ -309,15 +318,13 @@ async def test_a_process_paused_past_its_lease_is_fenced_off_after_another_took_
         assert took["refused"] > 0  # it did try while the holder held the lease
         assert await asyncio.wait_for(taker.wait(), 30) == 0
         os.kill(holder.pid, signal.SIGCONT)
-        assert holder.stdin is not None
-        holder.stdin.write(b"go on\n")
-        await holder.stdin.drain()
+        await tell(holder)
         late = await read_line(holder)
         assert late["event"] == "fenced", late
         assert await asyncio.wait_for(holder.wait(), 30) == 0
     finally:
         for process in (holder, taker):
-            if process is not None and process.returncode is None:
+            if process.returncode is None:
                 os.kill(process.pid, signal.SIGCONT)
                 process.kill()
                 await process.wait()
