@@ -213,6 +213,18 @@ async def test_a_lease_from_before_a_delete_cannot_write_into_the_new_session(st
     assert texts(await store.read(KEY)) == ["fresh"]
 
 
+async def test_a_session_without_a_user_is_not_the_one_of_the_empty_user(store: PostgresStore) -> None:
+    nobody = await store.acquire((None, "s"), "me", 30)
+    empty = await store.acquire(("", "s"), "me", 30)
+    assert nobody is not None
+    assert empty is not None
+    await store.append(nobody, [text_fact("no user")])
+    await store.append(empty, [text_fact("empty user")])
+    assert texts(await store.read((None, "s"))) == ["no user"]
+    assert texts(await store.read(("", "s"))) == ["empty user"]
+    assert {info.key for info in await store.sessions()} == {(None, "s"), ("", "s")}
+
+
 async def test_a_closed_store_says_so(postgres_url: str) -> None:
     store = PostgresStore(postgres_url)
     await store.open()
@@ -409,7 +421,9 @@ async def test_aclose_closes_every_connection_of_the_pool(postgres_url: str) -> 
     lease = await store.acquire(KEY, "me", 30)
     assert lease is not None
     # Four appends at once make the pool open connections beyond its minimum.
-    await asyncio.gather(*(store.append(lease, [text_fact(str(n))]) for n in range(4)))
+    heads = await asyncio.gather(*(store.append(lease, [text_fact(str(n))]) for n in range(4)))
+    assert sorted(heads) == [1, 2, 3, 4]  # concurrent appends under one lease queue on the session's row
+    assert [f.seq for f in await store.read(KEY)] == [1, 2, 3, 4]
     assert await connections(postgres_url, name) >= 2
     await store.aclose()
     await until_connections(postgres_url, name, 0)
