@@ -9,7 +9,7 @@ Install with ``pip install 'rxagent[postgres]'`` (psycopg 3 and its connection p
 ``rxagent_sessions``        one row per session: its key, head sequence number, last append time and lease
                             (owner, fencing token, expiry)
 ``rxagent_facts``           the log, keyed by ``(sid, seq)``
-``rxagent_checkpoints``     projections beside the log, keyed by ``(sid, seq)``
+``rxagent_checkpoints``     projections beside the log, keyed by ``(sid, seq)``: the newest few
 ``rxagent_lease_tokens``    the sequence fencing tokens come from
 ==========================  ==============================================================================
 
@@ -50,7 +50,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from rxagent.session.facts import Checkpoint, Fact, FactKind, StoredFact
-from rxagent.session.store import Lease, LeaseLostError, SessionExistsError, SessionInfo
+from rxagent.session.store import CHECKPOINTS_KEPT, Lease, LeaseLostError, SessionExistsError, SessionInfo
 from rxagent.state import SessionKey
 
 __all__ = [
@@ -211,10 +211,18 @@ ON CONFLICT DO NOTHING
 """
 
 # ON CONFLICT: another process may keep the same checkpoint at the same moment.
+# The DELETE sees the table as it was before the INSERT (one snapshot for the statement): it keeps the
+# newest CHECKPOINTS_KEPT - 1 of the earlier checkpoints, which with the new one make CHECKPOINTS_KEPT.
 _ADD_CHECKPOINT: Final = f"""
-INSERT INTO rxagent_checkpoints (sid, seq, payload)
-SELECT sid, %(seq)s, %(payload)s FROM rxagent_sessions WHERE {_KEY}
-ON CONFLICT DO NOTHING
+WITH s AS (SELECT sid FROM rxagent_sessions WHERE {_KEY}),
+added AS (
+    INSERT INTO rxagent_checkpoints (sid, seq, payload) SELECT sid, %(seq)s, %(payload)s FROM s
+    ON CONFLICT DO NOTHING
+)
+DELETE FROM rxagent_checkpoints c USING s
+WHERE c.sid = s.sid AND c.seq NOT IN (
+    SELECT k.seq FROM rxagent_checkpoints k WHERE k.sid = s.sid ORDER BY k.seq DESC LIMIT %(earlier_kept)s
+)
 """
 
 _LOCK_FORK_TARGET: Final = f"SELECT sid, head FROM rxagent_sessions WHERE {_KEY} FOR UPDATE"
@@ -475,16 +483,22 @@ class PostgresStore:
         return checkpoint, await self.read(key, checkpoint.seq if checkpoint is not None else 0)
 
     async def save_checkpoint(self, key: SessionKey, checkpoint: Checkpoint) -> None:
-        """Keep a checkpoint (see :class:`~rxagent.session.store.SessionStore`)."""
+        """Keep a checkpoint, and only the newest :data:`~rxagent.session.store.CHECKPOINTS_KEPT` (see
+        :class:`~rxagent.session.store.SessionStore`)."""
         pool = await self._ready()
-        params = {**_key(key), "seq": checkpoint.seq, "payload": checkpoint.payload}
+        params = {
+            **_key(key),
+            "seq": checkpoint.seq,
+            "payload": checkpoint.payload,
+            "earlier_kept": CHECKPOINTS_KEPT - 1,
+        }
         async with pool.connection() as conn:
             row = await (await conn.execute(_CHECKPOINT_PLACE, params)).fetchone()
             head = 0 if row is None else int(row[1])
             if checkpoint.seq > head:
                 raise ValueError(f"checkpoint {checkpoint.seq} is beyond the log's head ({head})")
             if row is not None and row[2] is not None and checkpoint.seq <= int(row[2]):
-                return  # older than the one kept
+                return  # older than the newest kept
             if row is None:
                 await conn.execute(_ENSURE_SESSION, params)
             await conn.execute(_ADD_CHECKPOINT, params)

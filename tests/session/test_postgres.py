@@ -26,6 +26,8 @@ from typing import Any
 import psycopg
 import pytest
 
+from rxagent import ReActAgent, ScriptedModel
+from rxagent.context import RuntimeContext
 from rxagent.session import Fact, LeaseLostError, SessionStore
 from rxagent.session.postgres import (
     NOTIFY_CHANNEL,
@@ -344,6 +346,21 @@ async def test_a_process_paused_past_its_lease_is_fenced_off_after_another_took_
         facts = await store.read(SHARED_KEY)
     assert texts(facts) == ["holder-1", "taker-1", "taker-2"]
     assert [f.seq for f in facts] == [1, 2, 3]
+
+
+async def test_two_agents_on_two_stores_continue_one_conversation(postgres_url: str) -> None:
+    # As two hosts would: each agent has its own store (pool) on the same database.
+    ctx = RuntimeContext(user_id="ada", session_id="chat")
+    async with PostgresStore(postgres_url) as one, PostgresStore(postgres_url) as two:
+        first = ReActAgent(ScriptedModel(["hello, Ada"]), store=one)
+        await first.call("hi, I am Ada", ctx)
+        second = ReActAgent(ScriptedModel(["you are Ada"]), store=two)
+        await second.call("who am I?", ctx)
+        state = await second.state(ctx)
+        assert [m.text for m in state.messages] == ["hi, I am Ada", "hello, Ada", "who am I?", "you are Ada"]
+        listed = await one.sessions()
+        assert [info.key for info in listed] == [("ada", "chat")]
+        assert listed[0].owner is None  # both runs gave the lease back
 
 
 # ---- notifications --------------------------------------------------------------------------------------
