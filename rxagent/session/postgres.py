@@ -14,14 +14,22 @@ Install with ``pip install 'rxagent[postgres]'`` (psycopg 3 and its connection p
 ==========================  ==============================================================================
 
 **Leases and fencing across hosts.** Every lease operation and every append is one statement whose
-``WHERE`` checks the lease, on the session's row, which the statement locks: an append is
+``WHERE`` checks the lease on the session's row, which the statement locks: an append is
 ``UPDATE rxagent_sessions … WHERE lease_token = <the append's token> AND lease_expires_at > <now>`` with the
-fact rows inserted by the same statement, so the check and the write are one transaction holding the row
-lock. A takeover (``acquire``) updates that same row, so it waits for an append in progress, and an append
-waits for a takeover in progress and then sees the new token (PostgreSQL re-checks the condition on the
-row's newest version): a stale or expired lease writes nothing and gets
+fact rows inserted by the same statement, so the check and the write happen in one transaction that holds
+the row lock until it commits. A takeover (``acquire``) updates that same row, so it waits for an append in
+progress, and an append waits for a takeover in progress and then sees the new token (PostgreSQL re-checks
+the condition on the row's newest version): a stale or expired lease writes nothing and gets
 :class:`~rxagent.session.store.LeaseLostError`. Fencing tokens come from one database sequence, so they grow
 on every session and are never reused, not even after a session is deleted and started again.
+
+**Group commit.** Appends wait in a queue; one task of the store sends all that are waiting (up to 256,
+from any sessions) through one pooled connection as one transaction — each its own statement with its own
+lease check, pipelined in one round trip — and commits them together, so the sessions appending at the
+same moment share one commit and one WAL flush. A statement the server refuses (bad data) rolls its batch
+back; the batch then goes again one append at a time, so only the faulty append fails. A batch locks its
+sessions' rows in key order, so batches of several processes cannot deadlock. Reads, leases and
+checkpoints use the other pooled connections meanwhile.
 
 **Clocks.** Expiry is wall-clock seconds from the store's ``now`` (``time.time`` unless a test passes its own
 clock), never the database server's clock, so that tests can move time. Hosts sharing a database therefore
@@ -43,9 +51,10 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Final, LiteralString, Self, cast
 
-from psycopg import AsyncConnection, OperationalError
+from psycopg import AsyncConnection, Error, OperationalError
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
@@ -77,6 +86,25 @@ carries it must stay under PostgreSQL's 8 000-byte payload limit."""
 _SCHEMA_LOCK: Final = 0x7278_6167_656E_7431  # "rxagent1"
 
 _Connection = AsyncConnection[tuple[Any, ...]]
+
+_BATCH_LIMIT: Final = 256
+"""The most appends one transaction carries."""
+
+# SQLSTATE classes of errors the server reports for a statement, rolling its transaction back: nothing of
+# the batch was committed (unlike a lost connection, after which a COMMIT's outcome is unknown).
+_STATEMENT_ERRORS: Final = frozenset({"22", "23", "40", "42", "54"})
+
+
+def _rolled_back(exc: Error) -> bool:
+    return exc.sqlstate is not None and exc.sqlstate[:2] in _STATEMENT_ERRORS
+
+
+@dataclass(slots=True)
+class _QueuedAppend:
+    order: tuple[str, str, bool]
+    params: dict[str, Any]
+    head: asyncio.Future[int | None]
+    """The session's new head, or ``None``: the lease was not current."""
 
 
 class SchemaVersionError(RuntimeError):
@@ -147,19 +175,19 @@ _NOTIFY: Final = (
 
 _ACQUIRE: Final = """
 INSERT INTO rxagent_sessions AS s (session_id, user_id, has_user, lease_owner, lease_token, lease_expires_at)
-VALUES (%(session)s, %(user)s, %(has_user)s, %(owner)s, nextval('rxagent_lease_tokens'), %(expires)s)
+VALUES (%(session)s, %(user)s, %(has_user)s, %(owner)s, nextval('rxagent_lease_tokens'), %(now)s + %(ttl)s)
 ON CONFLICT (session_id, user_id, has_user) DO UPDATE
 SET lease_owner = excluded.lease_owner, lease_token = excluded.lease_token,
     lease_expires_at = excluded.lease_expires_at
 WHERE s.lease_owner IS NULL OR s.lease_owner = excluded.lease_owner OR s.lease_expires_at <= %(now)s
-RETURNING s.lease_token
+RETURNING s.lease_token, s.lease_expires_at
 """
 
 # A released lease has no expiry (NULL), so the expiry test refuses it as well.
 _LEASE_IS_CURRENT: Final = "lease_token = %(token)s AND lease_expires_at > %(now)s"
 
 _RENEW: Final = f"""
-UPDATE rxagent_sessions SET lease_expires_at = %(expires)s
+UPDATE rxagent_sessions SET lease_expires_at = %(now)s + %(ttl)s
 WHERE {_KEY} AND {_LEASE_IS_CURRENT}
 RETURNING lease_expires_at
 """
@@ -321,6 +349,9 @@ class PostgresStore:
         self._pool: AsyncConnectionPool[_Connection] | None = None
         self._opening = asyncio.Lock()
         self._closed = False
+        self._queue: list[_QueuedAppend] = []
+        self._writer: asyncio.Task[None] | None = None
+        self._append_transactions = 0
 
     def __repr__(self) -> str:
         return f"PostgresStore({_where(self._url)})"
@@ -349,6 +380,9 @@ class PostgresStore:
     async def aclose(self) -> None:
         """Close the pool and every connection in it; the store cannot be used afterwards."""
         self._closed = True
+        writer = self._writer
+        if writer is not None:
+            await asyncio.shield(writer)  # the appends already queued commit first
         async with self._opening:
             pool, self._pool = self._pool, None
         if pool is not None:
@@ -400,17 +434,25 @@ class PostgresStore:
                 self._pool = pool
             return pool
 
-    async def _fetchone(self, query: LiteralString, params: dict[str, Any]) -> tuple[Any, ...] | None:
+    async def _fetchone(
+        self, query: LiteralString, params: dict[str, Any], *, stamped: bool = False
+    ) -> tuple[Any, ...] | None:
         pool = await self._ready()
         async with pool.connection() as conn:
-            cursor = await conn.execute(query, params)
+            cursor = await conn.execute(query, self._stamp(params) if stamped else params)
             return await cursor.fetchone()
 
-    async def _fetchall(self, query: LiteralString, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    async def _fetchall(
+        self, query: LiteralString, params: dict[str, Any], *, stamped: bool = False
+    ) -> list[tuple[Any, ...]]:
         pool = await self._ready()
         async with pool.connection() as conn:
-            cursor = await conn.execute(query, params)
+            cursor = await conn.execute(query, self._stamp(params) if stamped else params)
             return await cursor.fetchall()
+
+    def _stamp(self, params: dict[str, Any]) -> dict[str, Any]:
+        # Read the clock once a connection is ours: a wait for the pool must not make a lease look fresher.
+        return {**params, "now": self._now()}
 
     # ---- the lease -----------------------------------------------------------------------------------
 
@@ -426,18 +468,17 @@ class PostgresStore:
                 f"session key of {size} bytes is longer than the {MAX_KEY_BYTES} a PostgreSQL notification "
                 "can carry"
             )
-        now = self._now()
-        expires = now + ttl
-        row = await self._fetchone(_ACQUIRE, {**_key(key), "owner": owner, "expires": expires, "now": now})
-        return None if row is None else Lease(key, owner, int(row[0]), expires)
+        row = await self._fetchone(_ACQUIRE, {**_key(key), "owner": owner, "ttl": ttl}, stamped=True)
+        return None if row is None else Lease(key, owner, int(row[0]), float(row[1]))
 
     async def renew(self, lease: Lease, ttl: float) -> Lease:
         """Push the expiry (see :class:`~rxagent.session.store.SessionStore`)."""
-        now = self._now()
-        params = {**_key(lease.key), "token": lease.token, "now": now, "expires": now + ttl}
-        if await self._fetchone(_RENEW, params) is None:
+        row = await self._fetchone(
+            _RENEW, {**_key(lease.key), "token": lease.token, "ttl": ttl}, stamped=True
+        )
+        if row is None:
             raise _lost(lease)
-        return Lease(lease.key, lease.owner, lease.token, now + ttl)
+        return Lease(lease.key, lease.owner, lease.token, float(row[0]))
 
     async def release(self, lease: Lease) -> None:
         """Give the lease up (a no-op if it is no longer current)."""
@@ -448,7 +489,10 @@ class PostgresStore:
     # ---- the log -------------------------------------------------------------------------------------
 
     async def append(self, lease: Lease, facts: Sequence[Fact]) -> int:
-        """Append under the lease in one transaction, then notify :data:`NOTIFY_CHANNEL`.
+        """Append under the lease, then notify :data:`NOTIFY_CHANNEL` (see the module's **Group commit**).
+
+        The facts are committed when this returns. An append whose caller is cancelled before its batch
+        is sent is dropped; once sent, it commits or fails with its batch (:meth:`head` tells which).
 
         Raises:
             LeaseLostError: the lease is not current and unexpired (nothing is written, nobody notified).
@@ -459,22 +503,89 @@ class PostgresStore:
                 raise ValueError(
                     f"fact {n} ({fact.kind}) has a NUL character in its payload: PostgreSQL cannot store it"
                 )
-        params = {**_key(lease.key), "token": lease.token, "now": self._now()}
+        params = {**_key(lease.key), "token": lease.token}
         if not facts:
-            row = await self._fetchone(_CHECK, params)
-        else:
-            params.update(
-                count=len(facts),
-                updated_at=facts[-1].at,
-                kinds=[f.kind for f in facts],
-                payloads=[f.payload for f in facts],
-                run_ids=[f.run_id for f in facts],
-                ats=[f.at for f in facts],
-            )
-            row = await self._fetchone(_APPEND, params)
-        if row is None:
+            row = await self._fetchone(_CHECK, params, stamped=True)
+            if row is None:
+                raise _lost(lease)
+            return int(row[0])
+        params.update(
+            count=len(facts),
+            updated_at=facts[-1].at,
+            kinds=[f.kind for f in facts],
+            payloads=[f.payload for f in facts],
+            run_ids=[f.run_id for f in facts],
+            ats=[f.at for f in facts],
+        )
+        await self._ready()  # a closed or unreachable store fails here, before anything is queued
+        queued = _QueuedAppend(
+            (lease.key[1], lease.key[0] or "", lease.key[0] is not None),
+            params,
+            asyncio.get_running_loop().create_future(),
+        )
+        self._queue.append(queued)
+        if self._writer is None:
+            self._writer = asyncio.create_task(self._write_queued(), name="rxagent-postgres-appends")
+        head = await queued.head
+        if head is None:
             raise _lost(lease)
-        return int(row[0])
+        return head
+
+    @property
+    def append_transactions(self) -> int:
+        """Transactions committed for appends so far: with group commit, fewer than the appends."""
+        return self._append_transactions
+
+    async def _write_queued(self) -> None:
+        try:
+            while self._queue:
+                batch = [q for q in self._queue[:_BATCH_LIMIT] if not q.head.cancelled()]
+                del self._queue[:_BATCH_LIMIT]
+                if batch:
+                    await self._commit(batch)
+        finally:
+            self._writer = None
+
+    async def _commit(self, batch: list[_QueuedAppend]) -> None:
+        # Sorted by session (stably: a session's appends keep their order), so that every batch, in every
+        # process, locks session rows in one order and two batches can never deadlock.
+        batch.sort(key=lambda queued: queued.order)
+        try:
+            pool = await self._ready()
+            async with pool.connection() as conn:
+                now = self._now()
+                if len(batch) == 1:
+                    # Alone, it is one statement in autocommit: one round trip, no BEGIN and COMMIT.
+                    heads = [await (await conn.execute(_APPEND, {**batch[0].params, "now": now})).fetchone()]
+                else:
+                    async with conn.transaction():
+                        cursor = conn.cursor()
+                        await cursor.executemany(
+                            _APPEND, [{**queued.params, "now": now} for queued in batch], returning=True
+                        )
+                        heads = [await cursor.fetchone()]
+                        while cursor.nextset():
+                            heads.append(await cursor.fetchone())
+        except Error as exc:
+            if len(batch) > 1 and _rolled_back(exc):
+                # The server refused one statement and rolled the batch back: nothing of it was written, so
+                # each append goes again on its own, and only the one at fault fails.
+                for queued in batch:
+                    await self._commit([queued])
+                return
+            _fail(batch, exc)
+            return
+        except Exception as exc:  # the pool or the store is gone: every caller hears why
+            _fail(batch, exc)
+            return
+        except BaseException:
+            for queued in batch:
+                queued.head.cancel()
+            raise
+        self._append_transactions += 1
+        for queued, row in zip(batch, heads, strict=True):
+            if not queued.head.done():
+                queued.head.set_result(None if row is None else int(row[0]))
 
     async def load(self, key: SessionKey) -> tuple[Checkpoint | None, list[StoredFact]]:
         """The last checkpoint and the facts after it."""
@@ -515,7 +626,7 @@ class PostgresStore:
 
     async def sessions(self) -> list[SessionInfo]:
         """Every session with facts, in the order they were first stored."""
-        rows = await self._fetchall(_SESSIONS, {"now": self._now()})
+        rows = await self._fetchall(_SESSIONS, {}, stamped=True)
         return [
             SessionInfo(
                 (str(user) if has_user else None, str(session)),
@@ -584,6 +695,12 @@ class PostgresStore:
                     yield fact
         finally:
             await conn.close()
+
+
+def _fail(batch: list[_QueuedAppend], exc: Exception) -> None:
+    for queued in batch:
+        if not queued.head.done():
+            queued.head.set_exception(exc)
 
 
 def _lost(lease: Lease) -> LeaseLostError:

@@ -264,6 +264,84 @@ async def test_concurrent_appends_from_many_sessions_keep_each_log_whole_and_in_
         assert {info.owner for info in listed} == {None}
 
 
+async def test_appends_of_sessions_appending_at_once_share_transactions(postgres_url: str) -> None:
+    keys: list[SessionKey] = [("u", f"s{n}") for n in range(100)]
+    async with PostgresStore(postgres_url) as store:
+        leases = [await store.acquire(key, "me", 60) for key in keys]
+        before = store.append_transactions
+        heads = await asyncio.gather(
+            *(store.append(lease, [text_fact("a"), text_fact("b")]) for lease in leases if lease is not None)
+        )
+        assert heads == [2] * 100
+        assert store.append_transactions - before < 100 / 5
+    # What the server says: the transaction that wrote each row (xmin), counted.
+    [(transactions,)] = await query(postgres_url, "SELECT count(DISTINCT xmin::text) FROM rxagent_facts")
+    assert transactions < 100 / 5
+    assert await query(postgres_url, "SELECT count(*) FROM rxagent_facts") == [(200,)]
+
+
+async def test_an_append_the_server_refuses_fails_alone_and_its_batch_commits(store: PostgresStore) -> None:
+    keys: list[SessionKey] = [("u", f"s{n}") for n in range(10)]
+    leases = [await store.acquire(key, "me", 60) for key in keys]
+    assert all(lease is not None for lease in leases)
+    bad = Fact("steer", json.dumps({"text": "bad"}), run_id="run \x00 with a NUL")  # the server refuses it
+    outcomes = await asyncio.gather(
+        *(
+            store.append(lease, [text_fact(f"fine {n}")] if n != 4 else [text_fact("fine"), bad])
+            for n, lease in enumerate(leases)
+            if lease is not None
+        ),
+        return_exceptions=True,
+    )
+    assert isinstance(outcomes[4], psycopg.DataError)
+    assert [o for n, o in enumerate(outcomes) if n != 4] == [1] * 9
+    assert await store.head(keys[4]) == 0
+    assert [texts(await store.read(key)) for key in keys if key != keys[4]] == [
+        [f"fine {n}"] for n in range(10) if n != 4
+    ]
+
+
+async def test_an_append_cancelled_before_it_is_sent_is_not_written(
+    store: PostgresStore, postgres_url: str
+) -> None:
+    first = await store.acquire(("u", "first"), "me", 60)
+    second = await store.acquire(("u", "second"), "me", 60)
+    assert first is not None
+    assert second is not None
+    async with await psycopg.AsyncConnection.connect(postgres_url) as blocker:
+        # Another transaction holds the first session's row, as a takeover in progress would.
+        await blocker.execute("SELECT 1 FROM rxagent_sessions WHERE session_id = 'first' FOR UPDATE")
+        sent = asyncio.create_task(store.append(first, [text_fact("sent")]))
+        deadline = time.monotonic() + 10
+        while not await query(postgres_url, "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'"):
+            assert time.monotonic() < deadline, "the first append never waited for the row"
+            await asyncio.sleep(0.02)
+        queued = asyncio.create_task(store.append(second, [text_fact("cancelled")]))
+        await asyncio.sleep(0)  # it runs up to its place in the queue, behind the batch that waits
+        queued.cancel()
+        await blocker.rollback()
+    assert await asyncio.wait_for(sent, 10) == 1
+    with pytest.raises(asyncio.CancelledError):
+        await queued
+    assert await store.head(("u", "second")) == 0
+    assert await store.append(second, [text_fact("next")]) == 1
+
+
+async def test_aclose_commits_the_appends_already_queued(postgres_url: str) -> None:
+    store = PostgresStore(postgres_url)
+    keys: list[SessionKey] = [("u", f"s{n}") for n in range(20)]
+    leases = [await store.acquire(key, "me", 60) for key in keys]
+    appends = [
+        asyncio.create_task(store.append(lease, [text_fact("queued")]))
+        for lease in leases
+        if lease is not None
+    ]
+    await asyncio.sleep(0)  # every append is queued
+    await store.aclose()
+    assert [task.result() for task in appends] == [1] * 20
+    assert await query(postgres_url, "SELECT count(*) FROM rxagent_facts") == [(20,)]
+
+
 async def test_two_stores_on_one_session_serialise_through_the_lease(postgres_url: str) -> None:
     async with PostgresStore(postgres_url) as a, PostgresStore(postgres_url) as b:
         lease = await a.acquire(KEY, "a", 30)
