@@ -78,8 +78,8 @@ SCHEMA_VERSION: Final = 1
 """The schema version this rxagent creates and reads."""
 
 MAX_KEY_BYTES: Final = 7_000
-"""The longest session key (user id plus session id, UTF-8) a lease is granted for: the notification that
-carries it must stay under PostgreSQL's 8 000-byte payload limit."""
+"""The longest session key (user id and session id as JSON, UTF-8) a lease is granted for: the notification
+that carries it must stay under PostgreSQL's 8 000-byte payload limit."""
 
 # Taken for the length of the migrating transaction, so that two processes opening a fresh database at
 # once do not both create the tables (CREATE TABLE IF NOT EXISTS is not safe against a concurrent create).
@@ -378,7 +378,8 @@ class PostgresStore:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the pool and every connection in it; the store cannot be used afterwards."""
+        """Commit the appends already queued, then close the pool and every connection in it; the store
+        cannot be used afterwards (its methods raise ``RuntimeError``)."""
         self._closed = True
         writer = self._writer
         if writer is not None:
@@ -462,11 +463,12 @@ class PostgresStore:
         Raises:
             ValueError: the key is longer than :data:`MAX_KEY_BYTES`.
         """
-        size = len((key[0] or "").encode()) + len(key[1].encode())
+        # Measured as the notification spells it: JSON, escapes included.
+        size = len(json.dumps([key[0], key[1]], ensure_ascii=False).encode())
         if size > MAX_KEY_BYTES:
             raise ValueError(
-                f"session key of {size} bytes is longer than the {MAX_KEY_BYTES} a PostgreSQL notification "
-                "can carry"
+                f"session key of {size} bytes (as JSON) is longer than the {MAX_KEY_BYTES} a PostgreSQL "
+                "notification can carry"
             )
         row = await self._fetchone(_ACQUIRE, {**_key(key), "owner": owner, "ttl": ttl}, stamped=True)
         return None if row is None else Lease(key, owner, int(row[0]), float(row[1]))

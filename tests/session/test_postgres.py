@@ -4,9 +4,10 @@ closing. Every test runs on a new database of a real PostgreSQL server (tests/po
 
 Bad inputs tried: an unreachable server (a closed port, a socket directory that does not exist), a URL
 with a password (never echoed), a database whose schema is newer than this rxagent, pool sizes and
-timeouts out of range, a session key too long for a notification, a payload PostgreSQL cannot store (a NUL
-character), a lease from before its session was deleted, a lease whose process was paused past its
-expiry (another process), and using a closed store.
+timeouts out of range, a session key too long for a notification (long, or short but long once escaped), a
+payload with a NUL character (refused before sending), a run id with one (refused by the server, inside a
+batch of other sessions' appends), a lease from before its session was deleted, a lease whose process was
+paused past its expiry (another process), an append cancelled while queued, and using a closed store.
 """
 
 from __future__ import annotations
@@ -182,7 +183,12 @@ def test_pool_sizes_and_timeouts_out_of_range_are_refused() -> None:
 async def test_a_key_too_long_for_a_notification_gets_no_lease(store: PostgresStore) -> None:
     with pytest.raises(ValueError, match="longer than the 7000"):
         await store.acquire(("u", "s" * 7_000), "me", 30)
-    assert await store.sessions() == []
+    with pytest.raises(ValueError, match="longer than the 7000"):  # short, but long once escaped
+        await store.acquire(("u", "\x01" * 1_200), "me", 30)
+    longest = await store.acquire(("u", "s" * 6_900), "me", 30)
+    assert longest is not None
+    assert await store.append(longest, [text_fact("its notification fits")]) == 1
+    assert [info.key for info in await store.sessions()] == [("u", "s" * 6_900)]
 
 
 async def test_a_payload_postgres_cannot_store_writes_nothing_and_keeps_the_lease(
