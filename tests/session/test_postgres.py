@@ -29,7 +29,7 @@ import pytest
 
 from rxagent import ReActAgent, ScriptedModel
 from rxagent.context import RuntimeContext
-from rxagent.session import Fact, LeaseLostError, SessionStore
+from rxagent.session import Fact, LeaseLostError, SessionStore, open_store
 from rxagent.session.postgres import (
     NOTIFY_CHANNEL,
     SCHEMA_VERSION,
@@ -445,6 +445,17 @@ async def test_two_agents_on_two_stores_continue_one_conversation(postgres_url: 
         listed = await one.sessions()
         assert [info.key for info in listed] == [("ada", "chat")]
         assert listed[0].owner is None  # both runs gave the lease back
+
+
+async def test_open_store_opens_a_postgres_url(postgres_url: str) -> None:
+    store = open_store(postgres_url)
+    assert isinstance(store, PostgresStore)
+    try:
+        lease = await store.acquire(KEY, "me", 30)
+        assert lease is not None
+        assert await store.append(lease, [text_fact("via open_store")]) == 1
+    finally:
+        await store.aclose()
 
 
 # ---- notifications --------------------------------------------------------------------------------------
