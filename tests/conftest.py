@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
 from rxagent.clock import VirtualClock
+from tests import postgres_server
 from tests.model.openai_server import OpenAIServer
+from tests.postgres_server import TestPostgres
+
+_started_postgres: list[TestPostgres] = []
 
 
 @pytest.fixture
@@ -22,6 +26,39 @@ async def server() -> AsyncIterator[OpenAIServer]:
 def clock() -> VirtualClock:
     """A virtual clock at 0 s: give it to what a test times, then ``run`` or ``advance`` it (no sleeping)."""
     return VirtualClock()
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[TestPostgres]:
+    """A real PostgreSQL server for the whole test session, started on first use (see
+    tests/postgres_server.py). If it cannot start, every test that needs it fails: none is skipped."""
+    try:
+        running = postgres_server.start()
+    except RuntimeError as exc:
+        pytest.fail(f"{exc}\nThe PostgreSQL tests need this server and are never skipped.", pytrace=False)
+    _started_postgres.append(running)
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres: TestPostgres) -> Iterator[str]:
+    """The URL of a new, empty database on the test server, dropped after the test."""
+    url = postgres.create_database()
+    try:
+        yield url
+    finally:
+        postgres.drop_database(url)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for running in _started_postgres:
+        terminalreporter.write_line(
+            f"postgres: PostgreSQL {running.version} (pgserver) started in {running.start_seconds:.2f} s; "
+            f"{running.databases} test database(s)"
+        )
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

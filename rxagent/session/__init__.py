@@ -7,7 +7,8 @@
   taking a session for a run (turn, lease, cached projection, checkpoints).
 - :mod:`~rxagent.session.reconcile`: calls with no recorded outcome, and settling them.
 - :mod:`~rxagent.session.feed`: a session's log, live, for any number of watchers.
-- :class:`MemoryStore` (one process), :class:`SQLiteStore` (a file), ``PostgresStore`` (many processes).
+- :class:`MemoryStore` (one process), :class:`SQLiteStore` (a file),
+  :class:`~rxagent.session.postgres.PostgresStore` (many processes and hosts; extra ``rxagent[postgres]``).
 """
 
 from __future__ import annotations

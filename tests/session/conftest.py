@@ -1,7 +1,8 @@
 """Session stores under test: every conformance test runs against each kind of store.
 
 ``make_store`` is parametrised by store kind; each test gets a fresh, empty store whose leases expire on
-the test's own wall clock (:class:`FakeNow`), so lease expiry is tested without waiting.
+the test's own wall clock (:class:`FakeNow`), so lease expiry is tested without waiting. The PostgreSQL
+store runs on a real server (the ``postgres_url`` fixture in tests/conftest.py: a new database per test).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 
 from rxagent.session import MemoryStore, SessionStore, SQLiteStore
+from rxagent.session.postgres import PostgresStore
 
 
 class FakeNow:
@@ -30,7 +32,7 @@ class FakeNow:
 
 StoreFactory = Callable[..., Any]
 
-STORE_KINDS = ["memory", "sqlite"]
+STORE_KINDS = ["memory", "sqlite", "postgres"]
 """The kinds of store the conformance suite runs against."""
 
 
@@ -47,6 +49,9 @@ async def store(request: pytest.FixtureRequest, now: FakeNow, tmp_path: Path) ->
         made: SessionStore = MemoryStore(now=now)
     elif kind == "sqlite":
         made = SQLiteStore(tmp_path / "sessions.db", now=now)
+    elif kind == "postgres":
+        # The server starts with the first test that needs it, on a new database per test.
+        made = PostgresStore(request.getfixturevalue("postgres_url"), now=now)
     else:  # pragma: no cover - each kind is added with its store
         raise AssertionError(f"unknown store kind {kind!r}")
     try:

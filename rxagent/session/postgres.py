@@ -1,0 +1,739 @@
+"""The PostgreSQL session store: many processes, on one host or several, sharing sessions in one database.
+
+Install with ``pip install 'rxagent[postgres]'`` (psycopg 3 and its connection pool).
+
+**Tables** (created and migrated by the store, in the connection's current schema — its ``search_path``):
+
+==========================  ==============================================================================
+``rxagent_schema``          one row per schema version applied (``version``, ``applied_at``)
+``rxagent_sessions``        one row per session: its key, head sequence number, last append time and lease
+                            (owner, fencing token, expiry)
+``rxagent_facts``           the log, keyed by ``(sid, seq)``
+``rxagent_checkpoints``     projections beside the log, keyed by ``(sid, seq)``: the newest few
+``rxagent_lease_tokens``    the sequence fencing tokens come from
+==========================  ==============================================================================
+
+**Leases and fencing across hosts.** Every lease operation and every append is one statement whose
+``WHERE`` checks the lease on the session's row, which the statement locks: an append is
+``UPDATE rxagent_sessions … WHERE lease_token = <the append's token> AND lease_expires_at > <now>`` with the
+fact rows inserted by the same statement, so the check and the write happen in one transaction that holds
+the row lock until it commits. A takeover (``acquire``) updates that same row, so it waits for an append in
+progress, and an append waits for a takeover in progress and then sees the new token (PostgreSQL re-checks
+the condition on the row's newest version): a stale or expired lease writes nothing and gets
+:class:`~rxagent.session.store.LeaseLostError`. Fencing tokens come from one database sequence, so they grow
+on every session and are never reused, not even after a session is deleted and started again.
+
+**Group commit.** Appends wait in a queue; one task of the store sends all that are waiting (up to 256,
+from any sessions) through one pooled connection as one transaction — each its own statement with its own
+lease check, pipelined in one round trip — and commits them together, so the sessions appending at the
+same moment share one commit and one WAL flush. A statement the server refuses (bad data) rolls its batch
+back; the batch then goes again one append at a time, so only the faulty append fails. A batch locks its
+sessions' rows in key order, so batches of several processes cannot deadlock. Reads, leases and
+checkpoints use the other pooled connections meanwhile.
+
+**Clocks.** Expiry is wall-clock seconds from the store's ``now`` (``time.time`` unless a test passes its own
+clock), never the database server's clock, so that tests can move time. Hosts sharing a database therefore
+need synchronised clocks (NTP): a host whose clock runs ``d`` seconds fast takes an expired-looking lease
+``d`` seconds early. Skew cannot corrupt a log — once another owner holds the lease, the old token is
+refused whatever the clocks say — but it can cut a live run's lease short, so keep ``ttl`` well above the
+skew you allow.
+
+**Notifications.** Every append (and a fork) sends ``NOTIFY`` on the channel :data:`NOTIFY_CHANNEL` once it
+commits, with the JSON payload ``{"user_id": str | null, "session_id": str, "head": int}``: the session
+and its new head sequence number. Another process can ``LISTEN`` to follow sessions written elsewhere
+(:meth:`PostgresStore.follow` does, for one session). PostgreSQL limits a payload to 8 000 bytes, so
+:meth:`PostgresStore.acquire` refuses session keys longer than :data:`MAX_KEY_BYTES`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, LiteralString, Self, cast
+
+from psycopg import AsyncConnection, Error, OperationalError
+from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from rxagent.session.facts import Checkpoint, Fact, FactKind, StoredFact
+from rxagent.session.store import CHECKPOINTS_KEPT, Lease, LeaseLostError, SessionExistsError, SessionInfo
+from rxagent.state import SessionKey
+
+__all__ = [
+    "MAX_KEY_BYTES",
+    "NOTIFY_CHANNEL",
+    "SCHEMA_VERSION",
+    "PostgresStore",
+    "SchemaVersionError",
+    "StoreUnavailableError",
+]
+
+NOTIFY_CHANNEL: Final = "rxagent_session"
+"""The channel every append notifies, with ``{"user_id", "session_id", "head"}`` as JSON."""
+
+SCHEMA_VERSION: Final = 1
+"""The schema version this rxagent creates and reads."""
+
+MAX_KEY_BYTES: Final = 7_000
+"""The longest session key (user id and session id as JSON, UTF-8) a lease is granted for: the notification
+that carries it must stay under PostgreSQL's 8 000-byte payload limit."""
+
+# Taken for the length of the migrating transaction, so that two processes opening a fresh database at
+# once do not both create the tables (CREATE TABLE IF NOT EXISTS is not safe against a concurrent create).
+_SCHEMA_LOCK: Final = 0x7278_6167_656E_7431  # "rxagent1"
+
+_Connection = AsyncConnection[tuple[Any, ...]]
+
+_BATCH_LIMIT: Final = 256
+"""The most appends one transaction carries."""
+
+# SQLSTATE classes of errors the server reports for a statement, rolling its transaction back: nothing of
+# the batch was committed (unlike a lost connection, after which a COMMIT's outcome is unknown).
+_STATEMENT_ERRORS: Final = frozenset({"22", "23", "40", "42", "54"})
+
+
+def _rolled_back(exc: Error) -> bool:
+    return exc.sqlstate is not None and exc.sqlstate[:2] in _STATEMENT_ERRORS
+
+
+@dataclass(slots=True)
+class _QueuedAppend:
+    order: tuple[str, str, bool]
+    params: dict[str, Any]
+    head: asyncio.Future[int | None]
+    """The session's new head, or ``None``: the lease was not current."""
+
+
+class SchemaVersionError(RuntimeError):
+    """The database holds a session schema this version of rxagent does not know (a newer one)."""
+
+
+class StoreUnavailableError(ConnectionError):
+    """The store could not connect to its database (the message says where, never the password)."""
+
+
+async def _create_version_1(conn: _Connection) -> None:
+    # fillfactor leaves room in each page so that the frequent updates of a session's row (head, lease)
+    # stay heap-only (HOT) and never touch the key index.
+    await conn.execute(
+        """
+        CREATE TABLE rxagent_sessions (
+            sid bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            user_id text NOT NULL,
+            has_user boolean NOT NULL,
+            session_id text NOT NULL,
+            head bigint NOT NULL DEFAULT 0,
+            updated_at double precision,
+            lease_owner text,
+            lease_token bigint NOT NULL DEFAULT 0,
+            lease_expires_at double precision,
+            UNIQUE (session_id, user_id, has_user)
+        ) WITH (fillfactor = 70)
+        """
+    )
+    await conn.execute(
+        """
+        CREATE TABLE rxagent_facts (
+            sid bigint NOT NULL REFERENCES rxagent_sessions (sid) ON DELETE CASCADE,
+            seq bigint NOT NULL,
+            kind text NOT NULL,
+            payload text NOT NULL,
+            run_id text,
+            at double precision NOT NULL,
+            PRIMARY KEY (sid, seq)
+        )
+        """
+    )
+    await conn.execute(
+        """
+        CREATE TABLE rxagent_checkpoints (
+            sid bigint NOT NULL REFERENCES rxagent_sessions (sid) ON DELETE CASCADE,
+            seq bigint NOT NULL,
+            payload text NOT NULL,
+            PRIMARY KEY (sid, seq)
+        )
+        """
+    )
+    await conn.execute("CREATE SEQUENCE rxagent_lease_tokens")
+
+
+_MIGRATIONS: Final[dict[int, Callable[[_Connection], Awaitable[None]]]] = {1: _create_version_1}
+"""Version ``n`` -> the function that brings a database at version ``n - 1`` to ``n`` (0: empty)."""
+
+# A session key is three columns: ``user_id`` is '' with ``has_user`` false for a key without a user, so that
+# (None, "s") and ("", "s") stay two sessions while every column is NOT NULL and the unique index applies.
+_KEY: Final = "session_id = %(session)s AND user_id = %(user)s AND has_user = %(has_user)s"
+
+_NOTIFY: Final = (
+    f"pg_notify('{NOTIFY_CHANNEL}', json_build_object("
+    "'user_id', CASE WHEN {t}.has_user THEN {t}.user_id END, 'session_id', {t}.session_id, 'head', {t}.head"
+    ")::text)"
+)
+
+_ACQUIRE: Final = """
+INSERT INTO rxagent_sessions AS s (session_id, user_id, has_user, lease_owner, lease_token, lease_expires_at)
+VALUES (%(session)s, %(user)s, %(has_user)s, %(owner)s, nextval('rxagent_lease_tokens'), %(now)s + %(ttl)s)
+ON CONFLICT (session_id, user_id, has_user) DO UPDATE
+SET lease_owner = excluded.lease_owner, lease_token = excluded.lease_token,
+    lease_expires_at = excluded.lease_expires_at
+WHERE s.lease_owner IS NULL OR s.lease_owner = excluded.lease_owner OR s.lease_expires_at <= %(now)s
+RETURNING s.lease_token, s.lease_expires_at
+"""
+
+# A released lease has no expiry (NULL), so the expiry test refuses it as well.
+_LEASE_IS_CURRENT: Final = "lease_token = %(token)s AND lease_expires_at > %(now)s"
+
+_RENEW: Final = f"""
+UPDATE rxagent_sessions SET lease_expires_at = %(now)s + %(ttl)s
+WHERE {_KEY} AND {_LEASE_IS_CURRENT}
+RETURNING lease_expires_at
+"""
+
+_RELEASE: Final = f"""
+UPDATE rxagent_sessions SET lease_owner = NULL, lease_expires_at = NULL
+WHERE {_KEY} AND lease_token = %(token)s
+"""
+
+# One statement, so one transaction: the UPDATE locks the session's row only if the lease is current, the
+# facts are numbered from the head it returns, and the notification goes out when it commits.
+_APPEND: Final = f"""
+WITH s AS (
+    UPDATE rxagent_sessions SET head = head + %(count)s, updated_at = %(updated_at)s
+    WHERE {_KEY} AND {_LEASE_IS_CURRENT}
+    RETURNING sid, head, session_id, user_id, has_user
+), inserted AS (
+    INSERT INTO rxagent_facts (sid, seq, kind, payload, run_id, at)
+    SELECT s.sid, s.head - %(count)s + f.n, f.kind, f.payload, f.run_id, f.at
+    FROM s, unnest(%(kinds)b::text[], %(payloads)b::text[], %(run_ids)b::text[], %(ats)b::float8[])
+        WITH ORDINALITY AS f(kind, payload, run_id, at, n)
+)
+SELECT s.head, {_NOTIFY.format(t="s")} FROM s
+"""
+
+_CHECK: Final = f"SELECT head FROM rxagent_sessions WHERE {_KEY} AND {_LEASE_IS_CURRENT}"
+
+_SID: Final = f"SELECT sid FROM rxagent_sessions WHERE {_KEY}"
+
+_READ: Final = f"""
+SELECT seq, kind, payload, run_id, at FROM rxagent_facts
+WHERE sid = ({_SID}) AND seq > %(after)s ORDER BY seq LIMIT %(limit)s
+"""
+
+_LAST_CHECKPOINT: Final = f"""
+SELECT seq, payload FROM rxagent_checkpoints WHERE sid = ({_SID}) ORDER BY seq DESC LIMIT 1
+"""
+
+_HEAD: Final = f"SELECT head FROM rxagent_sessions WHERE {_KEY}"
+
+_CHECKPOINT_PLACE: Final = f"""
+SELECT s.sid, s.head, (SELECT max(c.seq) FROM rxagent_checkpoints c WHERE c.sid = s.sid)
+FROM rxagent_sessions s WHERE {_KEY}
+"""
+
+_ENSURE_SESSION: Final = """
+INSERT INTO rxagent_sessions (session_id, user_id, has_user) VALUES (%(session)s, %(user)s, %(has_user)s)
+ON CONFLICT DO NOTHING
+"""
+
+# ON CONFLICT: another process may keep the same checkpoint at the same moment.
+# The DELETE sees the table as it was before the INSERT (one snapshot for the statement): it keeps the
+# newest CHECKPOINTS_KEPT - 1 of the earlier checkpoints, which with the new one make CHECKPOINTS_KEPT.
+_ADD_CHECKPOINT: Final = f"""
+WITH s AS (SELECT sid FROM rxagent_sessions WHERE {_KEY}),
+added AS (
+    INSERT INTO rxagent_checkpoints (sid, seq, payload) SELECT sid, %(seq)s, %(payload)s FROM s
+    ON CONFLICT DO NOTHING
+)
+DELETE FROM rxagent_checkpoints c USING s
+WHERE c.sid = s.sid AND c.seq NOT IN (
+    SELECT k.seq FROM rxagent_checkpoints k WHERE k.sid = s.sid ORDER BY k.seq DESC LIMIT %(earlier_kept)s
+)
+"""
+
+_LOCK_FORK_TARGET: Final = f"SELECT sid, head FROM rxagent_sessions WHERE {_KEY} FOR UPDATE"
+
+# FOR SHARE keeps the source from being deleted while it is copied; its facts up to the fork's point never
+# change, so appends to it may go on meanwhile.
+_LOCK_FORK_SOURCE: Final = f"SELECT sid FROM rxagent_sessions WHERE {_KEY} FOR SHARE"
+
+_COPY_FACTS: Final = """
+INSERT INTO rxagent_facts (sid, seq, kind, payload, run_id, at)
+SELECT %(target)s, seq, kind, payload, run_id, at FROM rxagent_facts WHERE sid = %(source)s AND seq <= %(at)s
+"""
+
+_COPY_CHECKPOINT: Final = """
+INSERT INTO rxagent_checkpoints (sid, seq, payload)
+SELECT %(target)s, seq, payload FROM rxagent_checkpoints
+WHERE sid = %(source)s AND seq <= %(at)s ORDER BY seq DESC LIMIT 1
+"""
+
+_SET_FORK_HEAD: Final = f"""
+WITH last AS (SELECT seq, at FROM rxagent_facts WHERE sid = %(target)s ORDER BY seq DESC LIMIT 1),
+t AS (
+    UPDATE rxagent_sessions SET head = last.seq, updated_at = last.at FROM last WHERE sid = %(target)s
+    RETURNING head, session_id, user_id, has_user
+)
+SELECT {_NOTIFY.format(t="t")} FROM t
+"""
+
+_SESSIONS: Final = """
+SELECT user_id, has_user, session_id, head, updated_at,
+       CASE WHEN lease_expires_at > %(now)s THEN lease_owner END
+FROM rxagent_sessions WHERE head > 0 ORDER BY sid
+"""
+
+_DELETE: Final = f"DELETE FROM rxagent_sessions WHERE {_KEY}"
+
+
+def _key(key: SessionKey) -> dict[str, Any]:
+    user, session = key
+    return {"session": session, "user": user or "", "has_user": user is not None}
+
+
+def _where(url: str) -> str:
+    """The URL's host, port and database for messages: never its password."""
+    try:
+        parts = conninfo_to_dict(url)
+    except Exception:  # a malformed URL is reported by the connection attempt itself
+        return "the given URL"
+    host = str(parts.get("host") or "localhost")
+    port = str(parts.get("port") or 5432)
+    return f"{host}:{port}/{parts.get('dbname') or parts.get('user') or '(default database)'}"
+
+
+class PostgresStore:
+    """Session logs in a PostgreSQL database, shared by every process and host that opens it.
+
+    Implements :class:`~rxagent.session.store.SessionStore`, with the schema, lease and notification
+    semantics of this module's docstring. Connections come from a pool opened on first use (or by
+    :meth:`open`, which also checks the database and migrates its schema); :meth:`aclose` closes them.
+    Use it as ``async with PostgresStore(url) as store: ...`` to do both.
+
+    Args:
+        url: a libpq connection string or URL (``postgresql://user:password@host:5432/db``).
+        now: the wall clock leases expire on: seconds since the epoch, read on this host, not the
+            database's clock (see the module's **Clocks**: hosts need synchronised clocks). A test can
+            pass its own.
+        min_connections: connections the pool keeps open.
+        max_connections: the most the pool opens; further callers wait for one.
+        connect_timeout: seconds to wait for the database when connecting, and for a pooled connection.
+
+    Raises:
+        ValueError: a pool size or timeout out of range.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        now: Callable[[], float] = time.time,
+        min_connections: int = 1,
+        max_connections: int = 10,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        if min_connections < 0 or max_connections < max(1, min_connections):
+            raise ValueError(
+                f"need 0 <= min_connections <= max_connections and max_connections >= 1, "
+                f"got {min_connections} and {max_connections}"
+            )
+        if connect_timeout <= 0:
+            raise ValueError(f"connect_timeout must be positive, got {connect_timeout}")
+        self._url = url
+        self._now = now
+        self._min = min_connections
+        self._max = max_connections
+        self._timeout = connect_timeout
+        self._pool: AsyncConnectionPool[_Connection] | None = None
+        self._opening = asyncio.Lock()
+        self._closed = False
+        self._queue: list[_QueuedAppend] = []
+        self._writer: asyncio.Task[None] | None = None
+        self._append_transactions = 0
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({_where(self._url)})"
+
+    # ---- opening and closing -------------------------------------------------------------------------
+
+    async def open(self) -> Self:
+        """Connect, create or migrate the schema, and open the pool (every other method does it first).
+
+        Returns:
+            the store.
+
+        Raises:
+            StoreUnavailableError: the database cannot be reached within ``connect_timeout``.
+            SchemaVersionError: the database's schema is newer than :data:`SCHEMA_VERSION`.
+        """
+        await self._ready()
+        return self
+
+    async def __aenter__(self) -> Self:
+        return await self.open()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Commit the appends already queued, then close the pool and every connection in it; the store
+        cannot be used afterwards (its methods raise ``RuntimeError``)."""
+        self._closed = True
+        writer = self._writer
+        if writer is not None:
+            await asyncio.shield(writer)  # the appends already queued commit first
+        async with self._opening:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+    async def _connect(self) -> _Connection:
+        try:
+            return await AsyncConnection.connect(
+                self._url, autocommit=True, connect_timeout=max(1, round(self._timeout))
+            )
+        except OperationalError as exc:
+            raise StoreUnavailableError(
+                f"cannot connect to the PostgreSQL session store at {_where(self._url)}: {exc}"
+            ) from exc
+
+    async def _ready(self) -> AsyncConnectionPool[_Connection]:
+        pool = self._pool
+        if pool is not None:
+            return pool
+        async with self._opening:
+            if self._closed:
+                raise RuntimeError(f"{self!r} is closed")
+            pool = self._pool
+            if pool is None:
+                # One direct connection first: it reports an unreachable database at once with libpq's own
+                # reason, where a pool would retry in the background until its timeout.
+                conn = await self._connect()
+                try:
+                    await _migrate(conn)
+                finally:
+                    await conn.close()
+                pool = AsyncConnectionPool[_Connection](
+                    self._url,
+                    min_size=self._min,
+                    max_size=self._max,
+                    timeout=self._timeout,
+                    kwargs={"autocommit": True, "connect_timeout": max(1, round(self._timeout))},
+                    open=False,
+                    name="rxagent-sessions",
+                )
+                try:
+                    await pool.open(wait=self._min > 0, timeout=self._timeout)
+                except PoolTimeout as exc:
+                    await pool.close()
+                    raise StoreUnavailableError(
+                        f"the pool could not open {self._min} connection(s) to {_where(self._url)} "
+                        f"within {self._timeout} s"
+                    ) from exc
+                self._pool = pool
+            return pool
+
+    async def _fetchone(
+        self, query: LiteralString, params: dict[str, Any], *, stamped: bool = False
+    ) -> tuple[Any, ...] | None:
+        pool = await self._ready()
+        async with pool.connection() as conn:
+            cursor = await conn.execute(query, self._stamp(params) if stamped else params)
+            return await cursor.fetchone()
+
+    async def _fetchall(
+        self, query: LiteralString, params: dict[str, Any], *, stamped: bool = False
+    ) -> list[tuple[Any, ...]]:
+        pool = await self._ready()
+        async with pool.connection() as conn:
+            cursor = await conn.execute(query, self._stamp(params) if stamped else params)
+            return await cursor.fetchall()
+
+    def _stamp(self, params: dict[str, Any]) -> dict[str, Any]:
+        # Read the clock once a connection is ours: a wait for the pool must not make a lease look fresher.
+        return {**params, "now": self._now()}
+
+    # ---- the lease -----------------------------------------------------------------------------------
+
+    async def acquire(self, key: SessionKey, owner: str, ttl: float) -> Lease | None:
+        """Take the lease (see :class:`~rxagent.session.store.SessionStore`).
+
+        Raises:
+            ValueError: the key is longer than :data:`MAX_KEY_BYTES`.
+        """
+        # Measured as the notification spells it: JSON, escapes included.
+        size = len(json.dumps([key[0], key[1]], ensure_ascii=False).encode())
+        if size > MAX_KEY_BYTES:
+            raise ValueError(
+                f"session key of {size} bytes (as JSON) is longer than the {MAX_KEY_BYTES} a PostgreSQL "
+                "notification can carry"
+            )
+        row = await self._fetchone(_ACQUIRE, {**_key(key), "owner": owner, "ttl": ttl}, stamped=True)
+        return None if row is None else Lease(key, owner, int(row[0]), float(row[1]))
+
+    async def renew(self, lease: Lease, ttl: float) -> Lease:
+        """Push the expiry (see :class:`~rxagent.session.store.SessionStore`)."""
+        row = await self._fetchone(
+            _RENEW, {**_key(lease.key), "token": lease.token, "ttl": ttl}, stamped=True
+        )
+        if row is None:
+            raise _lost(lease)
+        return Lease(lease.key, lease.owner, lease.token, float(row[0]))
+
+    async def release(self, lease: Lease) -> None:
+        """Give the lease up (a no-op if it is no longer current)."""
+        pool = await self._ready()
+        async with pool.connection() as conn:
+            await conn.execute(_RELEASE, {**_key(lease.key), "token": lease.token})
+
+    # ---- the log -------------------------------------------------------------------------------------
+
+    async def append(self, lease: Lease, facts: Sequence[Fact]) -> int:
+        """Append under the lease, then notify :data:`NOTIFY_CHANNEL` (see the module's **Group commit**).
+
+        The facts are committed when this returns. An append whose caller is cancelled before its batch
+        is sent is dropped; once sent, it commits or fails with its batch (:meth:`head` tells which).
+
+        Raises:
+            LeaseLostError: the lease is not current and unexpired (nothing is written, nobody notified).
+            ValueError: a payload holds a NUL character, which PostgreSQL text cannot (nothing is written).
+        """
+        for n, fact in enumerate(facts):
+            if "\x00" in fact.payload:
+                raise ValueError(
+                    f"fact {n} ({fact.kind}) has a NUL character in its payload: PostgreSQL cannot store it"
+                )
+        params = {**_key(lease.key), "token": lease.token}
+        if not facts:
+            row = await self._fetchone(_CHECK, params, stamped=True)
+            if row is None:
+                raise _lost(lease)
+            return int(row[0])
+        params.update(
+            count=len(facts),
+            updated_at=facts[-1].at,
+            kinds=[f.kind for f in facts],
+            payloads=[f.payload for f in facts],
+            run_ids=[f.run_id for f in facts],
+            ats=[f.at for f in facts],
+        )
+        await self._ready()  # a closed or unreachable store fails here, before anything is queued
+        queued = _QueuedAppend(
+            (lease.key[1], lease.key[0] or "", lease.key[0] is not None),
+            params,
+            asyncio.get_running_loop().create_future(),
+        )
+        self._queue.append(queued)
+        if self._writer is None:
+            self._writer = asyncio.create_task(self._write_queued(), name="rxagent-postgres-appends")
+        head = await queued.head
+        if head is None:
+            raise _lost(lease)
+        return head
+
+    @property
+    def append_transactions(self) -> int:
+        """Transactions committed for appends so far: with group commit, fewer than the appends."""
+        return self._append_transactions
+
+    async def _write_queued(self) -> None:
+        try:
+            while self._queue:
+                batch = [q for q in self._queue[:_BATCH_LIMIT] if not q.head.cancelled()]
+                del self._queue[:_BATCH_LIMIT]
+                if batch:
+                    await self._commit(batch)
+        finally:
+            self._writer = None
+
+    async def _commit(self, batch: list[_QueuedAppend]) -> None:
+        # Sorted by session (stably: a session's appends keep their order), so that every batch, in every
+        # process, locks session rows in one order and two batches can never deadlock.
+        batch.sort(key=lambda queued: queued.order)
+        try:
+            pool = await self._ready()
+            async with pool.connection() as conn:
+                now = self._now()
+                if len(batch) == 1:
+                    # Alone, it is one statement in autocommit: one round trip, no BEGIN and COMMIT.
+                    heads = [await (await conn.execute(_APPEND, {**batch[0].params, "now": now})).fetchone()]
+                else:
+                    async with conn.transaction():
+                        cursor = conn.cursor()
+                        await cursor.executemany(
+                            _APPEND, [{**queued.params, "now": now} for queued in batch], returning=True
+                        )
+                        heads = [await cursor.fetchone()]
+                        while cursor.nextset():
+                            heads.append(await cursor.fetchone())
+        except Error as exc:
+            if len(batch) > 1 and _rolled_back(exc):
+                # The server refused one statement and rolled the batch back: nothing of it was written, so
+                # each append goes again on its own, and only the one at fault fails.
+                for queued in batch:
+                    await self._commit([queued])
+                return
+            _fail(batch, exc)
+            return
+        except Exception as exc:  # the pool or the store is gone: every caller hears why
+            _fail(batch, exc)
+            return
+        except BaseException:
+            for queued in batch:
+                queued.head.cancel()
+            raise
+        self._append_transactions += 1
+        for queued, row in zip(batch, heads, strict=True):
+            if not queued.head.done():
+                queued.head.set_result(None if row is None else int(row[0]))
+
+    async def load(self, key: SessionKey) -> tuple[Checkpoint | None, list[StoredFact]]:
+        """The last checkpoint and the facts after it."""
+        row = await self._fetchone(_LAST_CHECKPOINT, _key(key))
+        checkpoint = None if row is None else Checkpoint(int(row[0]), str(row[1]))
+        return checkpoint, await self.read(key, checkpoint.seq if checkpoint is not None else 0)
+
+    async def save_checkpoint(self, key: SessionKey, checkpoint: Checkpoint) -> None:
+        """Keep a checkpoint, and only the newest :data:`~rxagent.session.store.CHECKPOINTS_KEPT` (see
+        :class:`~rxagent.session.store.SessionStore`)."""
+        pool = await self._ready()
+        params = {
+            **_key(key),
+            "seq": checkpoint.seq,
+            "payload": checkpoint.payload,
+            "earlier_kept": CHECKPOINTS_KEPT - 1,
+        }
+        async with pool.connection() as conn:
+            row = await (await conn.execute(_CHECKPOINT_PLACE, params)).fetchone()
+            head = 0 if row is None else int(row[1])
+            if checkpoint.seq > head:
+                raise ValueError(f"checkpoint {checkpoint.seq} is beyond the log's head ({head})")
+            if row is not None and row[2] is not None and checkpoint.seq <= int(row[2]):
+                return  # older than the newest kept
+            if row is None:
+                await conn.execute(_ENSURE_SESSION, params)
+            await conn.execute(_ADD_CHECKPOINT, params)
+
+    async def read(self, key: SessionKey, after: int = 0, limit: int | None = None) -> list[StoredFact]:
+        """Facts after ``after``, in order (at most ``limit``)."""
+        rows = await self._fetchall(_READ, {**_key(key), "after": after, "limit": limit})
+        return [_stored(row) for row in rows]
+
+    async def head(self, key: SessionKey) -> int:
+        """The last sequence number (0: none)."""
+        row = await self._fetchone(_HEAD, _key(key))
+        return 0 if row is None else int(row[0])
+
+    async def sessions(self) -> list[SessionInfo]:
+        """Every session with facts, in the order they were first stored."""
+        rows = await self._fetchall(_SESSIONS, {}, stamped=True)
+        return [
+            SessionInfo(
+                (str(user) if has_user else None, str(session)),
+                int(head),
+                float(updated_at),
+                None if owner is None else str(owner),
+            )
+            for user, has_user, session, head, updated_at, owner in rows
+        ]
+
+    async def fork(self, key: SessionKey, at: int, into: SessionKey) -> None:
+        """Copy facts up to ``at`` (and the last checkpoint at or before it) into a new session.
+
+        Raises:
+            SessionExistsError: ``into`` already has facts.
+        """
+        pool = await self._ready()
+        async with pool.connection() as conn, conn.transaction():
+            await conn.execute(_ENSURE_SESSION, _key(into))
+            target = await (await conn.execute(_LOCK_FORK_TARGET, _key(into))).fetchone()
+            assert target is not None  # ensured above, in this transaction
+            if int(target[1]) > 0:
+                raise SessionExistsError(f"session {into[1]!r} already has facts")
+            source = await (await conn.execute(_LOCK_FORK_SOURCE, _key(key))).fetchone()
+            if source is None:
+                return
+            copy = {"source": int(source[0]), "target": int(target[0]), "at": at}
+            await conn.execute(_COPY_FACTS, copy)
+            await conn.execute(_COPY_CHECKPOINT, copy)
+            await conn.execute(_SET_FORK_HEAD, copy)
+
+    async def delete(self, key: SessionKey) -> None:
+        """Delete the session: its facts, checkpoints and lease (a later acquire starts it anew)."""
+        pool = await self._ready()
+        async with pool.connection() as conn:
+            await conn.execute(_DELETE, _key(key))
+
+    # ---- following -----------------------------------------------------------------------------------
+
+    async def follow(self, key: SessionKey, after: int = 0) -> AsyncIterator[StoredFact]:
+        """The session's facts after ``after``, then each new one as any process appends it, without end.
+
+        Listens on :data:`NOTIFY_CHANNEL` on a connection of its own (outside the pool), and starts to
+        listen before it reads what is already stored, so that no fact falls between the two and none comes
+        twice. Close it with ``contextlib.aclosing`` (or ``aclose()``), or cancel the task iterating it:
+        either closes its connection.
+
+        Yields:
+            stored facts in sequence order, each once.
+        """
+        await self._ready()
+        conn = await self._connect()
+        try:
+            await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+            seen = after
+            for fact in await self.read(key, seen):
+                seen = fact.seq
+                yield fact
+            user, session = key
+            async for notification in conn.notifies():
+                data = json.loads(notification.payload)
+                if data["session_id"] != session or data["user_id"] != user or data["head"] <= seen:
+                    continue
+                for fact in await self.read(key, seen):
+                    seen = fact.seq
+                    yield fact
+        finally:
+            await conn.close()
+
+
+def _fail(batch: list[_QueuedAppend], exc: Exception) -> None:
+    for queued in batch:
+        if not queued.head.done():
+            queued.head.set_exception(exc)
+
+
+def _lost(lease: Lease) -> LeaseLostError:
+    return LeaseLostError(
+        f"the lease on session {lease.key[1]!r} (token {lease.token}) is no longer current: "
+        "it expired or was taken over, or was released"
+    )
+
+
+def _stored(row: tuple[Any, ...]) -> StoredFact:
+    seq, kind, payload, run_id, at = row
+    return StoredFact(
+        int(seq), cast("FactKind", kind), str(payload), None if run_id is None else str(run_id), float(at)
+    )
+
+
+async def _migrate(conn: _Connection) -> None:
+    """Bring the database's schema to :data:`SCHEMA_VERSION`, or refuse a newer one."""
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+        await conn.execute(
+            "CREATE TABLE IF NOT EXISTS rxagent_schema ("
+            "version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        row = await (await conn.execute("SELECT max(version) FROM rxagent_schema")).fetchone()
+        current = 0 if row is None or row[0] is None else int(row[0])
+        if current > SCHEMA_VERSION:
+            raise SchemaVersionError(
+                f"the database's rxagent session schema is version {current}, newer than the version "
+                f"{SCHEMA_VERSION} this rxagent knows: upgrade rxagent, or use another database"
+            )
+        for version in range(current + 1, SCHEMA_VERSION + 1):
+            await _MIGRATIONS[version](conn)
+            await conn.execute("INSERT INTO rxagent_schema (version) VALUES (%s)", (version,))
