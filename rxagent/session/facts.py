@@ -114,8 +114,10 @@ class Fact:
         if isinstance(payload, str):
             self._payload: str | None = payload
             self._encode: Callable[[], str] | None = None
-        else:
+        elif callable(payload):
             self._payload, self._encode = None, payload
+        else:
+            raise TypeError(f"a fact's payload is JSON text or a function that makes it, not {payload!r}")
 
     @property
     def payload(self) -> str:

@@ -325,6 +325,9 @@ class PostgresStore:
         ValueError: a pool size or timeout out of range.
     """
 
+    durable = True
+    """Committed facts survive the process (the database's own durability settings decide the rest)."""
+
     def __init__(
         self,
         url: str,

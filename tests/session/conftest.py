@@ -41,10 +41,29 @@ def now() -> FakeNow:
     return FakeNow()
 
 
+DURABLE_KINDS = ["sqlite", "postgres"]
+"""The stores whose facts outlive the process: the ones a crash can leave a call uncertain in."""
+
+
 @pytest.fixture(params=STORE_KINDS)
 async def store(request: pytest.FixtureRequest, now: FakeNow, tmp_path: Path) -> AsyncIterator[SessionStore]:
     """A fresh, empty store of each kind, on the test's clock."""
-    kind = request.param
+    async for made in _made(request.param, request, now, tmp_path):
+        yield made
+
+
+@pytest.fixture(params=DURABLE_KINDS)
+async def durable_store(
+    request: pytest.FixtureRequest, now: FakeNow, tmp_path: Path
+) -> AsyncIterator[SessionStore]:
+    """A fresh, empty store of each kind that outlives its process (a crash is meaningful for it)."""
+    async for made in _made(request.param, request, now, tmp_path):
+        yield made
+
+
+async def _made(
+    kind: str, request: pytest.FixtureRequest, now: FakeNow, tmp_path: Path
+) -> AsyncIterator[SessionStore]:
     if kind == "memory":
         made: SessionStore = MemoryStore(now=now)
     elif kind == "sqlite":

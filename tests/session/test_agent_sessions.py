@@ -124,8 +124,9 @@ async def crash_after_refund(store: SessionStore) -> ReActAgent:
 
 
 async def test_a_call_with_no_recorded_outcome_refuses_the_next_run_until_reconciled(
-    store: SessionStore,
+    durable_store: SessionStore,
 ) -> None:
+    store = durable_store  # a crash leaves a trace only in a store that outlives the process
     await crash_after_refund(store)
     model = ScriptedModel(["Refund confirmed."])
     restarted = ReActAgent(model, Toolkit([refund]), store=store)
@@ -143,7 +144,8 @@ async def test_a_call_with_no_recorded_outcome_refuses_the_next_run_until_reconc
     assert sent[2].tool_results[0].text == "refunded A-1 (checked with the bank)"
 
 
-async def test_a_call_reconciled_as_retry_runs_again_exactly_once(store: SessionStore) -> None:
+async def test_a_call_reconciled_as_retry_runs_again_exactly_once(durable_store: SessionStore) -> None:
+    store = durable_store  # a crash leaves a trace only in a store that outlives the process
     await crash_after_refund(store)
     REFUNDS.clear()  # say the bank shows no refund
     model = ScriptedModel(["Refunded now."])
@@ -157,7 +159,8 @@ async def test_a_call_reconciled_as_retry_runs_again_exactly_once(store: Session
     assert sent[2].tool_results[0].text == "refunded A-1"
 
 
-async def test_a_call_reconciled_as_failed_tells_the_model(store: SessionStore) -> None:
+async def test_a_call_reconciled_as_failed_tells_the_model(durable_store: SessionStore) -> None:
+    store = durable_store  # a crash leaves a trace only in a store that outlives the process
     await crash_after_refund(store)
     model = ScriptedModel(["I will try again later."])
     restarted = ReActAgent(model, Toolkit([refund]), store=store)
@@ -168,7 +171,10 @@ async def test_a_call_reconciled_as_failed_tells_the_model(store: SessionStore) 
     assert "reconciled as failed: the bank rejected it" in result.text
 
 
-async def test_reconciling_what_is_not_uncertain_is_refused_and_changes_nothing(store: SessionStore) -> None:
+async def test_reconciling_what_is_not_uncertain_is_refused_and_changes_nothing(
+    durable_store: SessionStore,
+) -> None:
+    store = durable_store  # a crash leaves a trace only in a store that outlives the process
     agent = await crash_after_refund(store)
     before = await agent.facts(ADA)
     with pytest.raises(ReconcileError, match="no uncertain call with id 'nope'"):
@@ -179,7 +185,8 @@ async def test_reconciling_what_is_not_uncertain_is_refused_and_changes_nothing(
     assert [c.id for c in await agent.uncertain(ADA)] == ["r1"]
 
 
-async def test_an_idempotent_call_with_no_outcome_is_run_again_by_itself(store: SessionStore) -> None:
+async def test_an_idempotent_call_with_no_outcome_is_run_again_by_itself(durable_store: SessionStore) -> None:
+    store = durable_store  # a crash leaves a trace only in a store that outlives the process
     REFUNDS.clear()
     broken = Broken(store)
     crashed = ReActAgent(

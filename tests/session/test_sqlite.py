@@ -184,7 +184,7 @@ async def test_a_failing_append_writes_nothing_and_fails_alone_in_its_batch(stor
     stale = leases[0]
     assert stale is not None
     current = await store.acquire(keys[0], "me", 60)  # makes `stale` stale
-    unstorable = Fact("message", cast("str", object()))
+    unstorable = Fact("message", "{}", cast("str", object()))  # a run id SQLite cannot bind
     before = store.write_transactions
     outcomes = await asyncio.wait_for(
         asyncio.gather(
