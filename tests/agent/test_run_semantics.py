@@ -604,3 +604,36 @@ async def test_the_result_is_stamped_after_every_event_before_it() -> None:
     _, events = await run(agent, "hi", ADA)
     times: Sequence[float] = [e.time for e in events]
     assert list(times) == sorted(times)
+
+
+async def test_a_refused_input_changes_nothing_through_the_openai_client(
+    server: OpenAIServer, model: OpenAIChatModel
+) -> None:
+    REFUNDS.clear()
+    server.script(
+        Reply.sse(
+            tool_chunk(0, "r1", "refund", '{"order": "A-1", "amount": 5}'),
+            tool_chunk(1, "r2", "refund", '{"order": "B-2", "amount": 7}'),
+            finish_chunk("tool_calls"),
+            DONE,
+        ),
+        answer_reply("Both refunded."),
+    )
+    agent = ReActAgent(model, Toolkit([refund, sign]), permissions=Permissions().ask("refund"))
+    first = await agent.call("refund both", ADA)
+    assert first.reason == "PERMISSION_ASKING"
+    before = (await agent.state(ADA)).model_dump_json()
+    seen = await expect(
+        agent.stream_events([ToolDecision("r1", allow=False), ToolDecision("r1", allow=True)], ADA)
+    )
+    assert isinstance(seen.error, PendingToolCallsError)
+    _, result = failure_ending(seen.items)
+    assert [c.id for c in result.pending] == ["r1", "r2"]
+    assert (await agent.state(ADA)).model_dump_json() == before
+    assert len(server.requests) == 1  # the refused input reached no model
+    done = await agent.call([ToolDecision("r1", allow=True), ToolDecision("r2", allow=True)], ADA)
+    assert done.text == "Both refunded."
+    assert sorted(REFUNDS) == [("A-1", 5.0), ("B-2", 7.0)]
+    sent = server.requests[1].body["messages"]
+    tool_ids = [m["tool_call_id"] for m in sent if m["role"] == "tool"]
+    assert sorted(tool_ids) == ["r1", "r2"]  # one result per id
