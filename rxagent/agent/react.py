@@ -21,7 +21,7 @@ import asyncio
 import itertools
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import reactivex
 from pydantic import BaseModel, JsonValue
@@ -250,9 +250,10 @@ class ReActAgent:
             state = claim.projection.state
             control = held.control
             run = RunState(self, context, key, state, control, save, recorder, deltas=deltas, quiet=quiet)
-            if run_id is not None:
+            if run_id is not None:  # the context hooks receive carries the run's id too
                 run.run_id = run_id
                 run.head["run_id"] = run_id
+                run.ctx = replace(run.ctx, run_id=run_id)
             recorder.run_id = run.run_id
             run.repair_cache = claim.projection.memo.get("repair", run.repair_cache)
             held.run = run

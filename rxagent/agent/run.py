@@ -21,6 +21,7 @@ from rxagent.agent.transcript import repair_transcript
 from rxagent.context import RunContext, RuntimeContext
 from rxagent.events import AgentEvent, MessageCompleted, Phase, PhaseChanged, RunReason, UsageTotals
 from rxagent.messages import Msg, ToolResultBlock, ToolResultStatus, new_id
+from rxagent.model.types import provider_of
 from rxagent.retry import RetryBudget
 from rxagent.session import FactKind, Recorder
 from rxagent.state import AgentState, SessionKey
@@ -113,7 +114,12 @@ class RunState:
             attributes=caller.attributes,
             tools=caller.tools,
             parent_run_id=caller.parent_run_id,
+            parent_span_id=caller.parent_span_id,
+            trace_sampled=caller.trace_sampled,
             run_id=self.run_id,
+            agent_name=agent.name,
+            model_name=agent.model.model_name,
+            provider_name=provider_of(agent.model),
             state=self.state,
             event_detail="result" if self.quiet else "all" if self.deltas else "folded",
         )

@@ -28,6 +28,7 @@ from rxagent.model.types import (
     ToolChoice,
     ToolSchema,
     Usage,
+    provider_of,
 )
 
 if TYPE_CHECKING:
@@ -61,6 +62,7 @@ __all__ = [
     "ToolChoice",
     "ToolSchema",
     "Usage",
+    "provider_of",
 ]
 
 _LAZY = {

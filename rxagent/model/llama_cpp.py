@@ -227,6 +227,9 @@ class LlamaCppModel:
         >>> msg = await last_value(model.stream(request).pipe(fold_message()))  # doctest: +SKIP
     """
 
+    provider_name = "llama_cpp"
+    """Who serves the model (OpenTelemetry's ``gen_ai.provider.name``): llama.cpp, in this process."""
+
     def __init__(
         self,
         model_path: str | Path | None = None,

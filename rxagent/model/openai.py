@@ -124,6 +124,9 @@ class OpenAIChatModel(HttpEndpoint):
     """
 
     _kind = "model"
+    provider_name = "openai"
+    """Who serves the model, as OpenTelemetry's ``gen_ai.provider.name`` names it: the API spoken (a
+    subclass for another OpenAI-compatible provider may say ``"groq"``, ``"deepseek"``, …)."""
 
     def __init__(
         self,

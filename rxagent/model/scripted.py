@@ -122,6 +122,9 @@ def _estimate_input_tokens(request: ChatRequest) -> int:
 class _RecordingModel(ABC):
     """Shared behaviour of the test models: request recording, chunk rendering, the stream itself."""
 
+    provider_name = "rxagent.scripted"
+    """Who serves the model (OpenTelemetry's ``gen_ai.provider.name``): a script, in this process."""
+
     def __init__(self, *, model_name: str, capabilities: ModelCapabilities | None, clock: Clock) -> None:
         self._model_name = model_name
         self._clock = clock

@@ -31,6 +31,7 @@ __all__ = [
     "ToolChoice",
     "ToolSchema",
     "Usage",
+    "provider_of",
 ]
 
 
@@ -131,3 +132,11 @@ class ChatModel(Protocol):
     def stream(self, request: ChatRequest) -> Observable[ChatChunk]:
         """Emit the answer to ``request`` as chunks, then complete; errors are :class:`ModelError`."""
         ...
+
+
+def provider_of(model: ChatModel) -> str:
+    """Who serves ``model``: its ``provider_name`` attribute when it has one (``"openai"`` for
+    :class:`~rxagent.model.openai.OpenAIChatModel`, ``"llama_cpp"`` for the embedded model), else the
+    name of its class. What OpenTelemetry spans give as ``gen_ai.provider.name``."""
+    name = getattr(model, "provider_name", None)
+    return name if isinstance(name, str) and name else type(model).__name__
