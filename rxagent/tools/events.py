@@ -63,6 +63,10 @@ class ToolCallFinished:
     duration_s: float
     value: Any = None
     """What the tool body returned, before it was turned into result text (``None`` if it did not run)."""
+    error_type: str | None = None
+    """The class of error an ``error`` result came from: the name of the exception the tool raised (or of
+    the argument or encoding failure), ``TimeoutError`` for the tool's deadline; ``None`` when the call
+    succeeded or nothing says (a tool that returned an error result itself)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ early. Nothing is emitted after dispose.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Executor
@@ -342,9 +343,9 @@ class ToolExecutor:
         clock = self.clock
 
         def finished(
-            text: str, status: ToolResultStatus, started: float, value: Any = None
+            text: str, status: ToolResultStatus, started: float, value: Any = None, error: str | None = None
         ) -> ToolCallFinished:
-            return ToolCallFinished(call, result_of(call, text, status), clock.now() - started, value)
+            return ToolCallFinished(call, result_of(call, text, status), clock.now() - started, value, error)
 
         if invocation.arguments is not checked:
             final = {**invocation.arguments, **invocation.presets}
@@ -358,12 +359,12 @@ class ToolExecutor:
         try:
             values = tool.prepare(invocation.arguments, invocation.presets)
         except ToolArgumentError as error:
-            return sync_of(finished(str(error), "error", clock.now()))
+            return sync_of(finished(str(error), "error", clock.now(), error=type(error).__name__))
         except Exception as error:
             # e.g. a schema whose $ref cannot be resolved: this call fails, not the whole batch
             kind = type(error).__name__
             text = f"Error: the arguments of tool '{tool.name}' could not be checked: {kind}: {error}"
-            return sync_of(finished(text, "error", clock.now()))
+            return sync_of(finished(text, "error", clock.now(), error=kind))
         timeout = tool.traits.timeout if tool.traits.timeout is not None else self.default_timeout
         pool = self.thread_pool
         journal = self.journal
@@ -403,8 +404,11 @@ class ToolExecutor:
                             if tool.is_async:
                                 value = await tool.invoke(values, tool_context)
                             else:
+                                # The worker thread runs in a copy of this task's context (as
+                                # asyncio.to_thread does), so the run's log ids and span reach the tool.
+                                context = contextvars.copy_context()
                                 work = functools.partial(tool.invoke, values, tool_context)
-                                value = await loop.run_in_executor(pool, work)
+                                value = await loop.run_in_executor(pool, context.run, work)
                         except TimeoutError:
                             if deadline.expired():
                                 raise
@@ -415,19 +419,24 @@ class ToolExecutor:
                     return
                 except TimeoutError:
                     tool_context.cancel()
-                    event = finished(f"Tool '{tool.name}' timed out after {timeout:g} s.", "error", started)
+                    text = f"Tool '{tool.name}' timed out after {timeout:g} s."
+                    event = finished(text, "error", started, error="TimeoutError")
                 except _ToolRaisedTimeout:
-                    event = finished(f"Error: tool '{tool.name}' raised TimeoutError", "error", started)
+                    text = f"Error: tool '{tool.name}' raised TimeoutError"
+                    event = finished(text, "error", started, error="TimeoutError")
                 except asyncio.CancelledError:
                     raise
                 except Exception as error:
-                    event = finished(f"Error: {type(error).__name__}: {error}", "error", started)
+                    kind = type(error).__name__
+                    event = finished(f"Error: {kind}: {error}", "error", started, error=kind)
                 else:
+                    kind = None
                     try:
                         text, status = _output_text(value)
                     except Exception as error:  # a result that cannot be turned into text is the tool's error
                         text, status = f"Error: the tool's result could not be encoded: {error}", "error"
-                    event = finished(text, status, started, value)
+                        kind = type(error).__name__
+                    event = finished(text, status, started, value, kind)
                 if journal is not None:
                     try:
                         await journal.finished(event.result)

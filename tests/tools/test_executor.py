@@ -7,6 +7,7 @@ order and the timeouts are exact and nothing is slept through.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import threading
 from collections.abc import Sequence
@@ -238,6 +239,8 @@ async def test_timeouts_become_error_results_and_mark_the_context_cancelled(cloc
     assert results[1].text == "Error: tool 'own_timeout' raised TimeoutError"
     durations = [e.duration_s for e in events if isinstance(e, ToolCallFinished)]
     assert durations == [30.0, 0.0]  # one after the other (neither is concurrency-safe), timed on the clock
+    finished = {e.call.id: e for e in events if isinstance(e, ToolCallFinished)}
+    assert (finished["h"].error_type, finished["o"].error_type) == ("TimeoutError", "TimeoutError")
 
 
 async def test_a_tool_that_finishes_in_time_is_not_timed_out(clock: VirtualClock) -> None:
@@ -309,6 +312,71 @@ async def test_ordinary_exceptions_become_error_results_the_model_can_read() -> 
         "Error: ZeroDivisionError: float division by zero",
     )
     assert (results[1].status, results[1].text) == ("ok", "0.25")
+    finished = {e.call.id: e for e in events if isinstance(e, ToolCallFinished)}
+    assert (finished["d"].error_type, finished["e"].error_type) == ("ZeroDivisionError", None)
+
+
+async def test_error_results_name_the_class_of_error_when_one_is_known() -> None:
+    @tool
+    def count(n: int) -> int:
+        """Count."""
+        return n
+
+    class Unprintable:
+        def __str__(self) -> str:
+            raise ValueError("no text")
+
+    @tool
+    def unencodable() -> object:
+        """Returns what cannot be turned into text."""
+        return [Unprintable()]
+
+    @tool
+    def says_error() -> ToolResultBlock:
+        """Returns an error result itself."""
+        return ToolResultBlock(tool_use_id="x", name="says_error", status="error")
+
+    events = await run(
+        [
+            call("count", {"n": "not a number"}, id="a"),
+            call("unencodable", id="u"),
+            call("says_error", id="s"),
+        ],
+        Toolkit([count, unencodable, says_error]),
+    )
+    finished = {e.call.id: e for e in events if isinstance(e, ToolCallFinished)}
+    assert {k: (e.result.status, e.error_type) for k, e in finished.items()} == {
+        "a": ("error", "ToolArgumentError"),
+        "u": ("error", "PydanticSerializationError"),
+        "s": ("error", None),  # the tool's own error result: nothing names a class of error
+    }
+
+
+async def test_sync_and_async_tools_run_in_the_context_of_the_batchs_subscriber() -> None:
+    # What the subscriber's context holds (the current run, a current span) reaches the tool's body,
+    # in a worker thread too.
+    marker: contextvars.ContextVar[str] = contextvars.ContextVar("marker", default="unset")
+
+    @tool
+    def in_thread() -> str:
+        """Reads the marker in a worker thread."""
+        return marker.get()
+
+    @tool
+    async def on_loop() -> str:
+        """Reads the marker on the loop."""
+        return marker.get()
+
+    token = marker.set("the caller's")
+    try:
+        batch_events = ToolExecutor().execute(
+            [call("in_thread", id="t"), call("on_loop", id="l")], Toolkit([in_thread, on_loop]).view()
+        )
+        pending = asyncio.ensure_future(batch_events.pipe(ops.to_list()))  # the task copies the context
+    finally:
+        marker.reset(token)
+    events = await pending
+    assert texts(events) == ["the caller's", "the caller's"]
 
 
 async def test_tool_system_error_fails_the_batch_and_cancels_running_siblings() -> None:
