@@ -20,6 +20,11 @@ cut point      input                       output
 Every hook's ``ctx`` is the run's :class:`~rxagent.context.RunContext`: the caller's context plus the
 run id and the session state (``ctx.state``), where middleware may keep data between runs.
 
+What a hook watches: ``call`` builds the per-step events (deltas, phases, messages) only when someone
+looks at them. A middleware whose ``agent``, ``reasoning`` or ``acting`` hooks need only the run's
+:class:`~rxagent.events.AgentResult`, its errors and its :class:`~rxagent.events.ErrorEvent` s (what
+every run emits) sets ``watches_events = False`` and leaves ``call`` on its quiet path.
+
 Order: the agent's middleware list is an onion, first = outermost. For the same cut point, the first
 middleware sees the input first and the output last.
 
@@ -32,7 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, TypeAlias, TypeVar, cast, runtime_checkable
+from typing import Any, ClassVar, Literal, Protocol, TypeAlias, TypeVar, cast, runtime_checkable
 
 from reactivex import Observable
 
@@ -55,6 +60,7 @@ __all__ = [
     "chain",
     "has_hooks",
     "insert",
+    "watches_events",
 ]
 
 CutPoint: TypeAlias = Literal["agent", "reasoning", "request", "model_call", "acting", "tool_call"]
@@ -90,6 +96,10 @@ class ActingStep:
 
 class Middleware:
     """Base class: override the hooks you need; the others pass through untouched (and cost nothing)."""
+
+    watches_events: ClassVar[bool] = True
+    """Whether the ``agent``, ``reasoning`` and ``acting`` hooks look at the per-step events; ``False``
+    (they need only the result, errors and error events) lets ``call`` skip building them."""
 
     def agent(
         self, run: RunInput, ctx: RunContext, next: Callable[[RunInput], Observable[AgentEvent]]
@@ -167,6 +177,16 @@ def _overrides(middleware: AnyMiddleware, cut_point: CutPoint) -> bool:
 def has_hooks(middlewares: Sequence[AnyMiddleware], cut_point: CutPoint) -> bool:
     """True when any of ``middlewares`` overrides the ``cut_point`` hook (else the agent skips the cut)."""
     return any(_overrides(m, cut_point) for m in middlewares)
+
+
+def watches_events(middlewares: Sequence[AnyMiddleware]) -> bool:
+    """True when a hook of ``middlewares`` at ``agent``, ``reasoning`` or ``acting`` looks at the per-step
+    events (so a run whose caller wants only the result must build them anyway)."""
+    return any(
+        getattr(type(m), "watches_events", True) and _overrides(m, cut)
+        for m in middlewares
+        for cut in ("agent", "reasoning", "acting")
+    )
 
 
 def chain(

@@ -40,7 +40,7 @@ from rxagent.agent.inputs import (
     normalise_input,
 )
 from rxagent.agent.live import SessionHandle
-from rxagent.agent.middleware import AnyMiddleware, Middleware, chain, has_hooks
+from rxagent.agent.middleware import AnyMiddleware, Middleware, chain, has_hooks, watches_events
 from rxagent.agent.nodes import Act, CheckOutput, Finish, Interrupt, Reason, Reprompt, Start, Step
 from rxagent.agent.options import AgentOptions
 from rxagent.agent.output import check_output_step
@@ -337,10 +337,11 @@ class ReActAgent:
         """The same pipeline as :meth:`stream_events`, filtered to the final :class:`AgentResult`.
 
         Nobody sees the other events of a filtered run unless a middleware hook does, so when none is
-        installed at ``agent``, ``reasoning`` or ``acting`` the per-step ones are not even built (the
+        installed at ``agent``, ``reasoning`` or ``acting`` (or none that watches them, see
+        :func:`~rxagent.agent.middleware.watches_events`) the per-step ones are not even built (the
         result's ``seq`` then counts fewer events: it counts what the run emitted).
         """
-        watched = any(has_hooks(self.middleware, cut) for cut in ("agent", "reasoning", "acting"))
+        watched = watches_events(self.middleware)
         parent = ctx.parent_run_id if ctx is not None else None
 
         def own_result(event: AgentEvent) -> bool:

@@ -230,3 +230,33 @@ async def test_request_hooks_may_publish_events_and_keep_data_in_the_session_sta
     assert events.index(notes[0]) < [e.type for e in events].index("model_call_started")
     await run(agent, "b")
     assert (await agent.state()).extras == {"counting": 2}
+
+
+class WatchingRun(Middleware):
+    """Notes the type of every event its agent hook sees."""
+
+    def __init__(self) -> None:
+        self.types: list[str] = []
+
+    def agent(
+        self, run: RunInput, ctx: RuntimeContext, next: Callable[[RunInput], Observable[AgentEvent]]
+    ) -> Observable[AgentEvent]:
+        return next(run).pipe(ops.do_action(lambda event: self.types.append(event.type)))
+
+
+class ResultOnly(WatchingRun):
+    watches_events = False
+
+
+async def test_call_builds_step_events_only_for_hooks_that_watch_them() -> None:
+    for middleware, built in ((WatchingRun(), True), (ResultOnly(), False)):
+        agent = ReActAgent(ScriptedModel(["hello there", "again"]), middleware=[middleware])
+        result = await agent.call("hi")
+        assert result.text == "hello there"
+        assert ("text_delta" in middleware.types) is built
+        assert ("run_started" in middleware.types) is built
+        assert middleware.types[-1] == "agent_result"
+        # stream_events always builds them: its caller watches
+        middleware.types.clear()
+        await run(agent, "again")
+        assert "text_delta" in middleware.types
