@@ -75,12 +75,15 @@ class RunHandle:
     Attributes:
         id: the run's id (its events carry it), known from the moment it is submitted.
         input: what it was submitted with.
+        ctx: the context it runs with (the session's, joined to a caller's trace when submitted with a
+            ``traceparent``).
         control: its :class:`~rxagent.agent.control.RunControl`.
     """
 
-    def __init__(self, session: SessionHandle, input: AgentInput) -> None:
+    def __init__(self, session: SessionHandle, input: AgentInput, ctx: RuntimeContext) -> None:
         self.id = new_id("run")
         self.input = input
+        self.ctx = ctx
         self.control = RunControl()
         self._session = session
         self._future: concurrent.futures.Future[AgentResult] = concurrent.futures.Future()
@@ -186,9 +189,20 @@ class SessionHandle:
 
     # ---- driving ------------------------------------------------------------------------------------------
 
-    def submit(self, input: AgentInput) -> RunHandle:
-        """Queue a run of ``input``: it starts when the runs before it on this session have ended."""
-        run = RunHandle(self, input)
+    def submit(self, input: AgentInput, *, traceparent: str | None = None) -> RunHandle:
+        """Queue a run of ``input``: it starts when the runs before it on this session have ended.
+
+        ``traceparent`` (the W3C header of the request that submits the run) joins the run to the
+        caller's trace: its trace id and parent span (see
+        :meth:`~rxagent.context.RuntimeContext.with_traceparent`); without it the run has the session
+        context's trace id.
+
+        Raises:
+            ValueError: ``traceparent`` is not a valid header (nothing is queued; the W3C asks a server
+                to ignore such a header: catch this and submit without it).
+        """
+        ctx = self.ctx if traceparent is None else self.ctx.with_traceparent(traceparent)
+        run = RunHandle(self, input, ctx)
         self.last_run = run
         self._runs.append(run)
         self._idle.clear()
@@ -199,14 +213,18 @@ class SessionHandle:
         if run.done():  # cancelled before it got to the loop
             return
         run.start(
-            self.agent.stream_events(run.input, self.ctx, control=run.control, run_id=run.id, record=True)
+            self.agent.stream_events(run.input, run.ctx, control=run.control, run_id=run.id, record=True)
         )
 
     def respond(
-        self, answers: ToolDecision | ExternalResult | Sequence[ToolDecision | ExternalResult]
+        self,
+        answers: ToolDecision | ExternalResult | Sequence[ToolDecision | ExternalResult],
+        *,
+        traceparent: str | None = None,
     ) -> RunHandle:
-        """Answer calls waiting for approval or for external results (a run that carries on from them)."""
-        return self.submit(answers)
+        """Answer calls waiting for approval or for external results (a run that carries on from them);
+        ``traceparent`` as for :meth:`submit`."""
+        return self.submit(answers, traceparent=traceparent)
 
     def steer(self, message: str | Msg) -> None:
         """Deliver ``message`` (a user message) into the running run at its next reasoning boundary: it

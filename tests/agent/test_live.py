@@ -1,8 +1,8 @@
 """Live sessions: a handle drives a session from outside its runs, and its feed serves any number of watchers.
 
-Bad inputs tried: a steer when no run is going, a steer that arrives after the run's last boundary, a
-cancel before the run got to the loop, a watcher stalled for 10 000 items under each lag policy, a
-watcher that leaves mid-run, an interrupt from another thread.
+Bad inputs tried: a malformed ``traceparent`` on submit, a steer when no run is going, a steer that
+arrives after the run's last boundary, a cancel before the run got to the loop, a watcher stalled for
+10 000 items under each lag policy, a watcher that leaves mid-run, an interrupt from another thread.
 """
 
 from __future__ import annotations
@@ -106,6 +106,25 @@ async def test_a_submitted_run_is_awaited_and_the_queue_moves() -> None:
     await asyncio.wait_for(session.wait(), WAIT)
     assert session.status().state == "idle"
     assert second.position is None
+
+
+async def test_a_run_submitted_with_a_traceparent_joins_that_trace() -> None:
+    agent = ReActAgent(ScriptedModel(["first", "second"]))
+    session = agent.session(RuntimeContext(user_id="u", session_id="traced"))
+    header = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    joined = session.submit("one", traceparent=header)
+    assert (joined.ctx.trace_id, joined.ctx.parent_span_id) == (
+        "4bf92f3577b34da6a3ce929d0e0e4736",
+        "00f067aa0ba902b7",
+    )
+    assert (await asyncio.wait_for(joined, WAIT)).trace_id == "4bf92f3577b34da6a3ce929d0e0e4736"
+    plain = session.submit("two")
+    assert (await asyncio.wait_for(plain, WAIT)).trace_id == session.ctx.trace_id
+    # A bad header is refused before anything is queued (a server ignores it and submits without it).
+    with pytest.raises(ValueError, match="not a W3C traceparent"):
+        session.submit("three", traceparent="00-nonsense")
+    assert session.status().queued == 0
+    assert session.last_run is plain
 
 
 async def test_steer_lands_at_the_next_reasoning_boundary() -> None:
