@@ -52,6 +52,7 @@ from rxagent.agent.structured import OutputSpec
 from rxagent.clock import SYSTEM_CLOCK, Clock
 from rxagent.context import RuntimeContext
 from rxagent.events import AgentEvent, AgentResult, RunReason
+from rxagent.logs import with_current_run
 from rxagent.messages import Msg, ToolUseBlock, new_id
 from rxagent.model.types import ChatModel
 from rxagent.operators import Operator, Outcome, Turn, last_value, using_resource
@@ -280,7 +281,9 @@ class ReActAgent:
                 events = events.pipe(
                     ops.catch(lambda error, _: recover(run, error) or reactivex.throw(error))
                 )
-            return events.pipe(ops.map(stamp))
+            # The run's context is the current run while it subscribes: log lines its tasks write carry
+            # its ids (rxagent.logs).
+            return events.pipe(ops.map(stamp), with_current_run(run.ctx))
 
         async def release(held: _Held, outcome: Outcome) -> None:
             claim, run = held.claim, held.run
@@ -301,7 +304,12 @@ class ReActAgent:
                     claim.broken = True
                     if not held.saved:
                         raise
-                    _log.warning("rxagent: recording the end of a run of %r failed", key[1], exc_info=True)
+                    ids = {"trace_id": context.trace_id, "session_id": key[1]}
+                    if run is not None:
+                        ids["run_id"] = run.run_id
+                    _log.warning(
+                        "rxagent: recording the end of a run of %r failed", key[1], exc_info=True, extra=ids
+                    )
             finally:
                 if run is not None:
                     claim.projection.memo["repair"] = run.repair_cache
