@@ -74,6 +74,7 @@ PRINTS: dict[str, str] = {
     "Name three rivers.": ("Nile, Amazon, Danube.\n21 characters, finish reason: stop\nno usage reported\n"),
     "remote_agent": "MODEL_STOP 2 + 3 = 5.\n",
     "to_async_iterator(model.stream(request), max_buffer=256)": "2050 characters\n",
+    "Telemetry(provider)": "['chat scripted', 'invoke_agent greeter'] 4bf92f3577b34da6a3ce929d0e0e4736\n",
 }
 """What a block prints, where the README does not show it (found by a phrase in the block)."""
 
