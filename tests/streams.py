@@ -19,9 +19,9 @@ from typing import Any, Generic, TypeVar
 
 from reactivex import Observable
 
-from rxagent.operators import Outcome
+from rxagent.operators import Outcome, ProgressCounts
 
-__all__ = ["Counter", "FrameHooks", "Recording", "expect"]
+__all__ = ["Counter", "FrameHooks", "ProgressLog", "Recording", "expect"]
 
 _T = TypeVar("_T")
 
@@ -156,3 +156,37 @@ class FrameHooks:
     def _register(self, name: str) -> Callable[[], None]:
         self.registered.append(name)
         return lambda: self.registered.remove(name)
+
+
+class ProgressLog:
+    """A progress display factory that records what each display (one per subscription) was told."""
+
+    def __init__(self) -> None:
+        self.displays: list[ProgressLog.Display] = []
+
+    class Display:
+        def __init__(self) -> None:
+            self.counts: list[ProgressCounts] = []
+            self.closes = 0
+
+        def update(self, counts: ProgressCounts, /) -> None:
+            assert self.closes == 0, "updated after it was closed"
+            self.counts.append(counts)
+
+        def close(self) -> None:
+            self.closes += 1
+
+        @property
+        def last(self) -> ProgressCounts:
+            return self.counts[-1]
+
+    def __call__(self) -> ProgressLog.Display:
+        display = ProgressLog.Display()
+        self.displays.append(display)
+        return display
+
+    @property
+    def only(self) -> ProgressLog.Display:
+        """The display of the one subscription there was."""
+        [display] = self.displays
+        return display

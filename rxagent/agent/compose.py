@@ -29,7 +29,9 @@ with a task; the tool runs the child agent on it and answers with the child's an
 **An agent as an operator** (:func:`map_runs`, ``ReActAgent.map_runs``): ``inputs.pipe(agent.map_runs(
 max_concurrent=4))`` runs the agent once per input, at most ``max_concurrent`` runs at once, and emits a
 :class:`RunOutcome` per input — in input order or as the runs finish. A run that fails is an outcome with
-its error, not the end of the batch; disposing the stream cancels every run in flight.
+its error, not the end of the batch; disposing the stream cancels every run in flight. ``progress=True``
+shows a bar of the runs finished, with the counts of done, failed and running (tqdm, in a notebook or a
+terminal).
 """
 
 from __future__ import annotations
@@ -47,7 +49,16 @@ from rxagent.agent.inputs import AgentInput
 from rxagent.context import RunContext, RuntimeContext
 from rxagent.events import AgentEvent, AgentResult
 from rxagent.messages import TextBlock, ToolResultBlock, new_id
-from rxagent.operators import Operator, deferred, frame, last_value, map_concurrent, sync_of
+from rxagent.operators import (
+    Operator,
+    ProgressOption,
+    deferred,
+    frame,
+    last_value,
+    map_concurrent,
+    map_many,
+    sync_of,
+)
 from rxagent.tools import SchemaTool, Tool, ToolContext, ToolTraits
 
 if TYPE_CHECKING:
@@ -245,6 +256,7 @@ def map_runs(
     context: RunContextFactory | None = None,
     events: bool = False,
     deltas: bool = False,
+    progress: ProgressOption = False,
 ) -> Operator[AgentInput, RunOutcome]:
     """An operator running ``agent`` once per input, at most ``max_concurrent`` runs at once.
 
@@ -269,19 +281,27 @@ def map_runs(
         context: ``(index, input) -> RuntimeContext`` for each run (default: a session per input).
         events: keep every event of each run in its outcome (``False``: runs are quiet, as ``call``).
         deltas: with ``events``, keep the per-token deltas too.
+        progress: ``True`` shows a progress bar (``tqdm.auto``: a widget in a notebook, a text bar in a
+            terminal) of the runs finished out of the inputs, with the counts of runs done, failed (an
+            outcome that is not :attr:`~RunOutcome.ok`) and running; a text is the bar's label; a factory
+            of :class:`~rxagent.operators.ProgressDisplay` draws it your way (see
+            :func:`~rxagent.operators.map_concurrent`).
 
     Returns:
         An operator from inputs (anything :meth:`ReActAgent.call` takes) to one :class:`RunOutcome` each.
 
     Raises:
         ValueError: ``max_concurrent`` is below 1 (when the operator is built).
+        ImportError: ``progress`` asks for a tqdm bar and tqdm is not installed (``rxagent[notebook]``).
+        TypeError: ``progress`` is not a bool, a label or a factory.
 
     Lifecycle:
         complete: after every input's outcome. error: only the inputs' own stream's error fails it
         (every run in flight is cancelled); a run's failure — bad input, a failing model, a failing
         ``context`` — is that input's outcome. cancel: every run in flight is cancelled (its model call
         and tools stop, its session is saved and released); inputs not started never run.
-        re-subscribe: runs every input again, in a new batch of sessions.
+        re-subscribe: runs every input again, in a new batch of sessions. The progress bar is made per
+        subscription and closed on complete, error and cancel alike.
 
     Example:
         >>> fan_out = map_runs(agent, max_concurrent=4, ordered=False)  # doctest: +SKIP
@@ -290,22 +310,40 @@ def map_runs(
     if max_concurrent < 1:
         raise ValueError(f"max_concurrent must be at least 1, got {max_concurrent}")
 
+    def one(numbered: _Numbered) -> Observable[RunOutcome]:
+        index, item, batch = numbered
+
+        def own_session(index: int, _: AgentInput) -> RuntimeContext:
+            return RuntimeContext(session_id=f"{batch}/{index}")
+
+        return _one_run(agent, index, item, context or own_session, events, deltas)
+
+    # Built once, so that bad settings (no tqdm for the bar) fail here and not when the batch starts.
+    fan_out = map_concurrent(
+        one, max_concurrent, ordered=ordered, progress=progress, is_failure=_failed, unit="run"
+    )
+
     def operator(inputs: Observable[AgentInput]) -> Observable[RunOutcome]:
         def per_subscription() -> Observable[RunOutcome]:
             batch = new_id("batch")
-            numbering = itertools.count()  # inputs start in the order they arrive: the count is the index
+            numbering = itertools.count()
 
-            def contexts(index: int, _: AgentInput) -> RuntimeContext:
-                return RuntimeContext(session_id=f"{batch}/{index}")
+            def number(item: AgentInput) -> tuple[_Numbered]:
+                return ((next(numbering), item, batch),)
 
-            def one(item: AgentInput) -> Observable[RunOutcome]:
-                return _one_run(agent, next(numbering), item, context or contexts, events, deltas)
-
-            return inputs.pipe(map_concurrent(one, max_concurrent, ordered=ordered))
+            return inputs.pipe(map_many(number), fan_out)
 
         return deferred(per_subscription)
 
     return operator
+
+
+_Numbered: TypeAlias = tuple[int, AgentInput, str]
+"""An input of a fan-out with its index and the subscription's batch id."""
+
+
+def _failed(outcome: RunOutcome) -> bool:
+    return not outcome.ok
 
 
 def _one_run(

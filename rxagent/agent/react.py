@@ -55,7 +55,7 @@ from rxagent.events import AgentEvent, AgentResult, RunReason
 from rxagent.logs import with_current_run
 from rxagent.messages import Msg, ToolUseBlock, new_id
 from rxagent.model.types import ChatModel
-from rxagent.operators import Operator, Outcome, Turn, last_value, using_resource
+from rxagent.operators import Operator, Outcome, ProgressOption, Turn, last_value, using_resource
 from rxagent.session import (
     Claim,
     MemoryStore,
@@ -408,14 +408,17 @@ class ReActAgent:
         context: RunContextFactory | None = None,
         events: bool = False,
         deltas: bool = False,
+        progress: ProgressOption = False,
     ) -> Operator[AgentInput, RunOutcome]:
         """An operator running this agent once per input, at most ``max_concurrent`` at once: a
         :class:`~rxagent.agent.compose.RunOutcome` per input, in input order or as the runs finish.
+        ``progress=True`` shows a progress bar with the counts of runs done, failed and running.
 
         See :func:`rxagent.agent.compose.map_runs` for the arguments and the lifecycle.
 
         Example:
-            >>> answers = reactivex.from_iterable(questions).pipe(agent.map_runs())  # doctest: +SKIP
+            >>> fan_out = agent.map_runs(progress=True)  # doctest: +SKIP
+            >>> answers = await to_list(reactivex.from_iterable(questions).pipe(fan_out))
         """
         return map_runs(
             self,
@@ -424,6 +427,7 @@ class ReActAgent:
             context=context,
             events=events,
             deltas=deltas,
+            progress=progress,
         )
 
     async def state(self, ctx: RuntimeContext | None = None) -> AgentState:

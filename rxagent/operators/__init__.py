@@ -31,6 +31,13 @@ from rxagent.operators._flow_control import BufferOverflowError
 from rxagent.operators._fold_message import MessageFold
 from rxagent.operators._from_async_iterable import SourceCancelledError, running_loop, start_task
 from rxagent.operators._outcome import Outcome
+from rxagent.operators._progress import (
+    ProgressCounts,
+    ProgressDisplay,
+    ProgressFactory,
+    ProgressOption,
+    TqdmProgress,
+)
 from rxagent.operators._serialize_on_key import KeyedSerializer, Turn
 from rxagent.operators._slot import Slot
 from rxagent.operators._source import Source, deferred, subscribe_to
@@ -48,9 +55,14 @@ __all__ = [
     "Operator",
     "Outcome",
     "OverflowPolicy",
+    "ProgressCounts",
+    "ProgressDisplay",
+    "ProgressFactory",
+    "ProgressOption",
     "Slot",
     "Source",
     "SourceCancelledError",
+    "TqdmProgress",
     "Turn",
     "deferred",
     "do_finally",
@@ -198,7 +210,13 @@ def map_many(mapper: Callable[[_T], Iterable[_R]]) -> Operator[_T, _R]:
 
 
 def map_concurrent(
-    project: Callable[[_T], Observable[_R]], max_concurrent: int, *, ordered: bool = True
+    project: Callable[[_T], Observable[_R]],
+    max_concurrent: int,
+    *,
+    ordered: bool = True,
+    progress: ProgressOption = False,
+    is_failure: Callable[[_R], bool] | None = None,
+    unit: str = "it",
 ) -> Operator[_T, _R]:
     """Map each item to an observable and run at most ``max_concurrent`` of them at once.
 
@@ -219,20 +237,36 @@ def map_concurrent(
     with a per-subscription state that frees each stream as it ends). The fan-out of an agent over many
     inputs (``ReActAgent.map_runs``) is built on it.
 
+    **Progress.** ``progress=True`` shows a bar (``tqdm.auto``: a widget in a notebook, text on stderr in
+    a terminal) of the items finished out of those arrived, with the counts of done, failed and running
+    beside it; a text is the bar's label; a factory of :class:`ProgressDisplay` draws it your way (it is
+    told every :class:`ProgressCounts`). An item counts as failed when its stream fails (which fails the
+    whole stream) or emits an item for which ``is_failure(item)`` is true. The bar is drawn once the
+    source has been subscribed to, so a source that emits at subscription (a list) draws a bar of its
+    length; tqdm is the ``notebook`` extra, checked when the operator is built.
+
     Args:
         project: the observable for one item (a run, a request); called when the item's turn comes.
         max_concurrent: most inner streams subscribed at once (at least 1).
         ordered: input order (``True``) or as they come (``False``).
+        progress: ``False`` (none), ``True`` (a tqdm bar), a label for the bar, or a factory of
+            :class:`ProgressDisplay` called once per subscription.
+        is_failure: which emitted items make their stream count as failed in the progress counts.
+        unit: what the bar calls one item.
 
     Raises:
         ValueError: ``max_concurrent`` is below 1 (when the operator is built).
+        ImportError: a tqdm bar is asked for and tqdm is not installed (when the operator is built).
+        TypeError: ``progress`` is none of the above (when the operator is built).
 
     Lifecycle:
         complete: once the source has completed and every inner stream has ended (and its held items
         were emitted). error: the source's, an inner stream's or ``project``'s error fails the stream at
         once and disposes every running inner stream. cancel: disposes the source and every running
         inner stream; items still waiting never start. re-subscribe: fresh state (a new numbering,
-        nothing shared).
+        nothing shared). The progress display is made at subscription and closed exactly once, with
+        its final counts, on complete, error or cancel (cancelled items no longer count as running); a
+        display that raises is not called again and fails the stream with its error.
 
     Example:
         >>> import asyncio, reactivex
@@ -242,7 +276,7 @@ def map_concurrent(
     """
     from rxagent.operators._map_concurrent import map_concurrent as impl
 
-    return impl(project, max_concurrent, ordered=ordered)
+    return impl(project, max_concurrent, ordered=ordered, progress=progress, is_failure=is_failure, unit=unit)
 
 
 def from_async_iterable(factory: Callable[[], AsyncIterator[_T]]) -> Observable[_T]:

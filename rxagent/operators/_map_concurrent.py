@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from reactivex import Observable, abc
 
+from rxagent.operators._progress import ProgressOption, Tally, progress_factory
 from rxagent.operators._source import Source, subscribe_to
 from rxagent.operators._typing import Operator
 
@@ -18,17 +20,25 @@ _R = TypeVar("_R")
 
 
 def map_concurrent(
-    project: Callable[[_T], Observable[_R]], max_concurrent: int, *, ordered: bool = True
+    project: Callable[[_T], Observable[_R]],
+    max_concurrent: int,
+    *,
+    ordered: bool = True,
+    progress: ProgressOption = False,
+    is_failure: Callable[[_R], bool] | None = None,
+    unit: str = "it",
 ) -> Operator[_T, _R]:
     """See the facade (``rxagent.operators.map_concurrent``) for the documentation."""
     if max_concurrent < 1:
         raise ValueError(f"max_concurrent must be at least 1, got {max_concurrent}")
+    make_display = progress_factory(progress, unit=unit)
 
     def operator(source: Observable[_T]) -> Observable[_R]:
         def subscribe(
             observer: abc.ObserverBase[_R], scheduler: abc.SchedulerBase | None = None
         ) -> abc.DisposableBase:
-            merge = _Merge(observer, scheduler, project, max_concurrent, ordered)
+            tally = Tally(make_display()) if make_display is not None else None
+            merge = _Merge(observer, scheduler, project, max_concurrent, ordered, tally, is_failure)
             merge.listen(source)
             return merge
 
@@ -49,17 +59,21 @@ class _Merge(abc.DisposableBase, Generic[_T, _R]):
         "_again",
         "_buffered",
         "_ended_early",
+        "_failing",
         "_head",
+        "_is_failure",
         "_limit",
         "_observer",
         "_ordered",
         "_project",
         "_pumping",
         "_scheduler",
+        "_showing",
         "_source",
         "_source_done",
         "_started",
         "_stopped",
+        "_tally",
         "_waiting",
     )
 
@@ -70,6 +84,8 @@ class _Merge(abc.DisposableBase, Generic[_T, _R]):
         project: Callable[[_T], Observable[_R]],
         limit: int,
         ordered: bool,
+        tally: Tally | None = None,
+        is_failure: Callable[[_R], bool] | None = None,
     ) -> None:
         self._observer = observer
         self._scheduler = scheduler
@@ -92,6 +108,13 @@ class _Merge(abc.DisposableBase, Generic[_T, _R]):
         self._stopped = False
         self._pumping = False
         self._again = False
+        self._tally = tally
+        """Progress counts, when asked for (``None``: the paths below skip every count)."""
+        self._is_failure = is_failure
+        self._failing: set[int] = set()
+        self._showing: asyncio.Handle | None = None
+        """The progress display's first drawing, scheduled for the next loop turn."""
+        """Inner streams that emitted an item ``is_failure`` flags (they count as failed when they end)."""
 
     # ---- the source ----------------------------------------------------------------------------------
 
@@ -101,11 +124,32 @@ class _Merge(abc.DisposableBase, Generic[_T, _R]):
             subscription.dispose()
         else:
             self._source = subscription
+        if self._tally is not None and not self._stopped:
+            # Drawn from the next loop turn: a source that emits at subscription (a list, through the
+            # trampoline after this returns) has given the bar its length by then.
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # no loop (a synchronous pipeline): draw now
+                self._show_progress()
+            else:
+                self._showing = loop.call_soon(self._show_progress)
+
+    def _show_progress(self) -> None:
+        self._showing = None
+        tally = self._tally
+        if tally is not None and not self._stopped:
+            tally.show()
+            self._check(tally)
 
     def on_next(self, item: _T) -> None:
         if self._stopped:
             return
         self._waiting.append(item)
+        tally = self._tally
+        if tally is not None:
+            tally.arrived()
+            if self._check(tally):
+                return
         self._pump()
 
     def on_error(self, error: Exception) -> None:
@@ -118,6 +162,11 @@ class _Merge(abc.DisposableBase, Generic[_T, _R]):
         source, self._source = self._source, None
         if source is not None:
             source.dispose()
+        tally = self._tally
+        if tally is not None:
+            tally.inputs_completed()
+            if self._check(tally):
+                return
         self._pump()
 
     # ---- starting and ending inner streams --------------------------------------------------------------
@@ -147,6 +196,13 @@ class _Merge(abc.DisposableBase, Generic[_T, _R]):
             and (not self._ordered or self._head == self._started)
         ):
             self._stopped = True
+            tally = self._tally
+            if tally is not None:
+                self._cancel_showing()
+                tally.close()
+                if tally.failure is not None:
+                    self._observer.on_error(tally.failure)
+                    return
             self._observer.on_completed()
 
     def _has_room(self) -> bool:
@@ -162,10 +218,15 @@ class _Merge(abc.DisposableBase, Generic[_T, _R]):
             self._fail(error)
             return
         self._active[index] = None
+        tally = self._tally
+        if tally is not None:
+            tally.started()
+            if self._check(tally):
+                return
         subscription = subscribe_to(
             inner,
             lambda value: self._inner_next(index, value),
-            self._fail,
+            lambda error: self._inner_error(index, error),
             lambda: self._inner_completed(index),
             self._scheduler,
         )
@@ -177,10 +238,24 @@ class _Merge(abc.DisposableBase, Generic[_T, _R]):
     def _inner_next(self, index: int, value: _R) -> None:
         if self._stopped:
             return
+        if self._is_failure is not None and self._tally is not None:
+            try:
+                if self._is_failure(value):
+                    self._failing.add(index)
+            except Exception as error:  # the predicate's failure is the stream's failure
+                self._fail(error)
+                return
         if not self._ordered or index == self._head:
             self._observer.on_next(value)
         else:
             self._buffered.setdefault(index, []).append(value)
+
+    def _inner_error(self, index: int, error: Exception) -> None:
+        tally = self._tally
+        if tally is not None and not self._stopped and index in self._active:
+            del self._active[index]  # so that the failure's release does not count it as cancelled
+            tally.ended(failed=True)
+        self._fail(error)
 
     def _inner_completed(self, index: int) -> None:
         subscription = self._active.pop(index, None)
@@ -188,6 +263,13 @@ class _Merge(abc.DisposableBase, Generic[_T, _R]):
             subscription.dispose()
         if self._stopped:
             return
+        tally = self._tally
+        if tally is not None:
+            failed = index in self._failing
+            self._failing.discard(index)
+            tally.ended(failed)
+            if self._check(tally):
+                return
         if self._ordered:
             if index != self._head:
                 self._ended_early.add(index)
@@ -210,6 +292,13 @@ class _Merge(abc.DisposableBase, Generic[_T, _R]):
 
     # ---- stopping ---------------------------------------------------------------------------------------
 
+    def _check(self, tally: Tally) -> bool:
+        """Fail the stream if the progress display broke; ``True`` when it did."""
+        if tally.failure is None:
+            return False
+        self._fail(tally.failure)
+        return True
+
     def _fail(self, error: Exception) -> None:
         if self._stopped:
             return
@@ -217,16 +306,27 @@ class _Merge(abc.DisposableBase, Generic[_T, _R]):
         self._observer.on_error(error)
 
     def _release(self) -> None:
+        if self._stopped:
+            return
         self._stopped = True
         self._waiting.clear()
         self._buffered.clear()
         source, self._source = self._source, None
         active = [s for s in self._active.values() if s is not None]
+        cut_short = bool(self._active)
         self._active.clear()
         if source is not None:
             source.dispose()
         for subscription in active:
             subscription.dispose()
+        if self._tally is not None:
+            self._cancel_showing()
+            self._tally.close(cancelled=cut_short)
+
+    def _cancel_showing(self) -> None:
+        showing, self._showing = self._showing, None
+        if showing is not None:
+            showing.cancel()
 
     def dispose(self) -> None:
         """Cancel every inner stream running and the source; nothing more is emitted."""

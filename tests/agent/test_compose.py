@@ -10,18 +10,21 @@ request is closed when the parent is cancelled).
 Fan-out: ``map_runs`` over 50 inputs with a limit of 4 never has more than 4 runs in their model call
 (a counter inside the model, which holds each call until the test releases it: no timing), gives all 50
 outcomes in input order or as the runs finish, keeps each run's events on request, and cancels every
-run in flight when disposed.
+run in flight when disposed. Its progress bar counts runs done, failed and running (never more running
+than the limit) and ends with the batch's final counts, drawn by tqdm in a terminal.
 
 Bad inputs tried: a child whose model raises, a child that ends waiting for approval, a child with no
 valid structured answer, a task over the length limit, a call without a task, an invalid tool name, a
 task limit below 1, an unknown ``sessions`` mode; a fan-out input of the wrong type, a context factory
-that raises, a failing run among good ones, a failing input stream, ``max_concurrent`` below 1.
+that raises, a failing run among good ones, a failing input stream, ``max_concurrent`` below 1, a
+progress bar asked for without tqdm installed, a progress option of the wrong type.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,7 +59,7 @@ from rxagent.events import (
 )
 from rxagent.model.scripted import FunctionModel
 from rxagent.model.types import ChatChunk, ChatRequest
-from rxagent.operators import to_list
+from rxagent.operators import ProgressCounts, to_list
 from rxagent.session import Fact, Lease, MemoryStore
 from rxagent.state import SessionKey
 from rxagent.tools import Permissions, Toolkit, tool
@@ -72,7 +75,7 @@ from tests.model.openai_server import (
     tool_chunk,
     usage_chunk,
 )
-from tests.streams import expect
+from tests.streams import ProgressLog, expect
 
 from .helpers import check_invariants, run
 
@@ -722,6 +725,68 @@ async def test_a_failing_input_stream_fails_the_fan_out_and_cancels_its_runs() -
     assert isinstance(seen.error, OSError)
     await asyncio.wait_for(gauge.cancel_seen.wait(), WAIT)  # the run in flight was cancelled
     assert (gauge.calls, gauge.cancelled) == (1, 1)
+
+
+def twenty_questions(request: ChatRequest) -> str:
+    question = request.messages[-1].text
+    if question == "q7":
+        raise RuntimeError("the model fell over")
+    return f"answer to {question}"
+
+
+async def test_fan_out_progress_counts_runs_done_failed_and_running() -> None:
+    gauge = Gauge()
+    log = ProgressLog()
+    agent = ReActAgent(FunctionModel(gauge.respond))
+    questions = [f"q{i}" for i in range(20)]
+    fan_out = agent.map_runs(max_concurrent=4, progress=log)
+    seen = expect(reactivex.from_iterable(questions).pipe(fan_out))
+    released = 0
+    while released < 20:
+        await gauge.wait_parked(min(4, 20 - released))
+        released += gauge.release_all()
+    await asyncio.wait_for(seen, WAIT)
+    display = log.only
+    assert display.counts[0].total == 20  # the list was counted before the first drawing
+    assert max(c.running for c in display.counts) == 4
+    assert display.last == ProgressCounts(total=20, running=0, done=20, failed=0, inputs_done=True)
+    assert display.closes == 1
+
+    # failed runs are counted as failed, and tqdm draws the final counts
+    failing = ReActAgent(FunctionModel(twenty_questions))
+    log = ProgressLog()
+    outcomes = await to_list(reactivex.from_iterable(questions).pipe(failing.map_runs(progress=log)))
+    assert [o.index for o in outcomes if not o.ok] == [7]
+    assert log.only.last == ProgressCounts(total=20, running=0, done=19, failed=1, inputs_done=True)
+
+
+async def test_fan_out_progress_bar_shows_the_final_counts_in_a_terminal(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    agent = ReActAgent(FunctionModel(twenty_questions))
+    questions = reactivex.from_iterable([f"q{i}" for i in range(20)])
+    outcomes = await to_list(questions.pipe(agent.map_runs(max_concurrent=4, progress="questions")))
+    assert sum(o.ok for o in outcomes) == 19
+    bar = capsys.readouterr().err.split("\r")[-1]
+    assert bar.startswith("questions: 100%")
+    assert "20/20" in bar
+    assert "run/s" in bar or "s/run" in bar
+    assert "done=19, failed=1, running=0" in bar
+
+
+def test_fan_out_progress_without_tqdm_or_with_a_bad_option_is_refused_when_built(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    agent = ReActAgent(ScriptedModel())
+    with pytest.raises(TypeError, match="progress must be"):
+        agent.map_runs(progress=4)  # type: ignore[arg-type]
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # as if it were not installed
+    monkeypatch.setitem(sys.modules, "tqdm.auto", None)
+    with pytest.raises(ImportError, match=r"tqdm, which is not installed: pip install 'rxagent\[notebook\]'"):
+        agent.map_runs(progress=True)
+    with pytest.raises(ImportError, match="tqdm"):
+        map_runs(agent, progress="label")
+    agent.map_runs(progress=ProgressLog())  # a display of your own needs no tqdm
 
 
 def test_fan_out_refuses_a_limit_below_one() -> None:
