@@ -51,6 +51,21 @@ def svg_of(notebook: Any, tag: str) -> str:
     return str(picture)
 
 
+def widgets(notebook: Any, tag: str) -> list[dict[str, Any]]:
+    """The states of the widgets shown by the cell tagged ``tag``, the displayed one first, then its
+    children (as the executed notebook saved them: the last state each widget was sent)."""
+    saved = notebook.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+    found: list[dict[str, Any]] = []
+    for output in tagged(notebook, tag):
+        view = output.get("data", {}).get("application/vnd.jupyter.widget-view+json")
+        if view is None:
+            continue
+        model = saved[view["model_id"]]
+        found.append(model)
+        found.extend(saved[child.removeprefix("IPY_MODEL_")] for child in model["state"].get("children", []))
+    return found
+
+
 def bars(svg: str, kind: str) -> list[ET.Element]:
     root = ET.fromstring(svg)
     return [e for e in root.iter(f"{SVG}rect") if e.get("class") == "rxa-bar" and e.get("data-kind") == kind]
@@ -140,3 +155,73 @@ def test_timelines_notebook_draws_one_bar_per_call_and_saves_the_pictures() -> N
     local_transcript = plain(notebook, "local-transcript")
     assert local_transcript.startswith("AgentState: ")
     assert answer in local_transcript
+
+
+def test_custom_pipelines_notebook_shows_each_operator_recipe_fan_out_and_nested_agent() -> None:
+    notebook = execute("02_custom_pipelines.ipynb")
+    # operators outside an agent: folded, read chunk by chunk, as snapshots, retried, timed out
+    assert plain(notebook, "fold") == 'assistant: Let me look that up.\n  ⚙ weather({"city": "Oslo"})'
+    pieces, finish, usage = plain(notebook, "chunks").strip().split("\n")
+    assert "".join(re.findall(r"'([^']*)'", pieces)) == "Oslo is 14 °C with light rain."
+    assert finish == "finish: stop"
+    assert usage.startswith("usage: Usage(")
+    snapshots = plain(notebook, "snapshots").splitlines()
+    assert snapshots[0] == "'Oslo'"
+    assert snapshots[-1].endswith("the last one is the message: 'Oslo is 14 °C with light rain.'")
+    assert plain(notebook, "retry").splitlines() == [
+        "retry 1 in 0.05 s after: HTTP 503 from the model server: overloaded, try again",
+        "answer after 2 model calls: Oslo is 14 °C with light rain.",
+        "retries left in the budget: 2",
+    ]
+    assert plain(notebook, "timeout").splitlines() == [
+        "model stream ended: cancelled",
+        "TimeoutError: the stream did not finish within 30 s",
+        "virtual seconds passed: 30.0",
+    ]
+    # plan, then execute: the plan's items as notes, the tools run, the closing answer
+    [plan] = tagged(notebook, "plan")
+    planned = plan["data"]["text/plain"]
+    assert planned.startswith("✓ finished · MODEL_STOP")
+    assert "plan: step 1: Add 2 and 3\nplan: step 2: Shout the sum" in planned
+    assert "→ add [ok] 5" in planned
+    assert "→ shout [ok] FIVE!" in planned
+    assert "assistant: 2 + 3 = 5, and I shouted FIVE!" in planned
+    assert "AgentResult MODEL_STOP · 6 iteration(s) · 6 model call(s)" in planned
+    # a reviewer before tools run: one call approved and run, one rejected with the reason
+    [review] = tagged(notebook, "review")
+    reviewed = review["data"]["text/plain"]
+    assert "→ shout [ok] HELLO!" in reviewed
+    assert "→ shout [denied] Rejected by the reviewer: it would delete everything" in reviewed
+    assert "reviewer: approved shout\nreviewer: rejected shout" in reviewed
+    assert plain(notebook, "review-ran").strip() == "calls that ran: ['hello']"
+    # the fan-out's progress bar ended full, with the final counts beside it
+    [box, label, bar, counts] = widgets(notebook, "fan-out")
+    assert box["model_name"] == "HBoxModel"
+    assert label["state"]["value"].replace("\u2007", " ") == "questions: 100%"
+    assert (bar["state"]["value"], bar["state"]["max"], bar["state"]["bar_style"]) == (20, 20, "success")
+    right = counts["state"]["value"].replace("\u2007", " ")
+    assert right.startswith(" 20/20 [")
+    assert right.endswith(", done=19, failed=1, running=0]")
+    assert plain(notebook, "fan-out-summary").splitlines() == [
+        "20 outcomes: 19 done, 1 failed",
+        "in input order: True",
+        "  What is 0 squared? → 0 squared is 0.",
+        "  What is 1 squared? → 1 squared is 1.",
+        "  What is 2 squared? → 2 squared is 4.",
+        "  What is 7 squared? → ModelHTTPError: HTTP 400 from the model server: question 7 was rejected",
+    ]
+    # an agent as a tool: its run nested under the call, its usage counted in the lead's result
+    assert plain(notebook, "as-tool").splitlines() == [
+        "lead: run started with 'Which year is 55 years after 1969?'",
+        'lead: calls researcher({"task": "Add 55 years to 1969."})',
+        "    researcher: run started with 'Add 55 years to 1969.'",
+        '    researcher: calls add({"a": 1969, "b": 55})',
+        "    researcher: add answered '2024'",
+        "    researcher: MODEL_STOP, '1969 + 55 = 2024.'",
+        "lead: researcher answered '1969 + 55 = 2024.'",
+        "lead: MODEL_STOP, '55 years after 1969 is 2024.'",
+    ]
+    usage = plain(notebook, "usage")
+    assert "the researcher: 2 model calls, 280 + 25 tokens" in usage
+    assert "the lead's result: 4 model calls (2 its own), 740 + 57 tokens" in usage  # 200+260+120+160
+    assert "AgentResult MODEL_STOP · 2 iteration(s) · 4 model call(s) · 797 tokens (740 in, 57 out)" in usage
