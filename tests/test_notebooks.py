@@ -225,3 +225,55 @@ def test_custom_pipelines_notebook_shows_each_operator_recipe_fan_out_and_nested
     assert "the researcher: 2 model calls, 280 + 25 tokens" in usage
     assert "the lead's result: 4 model calls (2 its own), 740 + 57 tokens" in usage  # 200+260+120+160
     assert "AgentResult MODEL_STOP · 2 iteration(s) · 4 model call(s) · 797 tokens (740 in, 57 out)" in usage
+
+
+def test_live_sessions_notebook_starts_watches_steers_and_approves_a_run() -> None:
+    notebook = execute("03_live_sessions.ipynb")
+    assert plain(notebook, "start").splitlines() == [
+        "run: running · place in the session's queue: 0",
+        "session: running",
+    ]
+    # the watcher joined after the start and replayed the session from its first fact, numbered 1, 2, …
+    feed, view = tagged(notebook, "watch")
+    assert [line.split() for line in feed["text"].splitlines()] == [
+        ["1", "turn_started"],
+        ["2", "run_started"],
+        ["3", "message"],
+        ["4", "event", "run_started"],
+        ["5", "event", "phase_changed"],
+        ["6", "event", "model_call_started"],
+    ]
+    assert view["data"]["text/plain"].splitlines() == [  # where the run stood when the watcher caught up
+        "● running · thinking, iteration 1 · 3 events · 0 tokens",
+        "user: Book me a hotel in Oslo for two nights.",
+    ]
+    [following] = tagged(notebook, "follow")
+    assert following["output_type"] == "display_data"  # the area the watcher keeps redrawing
+    assert following["data"]["text/plain"] == view["data"]["text/plain"]
+    # the steer landed in the running run: the model read it before it asked to book
+    assert plain(notebook, "steer").splitlines() == [
+        "run ended: PERMISSION_ASKING",
+        "session: waiting_for_approval",
+        "  waiting: book_hotel({'city': 'Oslo', 'nights': 3}) — bookings cost money",
+    ]
+    assert plain(notebook, "approve").splitlines() == [
+        "run ended: MODEL_STOP · Booked the Fjord Hotel in Oslo. Pack an umbrella: 14 °C and rain.",
+        "bookings made: [('Oslo', 3)]",
+        "session: idle",
+    ]
+    transcript = plain(notebook, "transcript").splitlines()
+    assert transcript[0] == "AgentState: 7 message(s)"
+    # recorded where it took effect: after the weather lookup's result, before the booking call
+    steered = transcript.index("user: Make it three nights, please.")
+    assert transcript[steered - 1] == "  → weather [ok] Oslo: 14 °C, light rain"
+    assert transcript[steered + 2] == '  ⚙ book_hotel({"city": "Oslo", "nights": 3})'
+    # the watcher that followed live and the one that joined late drew the same session
+    followed = plain(notebook, "followed")
+    assert followed.startswith("✓ finished · MODEL_STOP · ")
+    assert "user: Make it three nights, please." in followed
+    assert "→ book_hotel [ok] Booked the Fjord Hotel in Oslo for 3 nights." in followed
+    [late] = tagged(notebook, "late")
+    assert late["data"]["text/plain"] == followed
+    numbers = plain(notebook, "numbers").splitlines()
+    assert re.fullmatch(r"(\d+) facts, numbered 1 to \1 without a gap: True", numbers[0])
+    assert numbers[1] == "the late watcher's result is the last run's: True"
