@@ -277,3 +277,46 @@ def test_live_sessions_notebook_starts_watches_steers_and_approves_a_run() -> No
     numbers = plain(notebook, "numbers").splitlines()
     assert re.fullmatch(r"(\d+) facts, numbered 1 to \1 without a gap: True", numbers[0])
     assert numbers[1] == "the late watcher's result is the last run's: True"
+
+
+def test_sessions_and_recovery_notebook_continues_after_a_restart_and_reconciles_a_killed_call() -> None:
+    notebook = execute("04_sessions_and_recovery.ipynb")
+    # a new agent on the same SQLite file carries the conversation on: its model was sent the earlier turn
+    assert plain(notebook, "restart").strip() == (
+        "agent: From our earlier conversation (2 messages) — user: Hi, I'm Ada. My order is A-1.; "
+        "assistant: Hello Ada! I have noted order A-1."
+    )
+    turns = plain(notebook, "restart-turns").splitlines()
+    assert turns[:2] == [
+        'turn ["Hi, I\'m Ada. My order is A-1."] → MODEL_STOP, runs: 1',
+        "turn ['Which order was mine?'] → MODEL_STOP, runs: 1",
+    ]
+    assert "AgentState: 4 message(s)" in turns
+    # the process was SIGKILLed inside the tool, after the side effect
+    assert plain(notebook, "crash").splitlines() == [
+        "the other process: refund written to the ledger; waiting for the bank",
+        "killed: True",
+        "the ledger: ['refund A-1 25.00']",
+    ]
+    # the log ends with the call dispatched: uncertain, and a run is refused until it is reconciled
+    assert plain(notebook, "uncertain").splitlines() == [
+        "last facts in the log: ['message', 'message', 'tool_dispatched']",
+        "uncertain: refund({'order': 'A-1', 'amount': 25.0}) id=refund-1",
+    ]
+    refused = plain(notebook, "refused").strip()
+    assert refused.startswith("UncertainToolCallsError: this session has 1 tool call(s) whose outcome")
+    assert 'refund {"order": "A-1", "amount": 25.0} (id refund-1)' in refused
+    # reconciled from the ledger, the session completes, and the refund was paid once
+    assert plain(notebook, "reconciled").splitlines() == [
+        "the ledger shows the refund: True",
+        "uncertain now: []",
+        "MODEL_STOP · Your refund of 25.00 for order A-1 went through; it was confirmed in our ledger.",
+        "refunds paid by this process: []",
+        "lines in the ledger: ['refund A-1 25.00']",
+    ]
+    transcript = plain(notebook, "recovered-transcript").splitlines()
+    assert transcript[0] == "AgentState: 9 message(s)"
+    assert "  → refund [ok] refunded 25.00 for A-1 (found in the ledger)" in transcript
+    assert transcript[-1] == (
+        "assistant: Your refund of 25.00 for order A-1 went through; it was confirmed in our ledger."
+    )
