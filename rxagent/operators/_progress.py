@@ -10,6 +10,8 @@ for a bar without it fails when the operator is built, not halfway through a bat
 from __future__ import annotations
 
 import importlib
+import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeAlias
@@ -99,6 +101,9 @@ class TqdmProgress:
         self._unit = unit
         self._options = options
         self._bar: Any = None
+        self._last: ProgressCounts | None = None
+        self._every = float(options.get("mininterval", 0.1))
+        self._labelled = -math.inf
 
     @property
     def bar(self) -> Any:
@@ -107,12 +112,16 @@ class TqdmProgress:
 
     def update(self, counts: ProgressCounts, /) -> None:
         """Move the bar to ``counts.finished`` and show the done, failed and running counts beside it."""
+        self._last = counts
         total = counts.total if counts.inputs_done else None
-        tally = {"done": counts.done, "failed": counts.failed, "running": counts.running}
         bar = self._bar
         if bar is None:
             bar = self._bar = self._tqdm(
-                total=total, desc=self._description or None, unit=self._unit, postfix=tally, **self._options
+                total=total,
+                desc=self._description or None,
+                unit=self._unit,
+                postfix=_postfix(counts),
+                **self._options,
             )
         elif total is not None and bar.total != total:
             # The inputs have all arrived: give the bar its length. reset() is how tqdm (and its notebook
@@ -120,14 +129,25 @@ class TqdmProgress:
             started = bar.start_t
             bar.reset(total=total)
             bar.start_t = started
-        bar.set_postfix(tally, refresh=False)
+        # Formatting the counts costs more than the rest of an update: do it at most as often as tqdm
+        # redraws (the counts shown lag by at most that long; close() shows the final ones).
+        now = time.monotonic()
+        if now - self._labelled >= self._every:
+            self._labelled = now
+            bar.set_postfix(_postfix(counts), refresh=False)
         if counts.finished != bar.n:
             bar.update(counts.finished - bar.n)
 
     def close(self) -> None:
         """Close the bar, drawn with its final counts (in a notebook: green, or red if items are left)."""
         if self._bar is not None:
+            if self._last is not None:
+                self._bar.set_postfix(_postfix(self._last), refresh=False)
             self._bar.close()
+
+
+def _postfix(counts: ProgressCounts) -> dict[str, int]:
+    return {"done": counts.done, "failed": counts.failed, "running": counts.running}
 
 
 def _tqdm_class() -> Any:
