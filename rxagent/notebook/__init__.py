@@ -12,6 +12,9 @@
 - **Approvals.** ``await approvals(agent, ctx)`` shows approve / deny buttons for calls waiting for a
   decision (ipywidgets, the ``notebook`` extra) and resumes the run; without widgets it prints the call
   to make.
+- **Progress of batch work.** ``agent.map_runs(progress=True)`` (and
+  :func:`rxagent.operators.map_concurrent`) draws a progress bar with the runs done, failed and running:
+  a widget in a notebook, a text bar in a terminal (tqdm, the ``notebook`` extra).
 
 Example:
     >>> from rxagent.notebook import html_of

@@ -12,6 +12,8 @@ The plumbing for writing fast loop-bound sources is public too: :class:`Source` 
 
 The operators that wait (``retry_backoff``, ``timeout_total``) take a ``clock``: the running loop's by
 default, a :class:`~rxagent.clock.VirtualClock` in tests, which then assert exact waits without sleeping.
+``map_concurrent`` shows its progress when asked: :class:`ProgressCounts` told to a :class:`ProgressDisplay`,
+such as :class:`TqdmProgress` (a notebook widget or a terminal bar; tqdm is the ``notebook`` extra).
 
 To everyone else they are ordinary ``reactivex`` observables. Among themselves the hot ones (``frame``,
 ``run_steps``, ``sync_of``, ``from_async_iterable``, ``using_resource``) subscribe directly, without
