@@ -1,4 +1,4 @@
-"""Calls a crash left without an outcome, in one process: the log is written as a dead process leaves it.
+"""Resuming a session that a dead process left mid-run: the log is written as such a process leaves it.
 
 (tests/session/test_crash.py kills real processes; here the log is built fact by fact, so each case is
 exact.)
@@ -9,8 +9,8 @@ from __future__ import annotations
 from rxagent import Msg
 from rxagent.agent import ReActAgent
 from rxagent.context import RuntimeContext
-from rxagent.messages import ToolUseBlock
-from rxagent.model.scripted import ScriptedModel
+from rxagent.messages import TextBlock, ToolResultBlock, ToolUseBlock
+from rxagent.model.scripted import ScriptedModel, ScriptedResponse, ScriptedToolCall
 from rxagent.session import MemoryStore
 from rxagent.session.recorder import fact, message_fact
 from rxagent.tools import Toolkit, tool
@@ -68,3 +68,47 @@ async def test_an_idempotent_uncertain_call_and_a_call_that_never_started_each_r
     ]
     assert sum(f.kind == "tool_dispatched" for f in facts) == 3  # c1 twice (lost, then again), c2 once
     assert await agent.uncertain(CTX) == []
+
+
+async def test_results_recorded_before_the_process_died_are_sent_before_the_next_input() -> None:
+    store = MemoryStore()
+    call = ToolUseBlock(id="c1", name="ship", input={"order": "A"}, raw_arguments='{"order": "A"}')
+    result = ToolResultBlock(tool_use_id="c1", name="ship", output=(TextBlock(text="A shipped"),))
+    lease = await store.acquire(("ada", "orders"), "the process that died", 60)
+    assert lease is not None
+    await store.append(
+        lease,
+        [
+            message_fact("message", Msg.user("Ship A."), "run_1"),
+            message_fact("message", Msg.model_validate({"role": "assistant", "content": [call]}), "run_1"),
+            fact("run_started", {"run_id": "run_1", "turn_id": "turn_1"}, "run_1"),
+            fact("tool_dispatched", {"call": call.model_dump(mode="json")}, "run_1"),
+            fact("tool_result", {"result": result.model_dump(mode="json")}, "run_1"),
+        ],  # killed in the next model call: the batch's results were never sent on in a tool message
+    )
+    await store.release(lease)
+    ran: list[str] = []
+    model = ScriptedModel(
+        [ScriptedResponse(tool_calls=[ScriptedToolCall("ship", {"order": "B"}, id="c2")]), "Both shipped."]
+    )
+    agent = ReActAgent(model, shipping(ran), store=store)
+    assert await agent.uncertain(CTX) == []
+
+    assert (await agent.call("Now ship B.", CTX)).reason == "MODEL_STOP"
+
+    assert ran == ["B"]
+    first = model.requests[0].messages
+    assert [m.role for m in first] == ["user", "assistant", "tool", "user"]
+    assert first[2].tool_results == (result,)  # the recorded result, in its place
+    state = await agent.state(CTX)
+    layout = [(m.role, [r.tool_use_id for r in m.tool_results]) for m in state.messages]
+    assert layout == [
+        ("user", []),
+        ("assistant", []),
+        ("tool", ["c1"]),
+        ("user", []),
+        ("assistant", []),
+        ("tool", ["c2"]),
+        ("assistant", []),
+    ]
+    assert state.partial_results == []
