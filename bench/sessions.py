@@ -1,0 +1,350 @@
+"""Sessions under load, through the agent: many concurrent sessions on one store, and one long session.
+
+**Load.** ``--sessions`` sessions (default 200) each run ``--turns`` turns (default 5), all at once on one
+event loop, through one :class:`~rxagent.agent.ReActAgent`. A turn is a scripted 3-tool loop: the model (a
+:class:`~rxagent.model.scripted.FunctionModel`, no network) calls three tools in one batch, then answers;
+that is 15 facts in 5 appends (the three calls are dispatched and finish concurrently, so their journal
+flushes gather). Prints facts/s (facts appended ÷ wall time of the whole load), p50/p99 append latency
+(wall time of each ``store.append``, taken by a proxy store in this script), write transactions
+(SQLite: with group commit, fewer than the appends), and the database's size.
+
+**Growth.** One session runs ``--long`` turns (default 1 000) one after another, the same loop with the
+tools one at a time. The session layer's CPU for a turn is ``time.process_time`` summed over what the
+session layer does for it: :meth:`SessionKeeper.claim` (turn, lease, load or cached projection),
+every :meth:`Recorder.flush` (the journal's and the save's appends), and :meth:`SessionKeeper.release`
+(lease, cache, checkpoint scheduling), each wrapped here (overlapping calls counted once; the library is
+not changed). ``turn_cost_growth`` is the median of that cost over turns 991-1 000 divided by the median
+over turns 6-15 (the median leaves out a turn that a background checkpoint thread happened to share;
+the checkpoints' own CPU, taken around ``Projection.checkpoint`` on their thread, is printed as well,
+spread over the turns: a checkpoint's cost grows with the history and their spacing grows with it too).
+Goal: <= 1.2 (appends, not snapshots).
+
+Stores: SQLite (a temporary file, ``synchronous=FULL``, the default), and PostgreSQL when ``--postgres
+URL`` is given (the same two parts; needs ``rxagent[postgres]``; an unreachable URL is a clear error).
+Last line ``sqlite_facts_per_s: X`` (goal >= 2 000 on 2 cores).
+
+Run: ``.venv/bin/python bench/sessions.py [--sessions N] [--turns N] [--long N] [--postgres URL]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
+
+from _session_agent import agent_on, question
+
+from rxagent.context import RuntimeContext
+from rxagent.session import (
+    Checkpoint,
+    Fact,
+    Lease,
+    Projection,
+    Recorder,
+    SessionInfo,
+    SessionKeeper,
+    SessionStore,
+    SQLiteStore,
+    StoredFact,
+)
+from rxagent.state import SessionKey
+
+__all__ = ["main"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+# ---- measuring -------------------------------------------------------------------------------------------
+
+
+class TimedStore:
+    """A store that times every append (wall clock) and passes everything to ``inner``."""
+
+    def __init__(self, inner: SessionStore) -> None:
+        self.inner = inner
+        self.latencies: list[float] = []
+
+    async def append(self, lease: Lease, facts: Sequence[Fact]) -> int:
+        start = time.perf_counter()
+        try:
+            return await self.inner.append(lease, facts)
+        finally:
+            self.latencies.append(time.perf_counter() - start)
+
+    async def acquire(self, key: SessionKey, owner: str, ttl: float) -> Lease | None:
+        return await self.inner.acquire(key, owner, ttl)
+
+    async def renew(self, lease: Lease, ttl: float) -> Lease:
+        return await self.inner.renew(lease, ttl)
+
+    async def release(self, lease: Lease) -> None:
+        await self.inner.release(lease)
+
+    async def load(self, key: SessionKey) -> tuple[Checkpoint | None, list[StoredFact]]:
+        return await self.inner.load(key)
+
+    async def save_checkpoint(self, key: SessionKey, checkpoint: Checkpoint) -> None:
+        await self.inner.save_checkpoint(key, checkpoint)
+
+    async def read(self, key: SessionKey, after: int = 0, limit: int | None = None) -> list[StoredFact]:
+        return await self.inner.read(key, after, limit)
+
+    async def head(self, key: SessionKey) -> int:
+        return await self.inner.head(key)
+
+    async def sessions(self) -> list[SessionInfo]:
+        return await self.inner.sessions()
+
+    async def fork(self, key: SessionKey, at: int, into: SessionKey) -> None:
+        await self.inner.fork(key, at, into)
+
+    async def delete(self, key: SessionKey) -> None:
+        await self.inner.delete(key)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+@dataclass
+class SessionCPU:
+    """CPU the session layer used: calls in flight are counted once, from the first start to the last end."""
+
+    total: float = 0.0
+    checkpoints: list[float] = field(default_factory=lambda: [])
+    _active: int = 0
+    _since: float = 0.0
+
+    def timed(self, method: Callable[P, Awaitable[T]]) -> Callable[P, Awaitable[T]]:
+        @functools.wraps(method)
+        async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+            if self._active == 0:
+                self._since = time.process_time()
+            self._active += 1
+            try:
+                return await method(*args, **kwargs)
+            finally:
+                self._active -= 1
+                if self._active == 0:
+                    self.total += time.process_time() - self._since
+
+        return wrapper
+
+    def timed_checkpoint(
+        self, method: Callable[[Projection], Checkpoint]
+    ) -> Callable[[Projection], Checkpoint]:
+        @functools.wraps(method)
+        def wrapper(projection: Projection) -> Checkpoint:
+            start = time.thread_time()  # it runs on a worker thread, beside the loop
+            try:
+                return method(projection)
+            finally:
+                self.checkpoints.append(time.thread_time() - start)
+
+        return wrapper
+
+
+def watch_session_layer(keeper: SessionKeeper, cpu: SessionCPU) -> Callable[[], None]:
+    """Time the keeper's claim and release and every recorder's flush; returns what undoes it."""
+    flush, checkpoint = Recorder.flush, Projection.checkpoint
+    keeper.claim = cpu.timed(keeper.claim)  # type: ignore[method-assign]
+    keeper.release = cpu.timed(keeper.release)  # type: ignore[method-assign]
+    Recorder.flush = cpu.timed(flush)  # type: ignore[method-assign]
+    Projection.checkpoint = cpu.timed_checkpoint(checkpoint)  # type: ignore[method-assign]
+
+    def undo() -> None:
+        Recorder.flush = flush  # type: ignore[method-assign]
+        Projection.checkpoint = checkpoint  # type: ignore[method-assign]
+
+    return undo
+
+
+# ---- the two parts -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Load:
+    facts: int
+    wall: float
+    cpu: float
+    latencies: list[float]
+
+
+async def load(store: SessionStore, sessions: int, turns: int) -> Load:
+    """Every session at once, each its turns in order."""
+    timed = TimedStore(store)
+    agent = agent_on(timed, parallel=True)
+
+    async def session(i: int) -> None:
+        ctx = RuntimeContext(user_id="bench", session_id=f"load-{i}")
+        for turn in range(1, turns + 1):
+            result = await agent.call(question(turn), ctx)
+            assert result.reason == "MODEL_STOP", result
+
+    wall, cpu = time.perf_counter(), time.process_time()
+    await asyncio.gather(*(session(i) for i in range(sessions)))
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    await agent.sessions.aclose()
+    facts = sum([await store.head(("bench", f"load-{i}")) for i in range(sessions)])
+    return Load(facts, wall, cpu, timed.latencies)
+
+
+@dataclass
+class Growth:
+    per_turn: list[float]  # the session layer's CPU of each turn, in seconds
+    checkpoints: list[float]
+
+    def median(self, first: int, last: int) -> float:
+        """Median cost of turns ``first`` to ``last`` (1-based, inclusive)."""
+        return statistics.median(self.per_turn[first - 1 : last])
+
+
+async def growth(store: SessionStore, turns: int) -> Growth:
+    """One session, ``turns`` turns in a row; the session layer's CPU of each."""
+    agent = agent_on(store, parallel=False)
+    cpu = SessionCPU()
+    undo = watch_session_layer(agent.sessions, cpu)
+    ctx = RuntimeContext(user_id="bench", session_id="long")
+    per_turn: list[float] = []
+    try:
+        for turn in range(1, turns + 1):
+            before = cpu.total
+            result = await agent.call(question(turn), ctx)
+            assert result.reason == "MODEL_STOP", result
+            per_turn.append(cpu.total - before)
+        await agent.sessions.aclose()
+    finally:
+        undo()
+    return Growth(per_turn, cpu.checkpoints)
+
+
+# ---- stores ----------------------------------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def sqlite_store(folder: Path, name: str) -> AsyncIterator[SQLiteStore]:
+    async with SQLiteStore(folder / name) as store:
+        yield store
+
+
+@asynccontextmanager
+async def postgres_store(url: str) -> AsyncIterator[SessionStore]:
+    """The PostgreSQL store on ``url``: a clear exit if the store is missing or the database unreachable."""
+    try:
+        from rxagent.session.postgres import PostgresStore  # the store of the rxagent[postgres] extra
+    except ImportError as error:
+        raise SystemExit(f"--postgres: this rxagent has no PostgreSQL store ({error})") from None
+    store: Any = PostgresStore(url)
+    try:
+        await store.open()
+    except Exception as error:
+        await store.aclose()
+        raise SystemExit(f"--postgres: cannot use the PostgreSQL database: {error}") from None
+    try:
+        yield store
+    finally:
+        await store.aclose()
+
+
+async def postgres_size(url: str) -> int:
+    """Bytes used by the tables of the session store (with their indexes and TOAST)."""
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(url) as conn:
+        cursor = await conn.execute(
+            "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE c.relkind = 'r' AND c.relname LIKE 'rxagent%' AND n.nspname = current_schema()"
+        )
+        row = await cursor.fetchone()
+    return int(row[0]) if row is not None else 0
+
+
+async def postgres_reset(url: str) -> None:
+    """Delete the bench's sessions left by an earlier run (the bench writes only user ``bench``)."""
+    async with postgres_store(url) as store:
+        for info in await store.sessions():
+            if info.key[0] == "bench":
+                await store.delete(info.key)
+
+
+# ---- reporting -------------------------------------------------------------------------------------------
+
+
+def report_load(label: str, result: Load, sessions: int, turns: int, size: int, extra: str = "") -> float:
+    quantiles = statistics.quantiles(result.latencies, n=100)
+    per_s = result.facts / result.wall
+    print(
+        f"{label}: {sessions} sessions x {turns} turns, {result.facts} facts in {result.wall:.2f} s: "
+        f"facts_per_s: {per_s:.0f}, append p50: {quantiles[49] * 1e3:.1f} ms, "
+        f"p99: {quantiles[98] * 1e3:.1f} ms, "
+        f"{len(result.latencies)} appends{extra}, CPU {result.cpu / result.facts * 1e6:.0f} µs/fact "
+        f"(agent included), database {size / 1e6:.1f} MB"
+    )
+    return per_s
+
+
+def report_growth(label: str, result: Growth) -> float:
+    turns = len(result.per_turn)
+    early, late = result.median(6, 15), result.median(turns - 9, turns)
+    spread = sum(result.checkpoints) / turns
+    ratio = late / early
+    print(
+        f"{label}: session layer CPU per turn (claim + flushes + release), median: turn 10: "
+        f"{early * 1e6:.0f} µs, turn {turns}: {late * 1e6:.0f} µs (mean of turns 1-{turns}: "
+        f"{statistics.fmean(result.per_turn) * 1e6:.0f} µs); {len(result.checkpoints)} checkpoints "
+        f"({sum(result.checkpoints) * 1e3:.0f} ms CPU, {spread * 1e6:.0f} µs per turn spread over the turns)"
+    )
+    return ratio
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--sessions", type=int, default=200)
+    parser.add_argument("--turns", type=int, default=5)
+    parser.add_argument("--long", type=int, default=1000, help="turns of the long session (>= 20)")
+    parser.add_argument("--postgres", metavar="URL", help="also run on this PostgreSQL database")
+    args = parser.parse_args()
+    if args.long < 20:
+        parser.error("--long must be at least 20 (turn 10's window is turns 6-15)")
+    if args.postgres:
+        await postgres_reset(args.postgres)  # fails clearly, before anything else runs, when unreachable
+
+    with tempfile.TemporaryDirectory() as folder:
+        async with sqlite_store(Path(folder), "load.db") as store:
+            sqlite_load = await load(store, args.sessions, args.turns)
+            transactions = store.write_transactions
+        size = await asyncio.to_thread(os.path.getsize, Path(folder) / "load.db")  # closed: WAL merged in
+        per_turn = (
+            f", {transactions} write transactions ({len(sqlite_load.latencies) / transactions:.1f} each)"
+        )
+        facts_per_s = report_load("sqlite", sqlite_load, args.sessions, args.turns, size, per_turn)
+        async with sqlite_store(Path(folder), "long.db") as store:
+            sqlite_growth = report_growth("sqlite", await growth(store, args.long))
+
+    if args.postgres:
+        async with postgres_store(args.postgres) as store:
+            pg_load = await load(store, args.sessions, args.turns)
+        report_load("postgres", pg_load, args.sessions, args.turns, await postgres_size(args.postgres))
+        async with postgres_store(args.postgres) as store:
+            pg_growth = report_growth("postgres", await growth(store, args.long))
+        print(f"postgres turn_cost_growth: {pg_growth:.2f}")
+        await postgres_reset(args.postgres)
+
+    print(f"cores: {os.cpu_count()}")
+    print(f"turn_cost_growth: {sqlite_growth:.2f}")
+    print(f"sqlite_facts_per_s: {facts_per_s:.0f}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
