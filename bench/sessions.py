@@ -3,10 +3,10 @@
 **Load.** ``--sessions`` sessions (default 200) each run ``--turns`` turns (default 5), all at once on one
 event loop, through one :class:`~rxagent.agent.ReActAgent`. A turn is a scripted 3-tool loop: the model (a
 :class:`~rxagent.model.scripted.FunctionModel`, no network) calls three tools in one batch, then answers;
-that is 15 facts in 5 appends (the three calls are dispatched and finish concurrently, so their journal
-flushes gather). Prints facts/s (facts appended ÷ wall time of the whole load), p50/p99 append latency
-(wall time of each ``store.append``, taken by a proxy store in this script), write transactions
-(SQLite: with group commit, fewer than the appends), and the database's size.
+that is 17 facts in 7 appends (each call's dispatch and result are appended as they happen; the other
+sessions' appends share their commits). Prints facts/s (facts appended ÷ wall time of the whole load),
+p50/p99 append latency (wall time of each ``store.append``, taken by a proxy store in this script), write
+transactions (SQLite: with group commit, fewer than the appends), and the database's size.
 
 **Growth.** One session runs ``--long`` turns (default 1 000) one after another, the same loop with the
 tools one at a time. The session layer's CPU for a turn is ``time.process_time`` summed over what the
@@ -192,7 +192,7 @@ async def load(store: SessionStore, sessions: int, turns: int) -> Load:
     wall, cpu = time.perf_counter(), time.process_time()
     await asyncio.gather(*(session(i) for i in range(sessions)))
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    await agent.sessions.aclose()
+    await agent.aclose()
     facts = sum([await store.head(("bench", f"load-{i}")) for i in range(sessions)])
     return Load(facts, wall, cpu, timed.latencies)
 
@@ -211,7 +211,7 @@ async def growth(store: SessionStore, turns: int) -> Growth:
     """One session, ``turns`` turns in a row; the session layer's CPU of each."""
     agent = agent_on(store, parallel=False)
     cpu = SessionCPU()
-    undo = watch_session_layer(agent.sessions, cpu)
+    undo = watch_session_layer(agent.keeper, cpu)
     ctx = RuntimeContext(user_id="bench", session_id="long")
     per_turn: list[float] = []
     try:
@@ -220,7 +220,7 @@ async def growth(store: SessionStore, turns: int) -> Growth:
             result = await agent.call(question(turn), ctx)
             assert result.reason == "MODEL_STOP", result
             per_turn.append(cpu.total - before)
-        await agent.sessions.aclose()
+        await agent.aclose()
     finally:
         undo()
     return Growth(per_turn, cpu.checkpoints)

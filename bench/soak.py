@@ -86,7 +86,7 @@ async def soak(store: SessionStore, sessions: int, rounds: int) -> dict[str, Any
             per_round.append(time.process_time() - cpu)
             gc_per_round.append(timer.seconds - gc_before)
             assert all(r.reason == "MODEL_STOP" for r in results)
-        await agent.sessions.aclose()
+        await agent.aclose()
     finally:
         gc.callbacks.remove(timer)
     gc.collect()

@@ -1,8 +1,8 @@
 """A process that runs a ReActAgent on a shared session, for test_two_process.py.
 
-Run as ``python agent_process.py CONFIG`` where ``CONFIG`` is JSON: ``kind`` and ``target`` (the store:
-:data:`STORES` maps a kind to how a target opens), ``user`` and ``session``, ``name`` (this process's name
-in its inputs, answers and call ids) and ``lease_ttl``.
+Run as ``python agent_process.py CONFIG`` where ``CONFIG`` is JSON: ``store`` (a path or URL, as
+:func:`~rxagent.session.open_store` takes it), ``user`` and ``session``, ``name`` (this process's name in
+its inputs, answers and call ids) and ``lease_ttl``.
 
 Every turn is a tool round: the model (a :class:`~rxagent.model.scripted.FunctionModel`) calls the
 read-only ``note`` tool with the user's text, then answers ``"<name> noted <text>"``.
@@ -26,7 +26,6 @@ import itertools
 import json
 import os
 import sys
-from collections.abc import Callable
 
 from reactivex import operators as ops
 
@@ -36,11 +35,8 @@ from rxagent.events import AgentEvent, AgentResult
 from rxagent.model.scripted import FunctionModel, ScriptedResponse, ScriptedToolCall, ScriptStep
 from rxagent.model.types import ChatRequest
 from rxagent.operators import to_list
-from rxagent.session import SessionStore, SQLiteStore
+from rxagent.session import SessionStore, open_store
 from rxagent.tools import Toolkit, tool
-
-STORES: dict[str, Callable[[str], SessionStore]] = {"sqlite": SQLiteStore}
-"""How each kind of store opens from its target (a file path, a URL)."""
 
 
 @tool(read_only=True)
@@ -84,11 +80,11 @@ async def main(config: dict[str, str | float]) -> None:
         asked = next(m.text for m in reversed(request.messages) if m.role == "user")
         return f"{name} noted {asked}"
 
-    async with STORES[str(config["kind"])](str(config["target"])) as store:
+    async def serve(store: SessionStore) -> None:
         options = AgentOptions(lease_ttl=float(config["lease_ttl"]))
         agent = ReActAgent(FunctionModel(respond), Toolkit([note]), store=store, options=options, name=name)
         say({"ready": True})
-        while True:
+        while True:  # until stdin closes (the test is gone)
             request = await listen()
             if request["op"] == "turns":
                 count = request["count"]
@@ -96,25 +92,31 @@ async def main(config: dict[str, str | float]) -> None:
                 reasons = [(await agent.call(f"{name} turn {k}", ctx)).reason for k in range(1, count + 1)]
                 say({"reasons": reasons})
             elif request["op"] == "hold":
-                holding = True
-                events: list[AgentEvent] = []
-                try:
-                    await to_list(
-                        agent.stream_events(str(request["text"]), ctx).pipe(ops.do_action(events.append))
-                    )
-                    failure: Exception | None = None
-                except Exception as error:
-                    failure = error
-                holding = False
-                reasons = [e.reason for e in events if isinstance(e, AgentResult)]
-                say(
-                    {
-                        "reasons": reasons,
-                        "error": type(failure).__name__ if failure is not None else None,
-                        "message": str(failure) if failure is not None else None,
-                    }
-                )
-            await agent.sessions.aclose()
+                say(await hold(agent, str(request["text"])))
+            await agent.keeper.aclose()  # the checkpoints of its runs are written
+
+    async def hold(agent: ReActAgent, text: str) -> dict[str, object]:
+        nonlocal holding
+        holding = True
+        events: list[AgentEvent] = []
+        failure: Exception | None = None
+        try:
+            await to_list(agent.stream_events(text, ctx).pipe(ops.do_action(events.append)))
+        except Exception as error:
+            failure = error
+        finally:
+            holding = False
+        return {
+            "reasons": [e.reason for e in events if isinstance(e, AgentResult)],
+            "error": type(failure).__name__ if failure is not None else None,
+            "message": str(failure) if failure is not None else None,
+        }
+
+    store = open_store(str(config["store"]))
+    try:
+        await serve(store)
+    finally:
+        await store.aclose()
 
 
 if __name__ == "__main__":

@@ -192,7 +192,7 @@ async def test_a_side_effect_cut_short_by_a_kill_is_uncertain_until_reconciled_a
             kinds = [kind for _, kind, _ in (await stored(store))[head:]]
             assert kinds.count("reconciled") == 1
             assert kinds[-2:] == ["run_finished", "turn_finished"]
-            await agent.sessions.aclose()
+            await agent.aclose()
 
     assert outcomes["succeeded"] >= 1
     assert outcomes["retry"] >= 1  # the seed kills on both sides of the side effect
@@ -232,4 +232,4 @@ async def test_an_idempotent_call_cut_short_by_a_kill_is_run_again_by_the_next_r
             assert reconciled == [{"call_id": call_id, "outcome": "retry", "automatic": True}]
             results = [f.data() for f in after if f.kind == "tool_result"]
             assert [r["result"]["tool_use_id"] for r in results] == [call_id]  # type: ignore[index,call-overload]
-            await agent.sessions.aclose()
+            await agent.aclose()

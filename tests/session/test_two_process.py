@@ -6,8 +6,8 @@ paused (SIGSTOP) past its lease while it holds the session is overtaken by the o
 run; when it wakes up, its next append is refused by fencing (the run fails with ``LeaseLostError``) and
 nothing it did after the takeover reaches the log.
 
-The stores under test are :data:`PROCESS_STORE_KINDS`; a kind needs a target here (``shared_store``) and a
-way to open it in agent_process.py (``STORES``).
+The stores under test are :data:`PROCESS_STORE_KINDS`: each needs a path or URL here (``shared_store``),
+which both processes open with :func:`~rxagent.session.open_store`.
 """
 
 from __future__ import annotations
@@ -21,9 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from rxagent.session import StoredFact
+from rxagent.session import StoredFact, open_store
 
-from .agent_process import STORES
 from .child_process import ChildProcess
 
 SCRIPT = Path(__file__).with_name("agent_process.py")
@@ -35,21 +34,20 @@ PROCESS_STORE_KINDS = ["sqlite"]
 
 
 @pytest.fixture(params=PROCESS_STORE_KINDS)
-def shared_store(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str]:
-    """``(kind, target)``: a new, empty store that processes open by its target."""
+def shared_store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The path or URL of a new, empty store."""
     kind = str(request.param)
     if kind == "sqlite":
-        return kind, str(tmp_path / "sessions.db")
-    raise AssertionError(f"no target for store kind {kind!r}")  # pragma: no cover - each kind adds one
+        return str(tmp_path / "sessions.db")
+    raise AssertionError(f"no store for kind {kind!r}")  # pragma: no cover - each kind adds its own
 
 
 @pytest.fixture
-async def processes(shared_store: tuple[str, str]) -> AsyncIterator[tuple[ChildProcess, ChildProcess]]:
+async def processes(shared_store: str) -> AsyncIterator[tuple[ChildProcess, ChildProcess]]:
     """Processes ``A`` and ``B`` on the shared store, ready; both ended after the test."""
-    kind, target = shared_store
 
     async def start(name: str) -> ChildProcess:
-        config = {"kind": kind, "target": target, "user": USER, "session": SESSION}
+        config = {"store": shared_store, "user": USER, "session": SESSION}
         child = await ChildProcess.start(SCRIPT, json.dumps({**config, "name": name, "lease_ttl": LEASE_TTL}))
         started.append(child)
         assert await child.answer(within=60) == {"ready": True}
@@ -66,10 +64,12 @@ async def processes(shared_store: tuple[str, str]) -> AsyncIterator[tuple[ChildP
         await asyncio.gather(*(child.close() for child in started))
 
 
-async def session_log(shared_store: tuple[str, str]) -> list[StoredFact]:
-    kind, target = shared_store
-    async with STORES[kind](target) as store:
+async def session_log(shared_store: str) -> list[StoredFact]:
+    store = open_store(shared_store)
+    try:
         return await store.read((USER, SESSION))
+    finally:
+        await store.aclose()
 
 
 def check_runs_never_overlap(facts: list[StoredFact]) -> list[tuple[str, str, str]]:
@@ -115,7 +115,7 @@ def answers(facts: list[StoredFact]) -> list[str]:
 
 
 async def test_two_processes_take_turns_on_one_session_and_their_runs_never_overlap(
-    shared_store: tuple[str, str], processes: tuple[ChildProcess, ChildProcess]
+    shared_store: str, processes: tuple[ChildProcess, ChildProcess]
 ) -> None:
     a, b = processes
     turns = 4
@@ -137,7 +137,7 @@ async def test_two_processes_take_turns_on_one_session_and_their_runs_never_over
 
 
 async def test_a_process_paused_past_its_lease_is_overtaken_and_its_next_append_is_fenced_off(
-    shared_store: tuple[str, str], processes: tuple[ChildProcess, ChildProcess]
+    shared_store: str, processes: tuple[ChildProcess, ChildProcess]
 ) -> None:
     a, b = processes
     a.send(op="hold", text="A holds")
