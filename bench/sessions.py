@@ -8,16 +8,19 @@ sessions' appends share their commits). Prints facts/s (facts appended ÷ wall t
 p50/p99 append latency (wall time of each ``store.append``, taken by a proxy store in this script), write
 transactions (SQLite: with group commit, fewer than the appends), and the database's size.
 
-**Growth.** One session runs ``--long`` turns (default 1 000) one after another, the same loop with the
-tools one at a time. The session layer's CPU for a turn is ``time.process_time`` summed over what the
-session layer does for it: :meth:`SessionKeeper.claim` (turn, lease, load or cached projection),
-every :meth:`Recorder.flush` (the journal's and the save's appends), and :meth:`SessionKeeper.release`
-(lease, cache, checkpoint scheduling), each wrapped here (overlapping calls counted once; the library is
-not changed). ``turn_cost_growth`` is the median of that cost over turns 991-1 000 divided by the median
-over turns 6-15 (the median leaves out a turn that a background checkpoint thread happened to share;
-the checkpoints' own CPU, taken around ``Projection.checkpoint`` on their thread, is printed as well,
-spread over the turns: a checkpoint's cost grows with the history and their spacing grows with it too).
-Goal: <= 1.2 (appends, not snapshots).
+**Growth.** A long session is grown to ``--long`` - 20 turns (default 1 000) and a short one to 5, with the
+same loop (tools one at a time); then the two take turns in alternation, 20 each, so that turns 6-25 of
+one and the last 20 of the other are measured under the same load on the machine. The session layer's CPU
+for a turn is ``time.process_time`` summed over what the session layer does for it:
+:meth:`SessionKeeper.claim` (turn, lease, load or cached projection), every :meth:`Recorder.flush` (the
+journal's and the save's appends), and :meth:`SessionKeeper.release` (lease, cache, checkpoint
+scheduling), each wrapped here (overlapping calls counted once; the library is not changed).
+``turn_cost_growth`` is the median over the long session's last 20 turns ÷ the median over turns 6-25 of
+the short one (medians, so that a turn that a background checkpoint thread happened to share does not
+decide; the checkpoints' own CPU, taken around ``Projection.checkpoint`` on their thread, is printed
+too, spread over the turns: a checkpoint's cost grows with the history, and so does their spacing).
+Goal: <= 1.2 (appends, not snapshots). On PostgreSQL the database server's CPU is in its own process:
+the figure is this process's share.
 
 Stores: SQLite (a temporary file, ``synchronous=FULL``, the default), and PostgreSQL when ``--postgres
 URL`` is given (the same two parts; needs ``rxagent[postgres]``; an unreachable URL is a clear error).
@@ -197,33 +200,48 @@ async def load(store: SessionStore, sessions: int, turns: int) -> Load:
     return Load(facts, wall, cpu, timed.latencies)
 
 
+PAIRS = 20
+"""Turns measured at each end: turns 6-25 of the short session, the last 20 of the long one."""
+
+
 @dataclass
 class Growth:
-    per_turn: list[float]  # the session layer's CPU of each turn, in seconds
+    turns: int  # the long session's length
+    early: list[float]  # the session layer's CPU of turns 6-25 of the short session, in seconds
+    late: list[float]  # ... and of the long session's last turns
+    grown: list[float]  # ... of every turn that grew the long session (checkpoints included)
     checkpoints: list[float]
-
-    def median(self, first: int, last: int) -> float:
-        """Median cost of turns ``first`` to ``last`` (1-based, inclusive)."""
-        return statistics.median(self.per_turn[first - 1 : last])
 
 
 async def growth(store: SessionStore, turns: int) -> Growth:
-    """One session, ``turns`` turns in a row; the session layer's CPU of each."""
+    """A long session grown to ``turns - PAIRS`` turns and a short one of 5, then turns of each in
+    alternation (so both ends are measured under the same load on the machine): the session layer's CPU
+    of each turn."""
     agent = agent_on(store, parallel=False)
     cpu = SessionCPU()
     undo = watch_session_layer(agent.keeper, cpu)
-    ctx = RuntimeContext(user_id="bench", session_id="long")
-    per_turn: list[float] = []
+    short = RuntimeContext(user_id="bench", session_id="short")
+    long = RuntimeContext(user_id="bench", session_id="long")
+
+    async def turn(ctx: RuntimeContext, number: int) -> float:
+        before = cpu.total
+        result = await agent.call(question(number), ctx)
+        assert result.reason == "MODEL_STOP", result
+        return cpu.total - before
+
     try:
-        for turn in range(1, turns + 1):
-            before = cpu.total
-            result = await agent.call(question(turn), ctx)
-            assert result.reason == "MODEL_STOP", result
-            per_turn.append(cpu.total - before)
+        for number in range(1, 6):
+            await turn(short, number)
+        grown = [await turn(long, number) for number in range(1, turns - PAIRS + 1)]
+        early: list[float] = []
+        late: list[float] = []
+        for i in range(PAIRS):
+            early.append(await turn(short, 6 + i))
+            late.append(await turn(long, turns - PAIRS + 1 + i))
         await agent.aclose()
     finally:
         undo()
-    return Growth(per_turn, cpu.checkpoints)
+    return Growth(turns, early, late, grown, cpu.checkpoints)
 
 
 # ---- stores ----------------------------------------------------------------------------------------------
@@ -293,17 +311,16 @@ def report_load(label: str, result: Load, sessions: int, turns: int, size: int, 
 
 
 def report_growth(label: str, result: Growth) -> float:
-    turns = len(result.per_turn)
-    early, late = result.median(6, 15), result.median(turns - 9, turns)
-    spread = sum(result.checkpoints) / turns
-    ratio = late / early
+    early, late = statistics.median(result.early), statistics.median(result.late)
+    spread = sum(result.checkpoints) / (len(result.grown) + 2 * PAIRS + 5)
     print(
-        f"{label}: session layer CPU per turn (claim + flushes + release), median: turn 10: "
-        f"{early * 1e6:.0f} µs, turn {turns}: {late * 1e6:.0f} µs (mean of turns 1-{turns}: "
-        f"{statistics.fmean(result.per_turn) * 1e6:.0f} µs); {len(result.checkpoints)} checkpoints "
-        f"({sum(result.checkpoints) * 1e3:.0f} ms CPU, {spread * 1e6:.0f} µs per turn spread over the turns)"
+        f"{label}: session layer CPU per turn (claim + flushes + release), median: turns 6-{5 + PAIRS}: "
+        f"{early * 1e6:.0f} µs, turns {result.turns - PAIRS + 1}-{result.turns}: {late * 1e6:.0f} µs "
+        f"(mean while growing the long session: {statistics.fmean(result.grown) * 1e6:.0f} µs); "
+        f"{len(result.checkpoints)} checkpoints ({sum(result.checkpoints) * 1e3:.0f} ms CPU on their thread, "
+        f"{spread * 1e6:.0f} µs per turn spread over the turns)"
     )
-    return ratio
+    return late / early
 
 
 async def main() -> None:
@@ -312,11 +329,11 @@ async def main() -> None:
     )
     parser.add_argument("--sessions", type=int, default=200)
     parser.add_argument("--turns", type=int, default=5)
-    parser.add_argument("--long", type=int, default=1000, help="turns of the long session (>= 20)")
+    parser.add_argument("--long", type=int, default=1000, help="turns of the long session (>= 50)")
     parser.add_argument("--postgres", metavar="URL", help="also run on this PostgreSQL database")
     args = parser.parse_args()
-    if args.long < 20:
-        parser.error("--long must be at least 20 (turn 10's window is turns 6-15)")
+    if args.long < 50:
+        parser.error("--long must be at least 50")
     if args.postgres:
         await postgres_reset(args.postgres)  # fails clearly, before anything else runs, when unreachable
 
