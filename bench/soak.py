@@ -6,7 +6,8 @@ session runs its ``r``-th turn, all at once on one event loop, through one
 :class:`~rxagent.agent.ReActAgent`. A turn is a tool round: the model (a
 :class:`~rxagent.model.scripted.FunctionModel`, no network) calls one tool, then answers. Each
 configuration runs in a fresh child process (so the runs do not share a heap), on the in-memory store
-and on SQLite (a temporary file), with ``--sessions`` sessions and with a tenth of them.
+and on SQLite (a temporary file), with ``--sessions`` sessions and with a tenth of them, ``--repeats``
+times (default 2) in alternation; the ratios are of medians.
 
 Measured with ``time.process_time`` (every thread of the process: the SQLite store's too):
 
@@ -21,7 +22,11 @@ Measured with ``time.process_time`` (every thread of the process: the SQLite sto
 
 Last line ``soak_round_ratio: X`` (the worst round 10 ÷ round 2 over the stores, at ``--sessions``).
 
-Run: ``.venv/bin/python bench/soak.py [--sessions N] [--rounds N]`` (about 2 minutes on 2 cores).
+``--gc-threshold N`` runs the children with ``gc.set_threshold(N, 10, 10)``: the tuning an application
+serving many sessions in one process can choose (the library leaves the collector's settings alone).
+
+Run: ``.venv/bin/python bench/soak.py [--sessions N] [--rounds N] [--repeats N] [--gc-threshold N]``
+(about 5 minutes on 2 cores).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import asyncio
 import gc
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -125,7 +131,7 @@ def run_child(kind: str, sessions: int, rounds: int, threshold: int | None) -> d
             *tuning,
         ],
         check=True,
-        capture_output=True,
+        stdout=subprocess.PIPE,  # its stderr is ours: a failing child says why
         text=True,
     ).stdout
     result: dict[str, Any] = json.loads(output.splitlines()[-1])
@@ -157,6 +163,7 @@ def main() -> None:
     )
     parser.add_argument("--sessions", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=2, help="runs of each configuration (alternating)")
     parser.add_argument(
         "--gc-threshold",
         type=int,
@@ -165,21 +172,32 @@ def main() -> None:
     )
     parser.add_argument("--one", choices=["memory", "sqlite"], help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.rounds < 3 or args.sessions < 10:
-        parser.error("--rounds must be at least 3 and --sessions at least 10")
-    if args.one:
+    if args.one:  # a child: one configuration
         if args.gc_threshold is not None:
             gc.set_threshold(args.gc_threshold, 10, 10)
         print(json.dumps(asyncio.run(one(args.one, args.sessions, args.rounds))))
         return
+    if args.rounds < 3 or args.sessions < 100 or args.repeats < 1:
+        parser.error("--rounds must be at least 3, --sessions at least 100, --repeats at least 1")
     print(f"gc thresholds: {(args.gc_threshold, 10, 10) if args.gc_threshold else gc.get_threshold()}")
     few = args.sessions // 10
     ratios: list[float] = []
     for kind in ("memory", "sqlite"):
-        small = report(kind, few, run_child(kind, few, args.rounds, args.gc_threshold))
-        large = report(kind, args.sessions, run_child(kind, args.sessions, args.rounds, args.gc_threshold))
-        ratios.append(large[0])
-        print(f"{kind}: CPU per turn at {args.sessions} sessions / at {few}: {large[1] / small[1]:.2f}")
+        # Alternating, so that a change in the machine's load falls on both sizes alike; medians.
+        small: list[tuple[float, float]] = []
+        large: list[tuple[float, float]] = []
+        for _ in range(args.repeats):
+            small.append(report(kind, few, run_child(kind, few, args.rounds, args.gc_threshold)))
+            large.append(
+                report(kind, args.sessions, run_child(kind, args.sessions, args.rounds, args.gc_threshold))
+            )
+        round_ratio = statistics.median(r for r, _ in large)
+        size_ratio = statistics.median(t for _, t in large) / statistics.median(t for _, t in small)
+        ratios.append(round_ratio)
+        print(
+            f"{kind}, medians of {args.repeats}: round {args.rounds} / round 2 at {args.sessions} sessions: "
+            f"{round_ratio:.2f}; CPU per turn at {args.sessions} sessions / at {few}: {size_ratio:.2f}"
+        )
     print(f"cores: {os.cpu_count()}")
     print(f"soak_round_ratio: {max(ratios):.2f}")
 
