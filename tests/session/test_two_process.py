@@ -1,4 +1,4 @@
-"""Two processes run the same agent on the same session (agent_process.py), through a shared store.
+"""Two processes run the same agent on the same session (agent_process.py), on SQLite and on PostgreSQL.
 
 What the log must show afterwards: runs never overlap (each run's facts are one unbroken stretch, and a
 run starts only once the one before it ended), and every turn of both processes is there. A process
@@ -29,7 +29,7 @@ SCRIPT = Path(__file__).with_name("agent_process.py")
 USER, SESSION = "ada", "shared"
 LEASE_TTL = 1.0
 
-PROCESS_STORE_KINDS = ["sqlite"]
+PROCESS_STORE_KINDS = ["sqlite", "postgres"]
 """The stores two processes share in these tests."""
 
 
@@ -39,6 +39,8 @@ def shared_store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     kind = str(request.param)
     if kind == "sqlite":
         return str(tmp_path / "sessions.db")
+    if kind == "postgres":  # a new database on the real server the tests start
+        return str(request.getfixturevalue("postgres_url"))
     raise AssertionError(f"no store for kind {kind!r}")  # pragma: no cover - each kind adds its own
 
 
