@@ -12,9 +12,10 @@ transactions (SQLite: with group commit, fewer than the appends), and the databa
 same loop (tools one at a time); then the two take turns in alternation, 20 each, so that turns 6-25 of
 one and the last 20 of the other are measured under the same load on the machine. The session layer's CPU
 for a turn is ``time.process_time`` summed over what the session layer does for it:
-:meth:`SessionKeeper.claim` (turn, lease, load or cached projection), every :meth:`Recorder.flush` (the
-journal's and the save's appends), and :meth:`SessionKeeper.release` (lease, cache, checkpoint
-scheduling), each wrapped here (overlapping calls counted once; the library is not changed).
+:meth:`SessionKeeper.claim` (turn, lease, load or cached projection), the recorder's work (every
+:meth:`Recorder.flush`, its journal of the tool calls, the facts it notes as they happen) and
+:meth:`SessionKeeper.release` (lease, cache, checkpoint scheduling), each wrapped here (overlapping
+calls counted once; the library is not changed).
 ``turn_cost_growth`` is the median over the long session's last 20 turns ÷ the median over turns 6-25 of
 the short one (medians, so that a turn that a background checkpoint thread happened to share does not
 decide; the checkpoints' own CPU, taken around ``Projection.checkpoint`` on their thread, is printed
@@ -24,7 +25,9 @@ the figure is this process's share.
 
 Stores: SQLite (a temporary file, ``synchronous=FULL``, the default), and PostgreSQL when ``--postgres
 URL`` is given (the same two parts; needs ``rxagent[postgres]``; an unreachable URL is a clear error).
-Last line ``sqlite_facts_per_s: X`` (goal >= 2 000 on 2 cores).
+Last line ``sqlite_facts_per_s: X`` (goal >= 2 000 on 2 cores). Facts per CPU-second (the process's
+CPU, agent included) is printed beside it: what the wall-clock figure comes to when the process has a
+core to itself on a machine shared with other work.
 
 Run: ``.venv/bin/python bench/sessions.py [--sessions N] [--turns N] [--long N] [--postgres URL]``.
 """
@@ -74,6 +77,7 @@ class TimedStore:
 
     def __init__(self, inner: SessionStore) -> None:
         self.inner = inner
+        self.durable = inner.durable
         self.latencies: list[float] = []
 
     async def append(self, lease: Lease, facts: Sequence[Fact]) -> int:
@@ -141,6 +145,19 @@ class SessionCPU:
 
         return wrapper
 
+    def timed_sync(self, method: Callable[P, T]) -> Callable[P, T]:
+        @functools.wraps(method)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+            if self._active:  # inside a timed call: already counted
+                return method(*args, **kwargs)
+            start = time.process_time()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                self.total += time.process_time() - start
+
+        return wrapper
+
     def timed_checkpoint(
         self, method: Callable[[Projection], Checkpoint]
     ) -> Callable[[Projection], Checkpoint]:
@@ -156,16 +173,24 @@ class SessionCPU:
 
 
 def watch_session_layer(keeper: SessionKeeper, cpu: SessionCPU) -> Callable[[], None]:
-    """Time the keeper's claim and release and every recorder's flush; returns what undoes it."""
-    flush, checkpoint = Recorder.flush, Projection.checkpoint
+    """Time the keeper's claim and release and every recorder's work (its flushes, its journal, the facts
+    it notes as they happen); returns what undoes it."""
     keeper.claim = cpu.timed(keeper.claim)  # type: ignore[method-assign]
     keeper.release = cpu.timed(keeper.release)  # type: ignore[method-assign]
-    Recorder.flush = cpu.timed(flush)  # type: ignore[method-assign]
-    Projection.checkpoint = cpu.timed_checkpoint(checkpoint)  # type: ignore[method-assign]
+    originals = {
+        (Recorder, name): getattr(Recorder, name)
+        for name in ("flush", "dispatched", "finished", "note", "event")
+    }
+    originals[Projection, "checkpoint"] = Projection.checkpoint
+    for name in ("flush", "dispatched", "finished"):
+        setattr(Recorder, name, cpu.timed(originals[Recorder, name]))
+    for name in ("note", "event"):
+        setattr(Recorder, name, cpu.timed_sync(originals[Recorder, name]))
+    Projection.checkpoint = cpu.timed_checkpoint(Projection.checkpoint)  # type: ignore[method-assign]
 
     def undo() -> None:
-        Recorder.flush = flush  # type: ignore[method-assign]
-        Projection.checkpoint = checkpoint  # type: ignore[method-assign]
+        for (owner, name), method in originals.items():
+            setattr(owner, name, method)
 
     return undo
 
@@ -305,7 +330,8 @@ def report_load(label: str, result: Load, sessions: int, turns: int, size: int, 
         f"facts_per_s: {per_s:.0f}, append p50: {quantiles[49] * 1e3:.1f} ms, "
         f"p99: {quantiles[98] * 1e3:.1f} ms, "
         f"{len(result.latencies)} appends{extra}, CPU {result.cpu / result.facts * 1e6:.0f} µs/fact "
-        f"(agent included), database {size / 1e6:.1f} MB"
+        f"(agent included: {result.facts / result.cpu:.0f} facts per CPU-second), "
+        f"database {size / 1e6:.1f} MB"
     )
     return per_s
 
@@ -314,7 +340,7 @@ def report_growth(label: str, result: Growth) -> float:
     early, late = statistics.median(result.early), statistics.median(result.late)
     spread = sum(result.checkpoints) / (len(result.grown) + 2 * PAIRS + 5)
     print(
-        f"{label}: session layer CPU per turn (claim + flushes + release), median: turns 6-{5 + PAIRS}: "
+        f"{label}: session layer CPU per turn (claim + recorder + release), median: turns 6-{5 + PAIRS}: "
         f"{early * 1e6:.0f} µs, turns {result.turns - PAIRS + 1}-{result.turns}: {late * 1e6:.0f} µs "
         f"(mean while growing the long session: {statistics.fmean(result.grown) * 1e6:.0f} µs); "
         f"{len(result.checkpoints)} checkpoints ({sum(result.checkpoints) * 1e3:.0f} ms CPU on their thread, "
