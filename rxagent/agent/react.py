@@ -623,7 +623,9 @@ def _decision_json(decision: ToolDecision | ExternalResult) -> JsonValue:
 
 def _retry_what_is_safe(agent: ReActAgent, claim: Claim) -> None:
     """Calls whose outcome a crash lost: the repeatable ones (idempotent or read-only tools) are queued to
-    run again, and calls of the open batch that never started are queued too; any other refuses the run."""
+    run again, and calls of the open batch that never started are queued too; any other refuses the run.
+    A batch whose results were all recorded but not yet sent on (the process stopped in between, in the
+    next model call say) is closed, so the new input follows its results."""
     projection = claim.projection
     state = projection.state
     refused: list[ToolUseBlock] = []
@@ -643,3 +645,5 @@ def _retry_what_is_safe(agent: ReActAgent, claim: Claim) -> None:
     for call in [*retried, *unstarted]:
         why = "its outcome was lost; it is safe to run again"
         state.pending.append(PendingCall(call=call, kind="retry", reason=why))
+    if not state.pending:
+        state.close_batch()

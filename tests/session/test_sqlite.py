@@ -17,7 +17,6 @@ import json
 import os
 import signal
 import sqlite3
-import sys
 import threading
 from collections.abc import AsyncIterator
 from contextlib import closing
@@ -31,6 +30,7 @@ from rxagent.session import Fact, LeaseLostError, Projection, SessionFileError, 
 from rxagent.session.sqlite import SCHEMA_VERSION
 from rxagent.state import SessionKey
 
+from .child_process import ChildProcess
 from .conftest import FakeNow
 
 KEY: SessionKey = ("ada", "s1")
@@ -260,47 +260,15 @@ async def test_aclose_finishes_queued_work_ends_its_threads_and_frees_the_file(p
 # ---- several processes -----------------------------------------------------------------------------------
 
 
-class StoreProcess:
-    """tests/session/sqlite_process.py in a child process, spoken to one JSON line at a time."""
-
-    def __init__(self, process: asyncio.subprocess.Process) -> None:
-        self.process = process
-
-    @classmethod
-    async def start(cls, path: Path) -> StoreProcess:
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            str(PROCESS),
-            str(path),
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-        )
-        started = cls(process)
-        assert await started.answer(within=60) == {"ready": True}
-        return started
-
-    async def ask(self, **request: object) -> dict[str, Any]:
-        self.send(**request)
-        return await self.answer()
-
-    def send(self, **request: object) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.write(json.dumps(request).encode() + b"\n")
-
-    async def answer(self, within: float = 30) -> dict[str, Any]:
-        assert self.process.stdout is not None
-        line = await asyncio.wait_for(self.process.stdout.readline(), within)
-        assert line, f"the process ended (exit code {await self.process.wait()})"
-        return cast("dict[str, Any]", json.loads(line))
-
-    async def close(self) -> None:
-        if self.process.returncode is None:
-            self.process.kill()
-        await asyncio.wait_for(self.process.wait(), 30)
+async def start_store_process(path: Path) -> ChildProcess:
+    """tests/session/sqlite_process.py in a child process, once its store is open."""
+    started = await ChildProcess.start(PROCESS, str(path))
+    assert await started.answer(within=60) == {"ready": True}
+    return started
 
 
 async def test_a_process_stopped_past_its_lease_is_fenced_off_after_another_took_over(path: Path) -> None:
-    a, b = await asyncio.gather(StoreProcess.start(path), StoreProcess.start(path))
+    a, b = await asyncio.gather(start_store_process(path), start_store_process(path))
     try:
         assert (await a.ask(op="acquire", owner="process-a", ttl=1.0))["token"] == 1
         assert await a.ask(op="append", text="a: before the pause") == {"seq": 1}
@@ -324,7 +292,7 @@ async def test_a_process_stopped_past_its_lease_is_fenced_off_after_another_took
 
 
 async def test_every_acknowledged_append_survives_the_process_being_killed(path: Path) -> None:
-    writer = await StoreProcess.start(path)
+    writer = await start_store_process(path)
     try:
         assert (await writer.ask(op="acquire", owner="doomed", ttl=60))["token"] == 1
         writer.send(op="append_forever")

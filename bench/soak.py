@@ -1,0 +1,206 @@
+"""Soak: many concurrent sessions, turn after turn, in one process. Does a turn cost more as sessions pile
+up, or as their history grows?
+
+``--sessions`` sessions (default 1 000) take ``--rounds`` turns each (default 10): in round ``r`` every
+session runs its ``r``-th turn, all at once on one event loop, through one
+:class:`~rxagent.agent.ReActAgent`. A turn is a tool round: the model (a
+:class:`~rxagent.model.scripted.FunctionModel`, no network) calls one tool, then answers. Each
+configuration runs in a fresh child process (so the runs do not share a heap), on the in-memory store
+and on SQLite (a temporary file), with ``--sessions`` sessions and with a tenth of them, ``--repeats``
+times (default 2) in alternation; the ratios are of medians.
+
+Measured with ``time.process_time`` (every thread of the process: the SQLite store's too):
+
+- ``round 10 / round 2``: CPU of the last round ÷ CPU of round 2 (round 1 creates the sessions). The
+  history grows by four messages a turn; goal <= 1.3.
+- ``1000 vs 100``: CPU per turn over all rounds with ``--sessions`` sessions ÷ with a tenth of them;
+  goal <= 1.2.
+- the cyclic garbage collector's share of the CPU (timed through ``gc.callbacks``).
+- RSS per idle session: resident memory after the soak (``gc.collect()`` first) minus before the agent
+  existed, ÷ sessions. Idle sessions are those whose projection the agent keeps in memory between turns
+  (the in-memory store also holds every session's log).
+
+Last line ``soak_round_ratio: X`` (the worst round 10 ÷ round 2 over the stores, at ``--sessions``).
+
+``--gc-threshold N`` runs the children with ``gc.set_threshold(N, 10, 10)``: the tuning an application
+serving many sessions in one process can choose (the library leaves the collector's settings alone).
+
+Run: ``.venv/bin/python bench/soak.py [--sessions N] [--rounds N] [--repeats N] [--gc-threshold N]``
+(about 5 minutes on 2 cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from _session_agent import agent_on, question
+
+from rxagent.context import RuntimeContext
+from rxagent.session import MemoryStore, SessionStore, SQLiteStore
+
+__all__ = ["main"]
+
+
+def rss_bytes() -> int:
+    """This process's resident memory now (not the peak)."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+class GCTimer:
+    """CPU spent in the cyclic garbage collector, and its full collections, from ``gc.callbacks``."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.full = 0
+        self._start = 0.0
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._start = time.process_time()
+            self.full += info["generation"] == 2
+        else:
+            self.seconds += time.process_time() - self._start
+
+
+async def soak(store: SessionStore, sessions: int, rounds: int) -> dict[str, Any]:
+    """The rounds on ``store``: CPU per round, GC share, RSS per idle session."""
+    gc.collect()
+    rss_before = rss_bytes()
+    agent = agent_on(store, ("lookup",), parallel=False)
+    contexts = [RuntimeContext(user_id="soak", session_id=f"s{i}") for i in range(sessions)]
+    timer = GCTimer()
+    gc.callbacks.append(timer)
+    per_round: list[float] = []
+    gc_per_round: list[float] = []
+    try:
+        for turn in range(1, rounds + 1):
+            text = question(turn)
+            cpu, gc_before = time.process_time(), timer.seconds
+            results = await asyncio.gather(*(agent.call(text, ctx) for ctx in contexts))
+            per_round.append(time.process_time() - cpu)
+            gc_per_round.append(timer.seconds - gc_before)
+            assert all(r.reason == "MODEL_STOP" for r in results)
+        await agent.aclose()
+    finally:
+        gc.callbacks.remove(timer)
+    gc.collect()
+    rss_after = rss_bytes()
+    messages = len((await agent.state(contexts[0])).messages)
+    return {
+        "per_round": per_round,
+        "gc_per_round": gc_per_round,
+        "full_collections": timer.full,
+        "rss_per_session": (rss_after - rss_before) / sessions,
+        "messages": messages,
+    }
+
+
+async def one(kind: str, sessions: int, rounds: int) -> dict[str, Any]:
+    if kind == "memory":
+        return await soak(MemoryStore(), sessions, rounds)
+    with tempfile.TemporaryDirectory() as folder:
+        async with SQLiteStore(Path(folder) / "soak.db") as store:
+            return await soak(store, sessions, rounds)
+
+
+def run_child(kind: str, sessions: int, rounds: int, threshold: int | None) -> dict[str, Any]:
+    """One configuration in a fresh process (see the module)."""
+    tuning = ["--gc-threshold", str(threshold)] if threshold is not None else []
+    output = subprocess.run(
+        [
+            sys.executable,
+            __file__,
+            "--one",
+            kind,
+            "--sessions",
+            str(sessions),
+            "--rounds",
+            str(rounds),
+            *tuning,
+        ],
+        check=True,
+        stdout=subprocess.PIPE,  # its stderr is ours: a failing child says why
+        text=True,
+    ).stdout
+    result: dict[str, Any] = json.loads(output.splitlines()[-1])
+    return result
+
+
+def report(kind: str, sessions: int, result: dict[str, Any]) -> tuple[float, float]:
+    """Print one configuration; returns (round 10 / round 2, CPU per turn)."""
+    per_round: list[float] = result["per_round"]
+    rounds = len(per_round)
+    per_turn = sum(per_round) / (rounds * sessions)
+    ratio = per_round[-1] / per_round[1]
+    collector: list[float] = result["gc_per_round"]
+    gc_share = sum(collector) / sum(per_round)
+    without = (per_round[-1] - collector[-1]) / (per_round[1] - collector[1])
+    print(
+        f"{kind}, {sessions} sessions x {rounds} rounds: CPU per turn {per_turn * 1e6:.0f} µs; round 2: "
+        f"{per_round[1] / sessions * 1e6:.0f} µs/turn, round {rounds}: {per_round[-1] / sessions * 1e6:.0f} "
+        f"µs/turn (round {rounds} / round 2: {ratio:.2f}; without the gc's CPU: {without:.2f}); "
+        f"gc {gc_share:.0%} of the CPU ({result['full_collections']} full collections); "
+        f"RSS per idle session {result['rss_per_session'] / 1e3:.1f} KB ({result['messages']} messages each)"
+    )
+    return ratio, per_turn
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--sessions", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=2, help="runs of each configuration (alternating)")
+    parser.add_argument(
+        "--gc-threshold",
+        type=int,
+        metavar="N",
+        help="run with gc.set_threshold(N, 10, 10) (default: Python's 700): an application's tuning",
+    )
+    parser.add_argument("--one", choices=["memory", "sqlite"], help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:  # a child: one configuration
+        if args.gc_threshold is not None:
+            gc.set_threshold(args.gc_threshold, 10, 10)
+        print(json.dumps(asyncio.run(one(args.one, args.sessions, args.rounds))))
+        return
+    if args.rounds < 3 or args.sessions < 100 or args.repeats < 1:
+        parser.error("--rounds must be at least 3, --sessions at least 100, --repeats at least 1")
+    print(f"gc thresholds: {(args.gc_threshold, 10, 10) if args.gc_threshold else gc.get_threshold()}")
+    few = args.sessions // 10
+    ratios: list[float] = []
+    for kind in ("memory", "sqlite"):
+        # Alternating, so that a change in the machine's load falls on both sizes alike; medians.
+        small: list[tuple[float, float]] = []
+        large: list[tuple[float, float]] = []
+        for _ in range(args.repeats):
+            small.append(report(kind, few, run_child(kind, few, args.rounds, args.gc_threshold)))
+            large.append(
+                report(kind, args.sessions, run_child(kind, args.sessions, args.rounds, args.gc_threshold))
+            )
+        round_ratio = statistics.median(r for r, _ in large)
+        size_ratio = statistics.median(t for _, t in large) / statistics.median(t for _, t in small)
+        ratios.append(round_ratio)
+        print(
+            f"{kind}, medians of {args.repeats}: round {args.rounds} / round 2 at {args.sessions} sessions: "
+            f"{round_ratio:.2f}; CPU per turn at {args.sessions} sessions / at {few}: {size_ratio:.2f}"
+        )
+    print(f"cores: {os.cpu_count()}")
+    print(f"soak_round_ratio: {max(ratios):.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,235 @@
+"""Crashes: a process running an agent on a SQLite session is SIGKILLed while a side-effecting tool runs.
+
+Each kill comes at a random moment of the tool's run (a seeded RNG picks whether the side effect was done
+yet, and a delay): before the tool wrote its line, or after it wrote it and before its result was
+recorded. After each kill the test process loads the session and checks what the log promises:
+
+- every fact the child saw committed (it printed the log from inside the tool) is still there, unchanged;
+- the dispatched call is *uncertain*: :meth:`ReActAgent.uncertain` lists it and a run refuses with
+  :class:`UncertainToolCallsError` naming it;
+- reconciled from the ledger file (``succeeded`` when its line is there, ``retry`` when not), the session
+  completes (``MODEL_STOP``), and the ledger holds exactly one line per intended call: the side effect
+  never happens twice;
+- a call of an idempotent tool is run again by the next run without asking.
+
+The next session's child starts (and imports) while the test checks the last one, so 20 kills stay
+within about a minute.
+
+Bad inputs tried: reconciling a call id that is not uncertain, reconciling a call twice in one request,
+and reconciling once nothing is uncertain (each a :class:`ReconcileError`, nothing recorded).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections import Counter
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from rxagent.agent import ReActAgent
+from rxagent.context import RuntimeContext
+from rxagent.model.scripted import ScriptedModel
+from rxagent.session import Reconcile, ReconcileError, SQLiteStore, UncertainToolCallsError
+
+from .child_process import ChildProcess
+from .crash_process import ledger_toolkit
+
+SCRIPT = Path(__file__).with_name("crash_process.py")
+USER, SESSION = "ada", "orders"
+CTX = RuntimeContext(user_id=USER, session_id=SESSION)
+KEY = (USER, SESSION)
+LEASE_TTL = 0.5
+"""The child's lease: after a kill, the session is free again this long after the child's last renewal."""
+
+
+@dataclass(frozen=True)
+class Files:
+    db: Path
+    ledger: Path
+    statuses: Path
+
+    def lines(self) -> list[str]:
+        return self.ledger.read_text().splitlines() if self.ledger.exists() else []
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> Files:
+    statuses = tmp_path / "statuses"
+    statuses.mkdir()
+    return Files(tmp_path / "sessions.db", tmp_path / "ledger.txt", statuses)
+
+
+async def start_child(files: Files, tool: str, arguments: dict[str, str], call_id: str) -> ChildProcess:
+    config = {
+        "db": str(files.db),
+        "user": USER,
+        "session": SESSION,
+        "ledger": str(files.ledger),
+        "statuses": str(files.statuses),
+        "tool": tool,
+        "arguments": arguments,
+        "call_id": call_id,
+        "lease_ttl": LEASE_TTL,
+    }
+    child = await ChildProcess.start(SCRIPT, json.dumps(config))
+    try:
+        assert await child.answer(within=60) == {"ready": True}
+    except BaseException:
+        await child.close()
+        raise
+    return child
+
+
+@dataclass(frozen=True)
+class Crash:
+    """What the child saw before it was killed."""
+
+    committed: list[tuple[int, str, str]]
+    written: bool
+
+
+async def kill_in_tool(child: ChildProcess, text: str, rng: random.Random) -> Crash:
+    """Run the child's agent on ``text``; SIGKILL it at a random moment while its tool runs."""
+    child.send(input=text)
+    started = await child.answer()
+    assert started["started"] is True
+    committed = [(seq, kind, payload) for seq, kind, payload in started["facts"]]
+    written = rng.random() < 0.5
+    if written:
+        child.send(go=True)
+        assert await child.answer() == {"written": True}
+    await asyncio.sleep(rng.uniform(0.0, 0.05))  # a random moment in this part of the tool's run
+    await child.kill()
+    return Crash(committed, written)
+
+
+async def stored(store: SQLiteStore) -> list[tuple[int, str, str]]:
+    return [(f.seq, f.kind, f.payload) for f in await store.read(KEY)]
+
+
+@pytest.fixture
+async def children() -> AsyncIterator[list[ChildProcess]]:
+    """Children to kill at the end whatever happens (a failing test leaves none running)."""
+    started: list[ChildProcess] = []
+    yield started
+    await asyncio.gather(*(child.close() for child in started))
+
+
+async def test_a_side_effect_cut_short_by_a_kill_is_uncertain_until_reconciled_and_never_happens_twice(
+    files: Files, children: list[ChildProcess]
+) -> None:
+    rng = random.Random(13)
+    kills = 20
+    intended: list[str] = []
+    outcomes: Counter[str] = Counter()
+
+    async def start(i: int) -> ChildProcess:
+        child = await start_child(files, "append_line", {"line": f"refund order {i}"}, f"refund-{i}")
+        children.append(child)
+        return child
+
+    upcoming = asyncio.ensure_future(start(0))
+    for i in range(kills):
+        child = await upcoming
+        call_id, line = f"refund-{i}", f"refund order {i}"
+        crash = await kill_in_tool(child, f"Refund order {i}.", rng)
+        intended.append(line)
+        if i + 1 < kills:
+            upcoming = asyncio.ensure_future(start(i + 1))  # imports while this crash is checked
+
+        async with SQLiteStore(files.db) as store:
+            # Nothing committed is lost; the log ends with the call, dispatched before its body ran.
+            facts = await stored(store)
+            assert facts == crash.committed
+            assert facts[-1][1] == "tool_dispatched"
+            assert json.loads(facts[-1][2])["call"]["id"] == call_id
+            assert files.lines() == (intended if crash.written else intended[:-1])
+
+            model = ScriptedModel([f"Order {i} is refunded."])
+            agent = ReActAgent(model, ledger_toolkit(files.ledger, files.statuses), store=store)
+            uncertain = await agent.uncertain(CTX)
+            assert [(c.id, c.name, c.input) for c in uncertain] == [(call_id, "append_line", {"line": line})]
+            async with asyncio.timeout(30):  # the run waits for the dead child's lease to expire
+                with pytest.raises(UncertainToolCallsError, match=call_id) as refused:
+                    await agent.call(None, CTX)
+            assert [c.id for c in refused.value.calls] == [call_id]
+            head = len(facts)
+            assert await store.head(KEY) == head  # refusing recorded nothing
+
+            with pytest.raises(ReconcileError, match="no uncertain call with id 'refund-x'"):
+                await agent.reconcile(CTX, [Reconcile("refund-x", "failed")])
+            with pytest.raises(ReconcileError, match="reconciled twice"):
+                await agent.reconcile(CTX, [Reconcile(call_id, "retry"), Reconcile(call_id, "failed")])
+            assert await store.head(KEY) == head
+
+            # What the operator finds decides: the line is in the ledger, or the refund is to run again.
+            done = line in files.lines()
+            outcome = (
+                Reconcile(call_id, "succeeded", f"appended {line!r}") if done else Reconcile(call_id, "retry")
+            )
+            outcomes[outcome.outcome] += 1
+            await agent.reconcile(CTX, [outcome])
+            assert await agent.uncertain(CTX) == []
+            with pytest.raises(ReconcileError, match="uncertain: none"):
+                await agent.reconcile(CTX, [outcome])
+
+            result = await agent.call(None, CTX)
+            assert result.reason == "MODEL_STOP"
+            assert result.message is not None
+            assert result.message.text == f"Order {i} is refunded."
+            model.assert_complete()
+            assert files.lines() == intended  # exactly one line per intended call, whatever the moment
+
+            state = await agent.state(CTX)
+            results = [r for m in state.messages for r in m.tool_results if r.tool_use_id == call_id]
+            assert len(results) == 1
+            assert results[0].status == "ok"
+            kinds = [kind for _, kind, _ in (await stored(store))[head:]]
+            assert kinds.count("reconciled") == 1
+            assert kinds[-2:] == ["run_finished", "turn_finished"]
+            await agent.aclose()
+
+    assert outcomes["succeeded"] >= 1
+    assert outcomes["retry"] >= 1  # the seed kills on both sides of the side effect
+
+
+async def test_an_idempotent_call_cut_short_by_a_kill_is_run_again_by_the_next_run(
+    files: Files, children: list[ChildProcess]
+) -> None:
+    rng = random.Random(31)
+    for i in range(3):
+        order, call_id = f"order-{i}", f"ship-{i}"
+        child = await start_child(files, "set_status", {"order": order, "status": "shipped"}, call_id)
+        children.append(child)
+        crash = await kill_in_tool(child, f"Ship order {i}.", rng)
+        assert (files.statuses / order).exists() == crash.written
+
+        async with SQLiteStore(files.db) as store:
+            assert await stored(store) == crash.committed
+            head = len(crash.committed)
+            ran: list[str] = []
+
+            async def count(point: str, ran: list[str] = ran) -> None:
+                ran.append(point)
+
+            model = ScriptedModel([f"Order {i} is shipped."])
+            agent = ReActAgent(model, ledger_toolkit(files.ledger, files.statuses, count), store=store)
+            assert [c.id for c in await agent.uncertain(CTX)] == [call_id]
+            async with asyncio.timeout(30):
+                result = await agent.call(None, CTX)  # no reconciliation asked: the tool is idempotent
+            assert result.reason == "MODEL_STOP"
+            assert ran == ["started", "written"]  # run again, once
+            assert (files.statuses / order).read_text() == "shipped"
+            assert await agent.uncertain(CTX) == []
+
+            after = (await store.read(KEY))[head:]
+            reconciled = [f.data() for f in after if f.kind == "reconciled"]
+            assert reconciled == [{"call_id": call_id, "outcome": "retry", "automatic": True}]
+            results = [f.data() for f in after if f.kind == "tool_result"]
+            assert [r["result"]["tool_use_id"] for r in results] == [call_id]  # type: ignore[index,call-overload]
+            await agent.aclose()
