@@ -40,11 +40,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, TypeAlias
+from typing import Any, Literal, TypeAlias, TypeVar
 
 from pydantic import JsonValue
 
 __all__ = ["PROJECTING", "Checkpoint", "Fact", "FactKind", "StoredFact"]
+
+_S = TypeVar("_S")
 
 FactKind: TypeAlias = Literal[
     "turn_started",
@@ -93,38 +95,47 @@ PROJECTING: frozenset[FactKind] = frozenset(
 class Fact:
     """A fact to append: its kind, its payload as JSON text, the run that wrote it.
 
-    The payload may be given as a function that encodes it: it is called once, the first time anyone
-    needs the text (a store that writes it, a watcher that sends it), and never when nobody does (an
-    in-memory log nobody reads back); whatever it encodes must not change meanwhile (messages and
-    blocks are frozen; a run's events are not touched once emitted).
+    The payload may be left to encode later: ``Fact.later(kind, encode, source)`` keeps ``source`` and
+    calls ``encode(source)`` once, the first time anyone needs the text (a store that writes it, a
+    watcher that sends it), and never when nobody does (an in-memory log nobody reads back). ``source``
+    must not change meanwhile (messages and blocks are frozen; a run's events are not touched once
+    emitted). A shared encoder and its source, rather than a closure per fact, keep a long in-memory log
+    at one object a fact (the garbage collector walks every one of them).
     """
 
-    __slots__ = ("_encode", "_payload", "at", "kind", "run_id")
+    __slots__ = ("_encode", "_payload", "_source", "at", "kind", "run_id")
 
     def __init__(
-        self,
-        kind: FactKind,
-        payload: str | Callable[[], str],
-        run_id: str | None = None,
-        at: float | None = None,
+        self, kind: FactKind, payload: str, run_id: str | None = None, at: float | None = None
     ) -> None:
+        if not isinstance(payload, str):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(f"a fact's payload is JSON text (or see Fact.later), not {payload!r}")
         self.kind: FactKind = kind
         self.run_id = run_id
         self.at = time.time() if at is None else at
-        if isinstance(payload, str):
-            self._payload: str | None = payload
-            self._encode: Callable[[], str] | None = None
-        elif callable(payload):
-            self._payload, self._encode = None, payload
-        else:
-            raise TypeError(f"a fact's payload is JSON text or a function that makes it, not {payload!r}")
+        self._payload: str | None = payload
+        self._encode: Callable[[Any], str] | None = None
+        self._source: object = None
+
+    @classmethod
+    def later(
+        cls, kind: FactKind, encode: Callable[[_S], str], source: _S, run_id: str | None = None
+    ) -> Fact:
+        """A fact whose payload is ``encode(source)``, encoded the first time it is needed (see above)."""
+        made = cls.__new__(cls)
+        made.kind = kind
+        made.run_id = run_id
+        made.at = time.time()
+        made._payload, made._encode, made._source = None, encode, source
+        return made
 
     @property
     def payload(self) -> str:
         """The payload as JSON text (encoded now if it was not yet)."""
         if self._payload is None:
             assert self._encode is not None
-            self._payload, self._encode = self._encode(), None
+            self._payload = self._encode(self._source)
+            self._encode = self._source = None
         return self._payload
 
     def __repr__(self) -> str:

@@ -153,6 +153,7 @@ class SessionFeed:
         self.page = page
         self._ring: deque[FeedItem] = deque(maxlen=capacity)
         self._head = 0
+        self._synced = False  # whether _head is the log's (a feed made without it asks the store)
         self._durable = 0
         self._waiting: list[asyncio.Future[None]] = []
         self._wake_scheduled = False
@@ -185,6 +186,7 @@ class SessionFeed:
         never became durable are gone)."""
         self._ring.clear()
         self._head = self._durable = head
+        self._synced = True
         self._wake()
 
     def publish(self, items: Sequence[FeedItem]) -> None:
@@ -194,6 +196,7 @@ class SessionFeed:
                 raise ValueError(f"feed item {item.seq} does not follow {self._head}")
             self._ring.append(item)
             self._head = item.seq
+            self._synced = True
         if items:
             self._schedule()
 
@@ -255,6 +258,10 @@ class SessionFeed:
         caught_up = False  # the replay it asked for is done: from now on, falling behind is lagging
         self.watchers += 1
         try:
+            if not self._synced:  # nobody told this feed where the log stands: ask the log
+                head = await self.store.head(self.key)
+                if not self._synced:
+                    self.reset(head)
             while True:
                 ring = self._ring
                 oldest = ring[0].seq if ring else self._head + 1

@@ -17,6 +17,7 @@ import itertools
 import logging
 import os
 import socket
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -90,7 +91,10 @@ class SessionKeeper:
         self.clock = clock
         self._turns = KeyedSerializer()
         self._projections: OrderedDict[SessionKey, Projection] = OrderedDict()
-        self._feeds: dict[SessionKey, SessionFeed] = {}
+        # A feed lives while something holds it: a watcher, or the recorder of a run going on (a session
+        # nobody watches has none, so idle sessions keep no ring of items).
+        self._feeds: weakref.WeakValueDictionary[SessionKey, SessionFeed] = weakref.WeakValueDictionary()
+        self._claims: dict[SessionKey, Claim] = {}
         self._checkpoints: set[asyncio.Task[None]] = set()
 
     def turn(self, key: SessionKey) -> Turn:
@@ -119,8 +123,11 @@ class SessionKeeper:
         except BaseException:
             turn.release()
             raise
-        feed = self.feed(key, head=projection.seq)
+        feed = self._feeds.get(key)
+        if feed is not None and feed.head < projection.seq:  # others appended meanwhile: the log has it
+            feed.reset(projection.seq)
         claim = Claim(key, turn, lease, projection, Recorder(self.store, lease, projection, feed=feed))
+        self._claims[key] = claim
         claim.renewal = self.clock.call_later(self.lease_ttl / 3, lambda: self._renew(claim))
         return claim
 
@@ -166,11 +173,18 @@ class SessionKeeper:
         claim.renewal = start_task(asyncio.get_running_loop(), renew(), "rxagent.session.renew")
 
     def feed(self, key: SessionKey, *, head: int | None = None) -> SessionFeed:
-        """The session's feed in this process (made on first use; ``head``: the log's head, if known)."""
+        """The session's feed in this process (``head``: the log's head, if known).
+
+        Made when first asked for, and kept while anything holds it (its watchers, a run recording into
+        it): a run going on publishes into it from then on, beginning with what it has not appended yet.
+        """
         feed = self._feeds.get(key)
         if feed is None:
             feed = self._feeds[key] = SessionFeed(self.store, key, clock=self.clock)
-            if head is not None:
+            claim = self._claims.get(key)
+            if claim is not None:
+                claim.recorder.attach(feed)
+            elif head is not None:
                 feed.reset(head)
         elif head is not None and feed.head < head:  # others appended meanwhile: the log has it
             feed.reset(head)
@@ -182,9 +196,12 @@ class SessionKeeper:
         renewal, claim.renewal = claim.renewal, None  # the timer holds the claim: no cycle left
         if renewal is not None:
             renewal.cancel()
+        if self._claims.get(claim.key) is claim:
+            del self._claims[claim.key]
         try:
-            if claim.broken:  # the feed gave out numbers the log never got: the log is the truth
-                self.feed(claim.key).reset(await self.store.head(claim.key))
+            feed = self._feeds.get(claim.key)
+            if claim.broken and feed is not None:  # it numbered facts the log never got: the log is the truth
+                feed.reset(await self.store.head(claim.key))
             await self.store.release(claim.lease)
         finally:
             claim.turn.release()
@@ -193,10 +210,7 @@ class SessionKeeper:
         projection = claim.projection
         self._projections[claim.key] = projection
         while len(self._projections) > self.cache_size:
-            gone, _ = self._projections.popitem(last=False)
-            feed = self._feeds.get(gone)
-            if feed is not None and not feed.watchers:
-                del self._feeds[gone]
+            self._projections.popitem(last=False)
         if projection.since_checkpoint >= max(64, projection.seq // 4):
             self._checkpoint(claim.key, projection)
 

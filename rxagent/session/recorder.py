@@ -55,7 +55,27 @@ def fact(kind: FactKind, data: dict[str, JsonValue], run_id: str | None = None) 
 
 def message_fact(kind: FactKind, message: Msg, run_id: str | None) -> Fact:
     """A ``message`` or ``message_replaced`` fact (the message encoded once, by pydantic)."""
-    return Fact(kind, lambda: f'{{"message":{json_of(message)}}}', run_id)
+    return Fact.later(kind, _message_payload, message, run_id)
+
+
+def _message_payload(message: Msg) -> str:
+    return f'{{"message":{json_of(message)}}}'
+
+
+def _call_payload(call: ToolUseBlock) -> str:
+    return f'{{"call":{json_of(call)}}}'
+
+
+def _result_payload(result: ToolResultBlock) -> str:
+    return f'{{"result":{json_of(result)}}}'
+
+
+def _pending_payload(pending: list[Any]) -> str:
+    return '{"pending":[' + ",".join(json_of(p) for p in pending) + "]}"
+
+
+def _results_payload(results: list[ToolResultBlock]) -> str:
+    return '{"results":[' + ",".join(json_of(r) for r in results) + "]}"
 
 
 def json_of(model: BaseModel) -> str:
@@ -109,7 +129,7 @@ class Recorder:
         """Queue one of the run's events (the feed gets it at once; the log with the next flush, which
         starts by itself once enough has piled up)."""
         self._capture()
-        self._enqueue([Fact("event", lambda: event_to_json(event), self.run_id)], event)
+        self._enqueue([Fact.later("event", event_to_json, event, self.run_id)], event)
         if len(self._queue) >= _FLUSH_AT and self._background is None:
             self._background = start_task(asyncio.get_running_loop(), self._flush_queued(), "rxagent.record")
 
@@ -137,6 +157,14 @@ class Recorder:
             if event is not None:  # watchers in this process get the event itself, not JSON to parse
                 items[-1].attach(event)
             self.feed.publish(items)
+
+    def attach(self, feed: SessionFeed) -> None:
+        """Publish to ``feed`` from now on, starting with what is queued and not yet in the log (a watcher
+        that arrives mid-run gets the run's facts the log does not have yet)."""
+        self.feed = feed
+        durable = self.projection.seq  # the queue holds the facts after it, numbered in order
+        feed.reset(durable)
+        feed.publish([FeedItem(durable + 1 + i, f) for i, f in enumerate(self._queue)])
 
     async def flush(self, *facts: Fact) -> None:
         """Append what is queued, the state's changes since, then ``facts``: one atomic append.
@@ -179,7 +207,7 @@ class Recorder:
         """Record that ``call`` is about to run (with everything before it), before its body starts (in a
         store that outlives the process; elsewhere it is queued for the run's next flush)."""
         self.projection.uncertain[call.id] = call
-        recorded = Fact("tool_dispatched", lambda: f'{{"call":{json_of(call)}}}', self.run_id)
+        recorded = Fact.later("tool_dispatched", _call_payload, call, self.run_id)
         if self.store.durable:
             await self.flush(recorded)
         else:
@@ -189,7 +217,7 @@ class Recorder:
     async def finished(self, result: ToolResultBlock) -> None:
         """Record ``result`` as soon as its call finished (queued, in a store that does not outlive the
         process)."""
-        recorded = Fact("tool_result", lambda: f'{{"result":{json_of(result)}}}', self.run_id)
+        recorded = Fact.later("tool_result", _result_payload, result, self.run_id)
         if self.store.durable:
             await self.flush(recorded)
         else:
@@ -286,14 +314,12 @@ class _Snapshot:
         pending = state.pending
         if not _same(pending, self.pending):
             pending = list(pending)
-            encoded = lambda: "[" + ",".join(json_of(p) for p in pending) + "]"  # noqa: E731
-            facts.append(Fact("pending", lambda: f'{{"pending":{encoded()}}}', run_id))
+            facts.append(Fact.later("pending", _pending_payload, pending, run_id))
         partial = state.partial_results
         if not _same(partial, self.partial):
             partial = list(partial)
             answered.update(r.tool_use_id for r in partial)
-            results = lambda: "[" + ",".join(json_of(r) for r in partial) + "]"  # noqa: E731
-            facts.append(Fact("partial_results", lambda: f'{{"results":{results()}}}', run_id))
+            facts.append(Fact.later("partial_results", _results_payload, partial, run_id))
         # Extras are plain JSON a step may change in place: only their text tells. Empty is the common
         # case, and costs nothing.
         extras = _encode_extras(state.extras) if state.extras or self.extras != "{}" else "{}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import tracemalloc
+import weakref
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -302,12 +303,52 @@ async def test_a_watcher_joining_mid_run_from_zero_sees_exactly_the_runs_items()
     assert [(i.seq, i.kind, i.payload) for i in late_items] == stored[: len(late_items)]
 
 
+async def test_the_first_watcher_of_a_run_nobody_watched_gets_what_is_not_in_the_log_yet() -> None:
+    # No feed exists while nobody watches: the first watcher's feed gets the run's facts that are still
+    # queued (the in-memory store appends them when the run ends), numbered as the log will number them.
+    gate = Gate("answer")
+    agent = ReActAgent(FunctionModel(gate.respond))
+    session = agent.session(CTX)
+    run = session.submit("hi")
+    await gate.next_call()
+    assert await agent.store.head(("u", "live")) < 2  # what the run did so far is queued, not appended
+    late = asyncio.ensure_future(collect_until_result(session.watch(0), run.id))
+    gate.open()
+    await asyncio.wait_for(run, WAIT)
+    items = await asyncio.wait_for(late, WAIT)
+    stored = [(f.seq, f.kind, f.payload) for f in await agent.facts(CTX)]
+    assert [(i.seq, i.kind, i.payload) for i in items] == stored[: len(items)]
+    assert [i.kind for i in items][:2] == ["turn_started", "run_started"]
+
+
+async def test_a_session_nobody_watches_keeps_no_feed() -> None:
+    # Idle sessions hold no ring of items: a feed lives while a watcher or a running run holds it.
+    agent = ReActAgent(ScriptedModel(["one", "two"]))
+    session = agent.session(CTX)
+    unheld = weakref.ref(agent.keeper.feed(("u", "live")))
+    assert unheld() is None  # nothing held it
+    first = session.submit("a")
+    watcher = session.watch(0)
+    seen = await collect_until_result(watcher, first.id)
+    await watcher.aclose()  # type: ignore[attr-defined]
+    await asyncio.wait_for(first, WAIT)
+    watched = weakref.ref(agent.keeper.feed(("u", "live")))
+    assert watched() is None  # the watcher left and the run ended: the feed and its ring are gone
+    second = session.submit("b")
+    await asyncio.wait_for(second, WAIT)
+    fresh = agent.keeper.feed(("u", "live"))
+    assert fresh.held == 0  # the run nobody watched published nowhere
+    replay = await collect_until_result(fresh.watch(0), second.id)  # the log has it all
+    assert [(i.seq, i.payload) for i in replay[: len(seen)]] == [(i.seq, i.payload) for i in seen]
+    stored = [(f.seq, f.payload) for f in await agent.facts(CTX)]
+    assert [(i.seq, i.payload) for i in replay] == stored[: len(replay)]
+
+
 async def test_a_late_watcher_catches_up_from_the_log_through_a_small_ring() -> None:
     agent = ReActAgent(ScriptedModel([long_answer(500)]))
     session = agent.session(CTX)
     feed = agent.keeper.feed(("u", "live"))
-    feed.capacity = 16  # a tiny ring: most of what a late watcher wants is only in the log
-    feed._ring = type(feed._ring)(maxlen=16)
+    feed.resize(16)  # a tiny ring: most of what a late watcher wants is only in the log
     run = session.submit("long")
     await asyncio.wait_for(run, WAIT)
     items = await collect_until_result(session.watch(0), run.id)
