@@ -32,11 +32,13 @@ from reactivex import Observable, abc
 
 from rxagent.agent.control import RunControl
 from rxagent.agent.inputs import AgentInput, ExternalResult, ToolDecision
+from rxagent.agent.routing import check_answers
+from rxagent.agent.run import tool_view
 from rxagent.context import RuntimeContext
 from rxagent.events import AgentEvent, AgentResult
 from rxagent.messages import Msg, new_id
-from rxagent.operators import map_many
-from rxagent.session import FeedGap, FeedItem, FeedPolicy
+from rxagent.operators import from_async_iterable, map_many
+from rxagent.session import FeedGap, FeedItem, FeedPolicy, SessionFeed
 from rxagent.state import PendingCall
 
 if TYPE_CHECKING:
@@ -304,17 +306,67 @@ class SessionHandle:
             state = "idle"
         return SessionStatus(state, active.run_id if active is not None else None, queued, pending)
 
+    async def read_status(self) -> SessionStatus:
+        """:meth:`status`, with the pending calls read from the session's log when no run is going (on
+        the loop): right for a session this process has not run yet, or one another process ran."""
+        status = self.status()
+        if status.state in ("running", "queued"):
+            return status
+        pending = tuple((await self.agent.state(self.ctx)).pending)
+        state: SessionState = (
+            "waiting_for_approval"
+            if any(p.kind == "ask" for p in pending)
+            else "waiting_for_results"
+            if pending
+            else "idle"
+        )
+        return SessionStatus(state, None, 0, pending)
+
+    async def check(self, answers: Sequence[ToolDecision | ExternalResult]) -> None:
+        """Check that ``answers`` fit the calls the session waits on now, as :meth:`respond` would need
+        (on the loop; nothing changes).
+
+        Raises:
+            PendingToolCallsError: an unknown call id, two answers for one call, the wrong kind of answer,
+                or edited arguments the tool refuses (see
+                :func:`~rxagent.agent.routing.check_answers`).
+        """
+        state = await self.agent.state(self.ctx)
+        waiting = {p.call.id: p for p in state.pending if p.kind != "retry"}
+        check_answers(answers, waiting, tool_view(self.agent.toolkit, self.ctx, state))
+
     # ---- watching -----------------------------------------------------------------------------------------
 
-    def watch(self, after: int = 0, *, policy: FeedPolicy = "catch_up") -> AsyncIterator[FeedItem | FeedGap]:
+    async def watch(
+        self, after: int = 0, *, policy: FeedPolicy = "catch_up"
+    ) -> AsyncIterator[FeedItem | FeedGap]:
         """The session's feed from sequence number ``after`` on, as an async iterator (on the loop): the
         log's facts up to now, then each new one as it comes (see :mod:`rxagent.session.feed`)."""
-        return self.agent.keeper.feed(self.key).watch(after, policy=policy)
+        async for batch in self.watch_batches(after, policy=policy):
+            if isinstance(batch, FeedGap):
+                yield batch
+                continue
+            for item in batch:
+                yield item
+
+    async def watch_batches(
+        self, after: int = 0, *, policy: FeedPolicy = "catch_up"
+    ) -> AsyncIterator[list[FeedItem] | FeedGap]:
+        """:meth:`watch`, in batches: everything new at each wake of the feed as one list (what a server
+        writes to a client in one go; see :meth:`~rxagent.session.SessionFeed.watch_batches`)."""
+        feed = await self.open_feed()
+        async for batch in feed.watch_batches(after, policy=policy):
+            yield batch
+
+    async def open_feed(self) -> SessionFeed:
+        """The session's feed in this process, its head brought up to the log's first (a session this
+        process has not run yet, or that another process appended to, has facts the feed must know of)."""
+        return self.agent.keeper.feed(self.key, head=await self.agent.store.head(self.key))
 
     def feed(self, after: int = 0, *, policy: FeedPolicy = "catch_up") -> Observable[FeedItem | FeedGap]:
         """:meth:`watch` as an observable: each subscription is one watcher; disposing it stops only that
         watcher, never a run."""
-        return self.agent.keeper.feed(self.key).observe(after, policy=policy)
+        return from_async_iterable(lambda: self.watch(after, policy=policy))
 
     def events(self, after: int = 0, *, policy: FeedPolicy = "catch_up") -> Observable[AgentEvent | FeedGap]:
         """The feed's recorded events only (what the session's runs emitted), with gaps when they occur."""
