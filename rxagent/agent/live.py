@@ -173,6 +173,7 @@ class SessionHandle:
         self._chores = 0
         self._idle = asyncio.Event()
         self._idle.set()
+        self._stopping = False
         self.last_run: RunHandle | None = None
         """The run submitted most recently (a steer that started one included)."""
 
@@ -251,6 +252,8 @@ class SessionHandle:
         injected ones join the history."""
         steered = [m for m, steer in entries if steer]
         injected = [m for m, steer in entries if not steer]
+        if self._stopping:  # no new run while the session stops: the messages join the history
+            injected, steered = [m for m, _ in entries], []
         if injected:
             self._chore(self.agent.add_messages(self.ctx, injected))
         if steered:
@@ -285,6 +288,30 @@ class SessionHandle:
     async def wait(self) -> None:
         """Return once no run submitted through this handle is queued or running (on the loop)."""
         await self._idle.wait()
+
+    async def stop(self, timeout: float | None = None) -> None:
+        """Stop the session's work (on the loop): runs waiting for their turn are cancelled before they
+        start, the running run is interrupted (it ends ``INTERRUPTED``, what finished kept and saved), and
+        messages steered into it too late join the history instead of starting a run. Returns once
+        nothing submitted here is queued or running; what still runs after ``timeout`` seconds is
+        cancelled (cleanup only). The handle takes new work again afterwards."""
+        self._stopping = True
+        try:
+            for run in list(self._runs):
+                if run.status == "queued":
+                    run.cancel()
+                else:  # a run that holds the session, or is about to (it ends as soon as it has it)
+                    run.interrupt()
+            self.interrupt()  # a run of this session not submitted here
+            try:
+                async with asyncio.timeout(timeout):
+                    await self.wait()
+            except TimeoutError:
+                for run in list(self._runs):
+                    run.cancel()
+                await self.wait()
+        finally:
+            self._stopping = False
 
     # ---- where it stands ----------------------------------------------------------------------------------
 
