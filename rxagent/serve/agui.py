@@ -25,6 +25,8 @@ rxagent event                          AG-UI events
 ``MessageCompleted`` (assistant)       ``TEXT_MESSAGE_END`` (and closes thinking and calls still open)
 ``ToolExecutionStarted``, ``ToolResult``  ``STEP_STARTED`` / ``STEP_FINISHED`` (``tool NAME ID``),
                                        ``TOOL_CALL_RESULT``
+``MessageCompleted`` (tool results)    ``TOOL_CALL_RESULT`` for results no tool reported (a denial, an
+                                       external result)
 ``AgentResult``                        ``STATE_SNAPSHOT``, then ``RUN_FINISHED`` (outcome ``success``
                                        with the answer as ``result``; ``interrupt`` for calls waiting for
                                        an approval or an external result; ``cancelled`` for an interrupted
@@ -113,7 +115,7 @@ from rxagent.events import (
     UsageTotals,
     event_to_json,
 )
-from rxagent.messages import Msg, ToolUseBlock
+from rxagent.messages import Msg, ToolResultBlock, ToolUseBlock
 from rxagent.serve.http import ApiError, read_json
 from rxagent.serve.hub import HUB
 from rxagent.serve.session_api import pending_json
@@ -430,6 +432,7 @@ class AguiTranslator:
         self._calls: set[str] = set()
         self._unnamed: dict[int, tuple[str | None, str | None, list[str]]] = {}
         self._steps: set[str] = set()
+        self._results: set[str] = set()
         self._last_error: ErrorEvent | None = None
 
     def translate(self, event: AgentEvent) -> list[BaseEvent]:
@@ -626,9 +629,11 @@ class AguiTranslator:
         return self._end_reasoning() + self._whole_call(call.id, call.name, call.raw_arguments)
 
     def _message_completed(self, event: MessageCompleted) -> list[BaseEvent]:
-        if event.message.role != "assistant":
-            return []
-        return self._end_reasoning() + self._end_text() + self._end_calls()
+        message = event.message
+        if message.role == "assistant":
+            return self._end_reasoning() + self._end_text() + self._end_calls()
+        # Results no tool reported (a denial, an external result, an interrupted call) are told here.
+        return [self._told(r) for r in message.tool_results if r.tool_use_id not in self._results]
 
     def _execution_started(self, event: ToolExecutionStarted) -> list[BaseEvent]:
         step = _tool_step(event.call)
@@ -639,22 +644,24 @@ class AguiTranslator:
 
     def _tool_result(self, event: ToolResult) -> list[BaseEvent]:
         result = event.result
-        self.pending.pop(result.tool_use_id, None)
         events: list[BaseEvent] = []
         step = f"tool {result.name} {result.tool_use_id}"
         if step in self._steps:
             self._steps.discard(step)
             events.append(StepFinishedEvent(step_name=step))
-        events.append(
-            ToolCallResultEvent(
-                message_id=self._id("result"),
-                tool_call_id=result.tool_use_id,
-                content=result.text,
-                role="tool",
-                metadata={"status": result.status},
-            )
-        )
+        events.append(self._told(result))
         return events
+
+    def _told(self, result: ToolResultBlock) -> ToolCallResultEvent:
+        self.pending.pop(result.tool_use_id, None)
+        self._results.add(result.tool_use_id)
+        return ToolCallResultEvent(
+            message_id=self._id("result"),
+            tool_call_id=result.tool_use_id,
+            content=result.text,
+            role="tool",
+            metadata={"status": result.status},
+        )
 
     def _asked(self, event: ToolPermissionAsked) -> list[BaseEvent]:
         self.pending[event.call.id] = PendingCall(call=event.call, kind="ask", reason=event.reason)
