@@ -52,7 +52,9 @@ class ExternalResult:
     status: ToolResultStatus = "ok"
 
 
-AgentInput: TypeAlias = str | Msg | ToolDecision | ExternalResult | Sequence[Msg | ToolDecision | ExternalResult] | None
+AgentInput: TypeAlias = (
+    str | Msg | ToolDecision | ExternalResult | Sequence[Msg | ToolDecision | ExternalResult] | None
+)
 """What a run starts from: user text, messages, or decisions/results for the session's pending calls (a
 sequence may mix answers and messages: the messages join the history after the answered calls' results)."""
 

@@ -289,11 +289,11 @@ class SessionHandle:
         """Return once no run submitted through this handle is queued or running (on the loop)."""
         await self._idle.wait()
 
-    async def stop(self, timeout: float | None = None) -> None:
+    async def stop(self, grace: float | None = None) -> None:
         """Stop the session's work (on the loop): runs waiting for their turn are cancelled before they
         start, the running run is interrupted (it ends ``INTERRUPTED``, what finished kept and saved), and
         messages steered into it too late join the history instead of starting a run. Returns once
-        nothing submitted here is queued or running; what still runs after ``timeout`` seconds is
+        nothing submitted here is queued or running; what still runs after ``grace`` seconds is
         cancelled (cleanup only). The handle takes new work again afterwards."""
         self._stopping = True
         try:
@@ -304,7 +304,7 @@ class SessionHandle:
                     run.interrupt()
             self.interrupt()  # a run of this session not submitted here
             try:
-                async with asyncio.timeout(timeout):
+                async with asyncio.timeout(grace):
                     await self.wait()
             except TimeoutError:
                 for run in list(self._runs):
@@ -318,11 +318,18 @@ class SessionHandle:
     def status(self) -> SessionStatus:
         """Where the session stands now, as this process knows it (from any thread)."""
         active = self.agent.active_run(self.ctx)
-        queued = sum(1 for run in list(self._runs) if run.status == "queued")
+        runs = list(self._runs)
+        queued = sum(1 for run in runs if run.status == "queued")
+        # A run that holds its turn but is still taking the lease or loading the session is not active yet.
+        starting = next((run for run in runs if run.status == "running"), None)
         projection = self.agent.keeper.cached(self.key)
         pending = tuple(projection.state.pending) if projection is not None else ()
+        running: str | None = None
         if active is not None and not active.ended:
             state: SessionState = "running"
+            running = active.run_id
+        elif starting is not None:
+            state, running = "running", starting.id
         elif queued:
             state = "queued"
         elif any(p.kind == "ask" for p in pending):
@@ -331,7 +338,7 @@ class SessionHandle:
             state = "waiting_for_results"
         else:
             state = "idle"
-        return SessionStatus(state, active.run_id if active is not None else None, queued, pending)
+        return SessionStatus(state, running, queued, pending)
 
     async def read_status(self) -> SessionStatus:
         """:meth:`status`, with the pending calls read from the session's log when no run is going (on

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import weakref
+from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
@@ -17,7 +19,7 @@ from rxagent.agent import ExternalResult, PendingToolCallsError, SessionHandle, 
 from rxagent.serve.http import ApiError, JsonObject, json_response, read_json
 from rxagent.serve.hub import HUB
 from rxagent.serve.streams import EventStream
-from rxagent.session import FeedGap, FeedItem
+from rxagent.session import FeedGap, FeedItem, SessionFeed
 from rxagent.state import PendingCall
 
 __all__ = ["encode_feed", "pending_json", "routes", "status_json"]
@@ -106,9 +108,11 @@ async def get_feed(request: web.Request) -> web.StreamResponse:
     settings = hub.settings
     stream = EventStream(request, heartbeat=settings.heartbeat, send_timeout=settings.send_timeout)
 
+    encoded = _encoded(feed)
+
     async def body() -> None:
         async for batch in feed.watch_batches(after):
-            for chunk in encode_feed(batch):
+            for chunk in encoded.get(batch):
                 await stream.send(chunk)
 
     hub.streams.add(stream)
@@ -131,6 +135,37 @@ def _after(request: web.Request) -> int:
     if after < 0:
         raise ApiError(400, f"{name} must be 0 or more")
     return after
+
+
+class _Encoded:
+    """The batches of one feed encoded last: the clients a wake of the feed wakes together read the same
+    batch (the same items of the shared ring), which is then encoded once for all of them."""
+
+    __slots__ = ("entries",)
+
+    def __init__(self) -> None:
+        self.entries: deque[tuple[FeedItem, FeedItem, list[bytes]]] = deque(maxlen=4)
+
+    def get(self, batch: list[FeedItem] | FeedGap) -> list[bytes]:
+        if isinstance(batch, FeedGap):
+            return list(encode_feed(batch))
+        first, last = batch[0], batch[-1]
+        for known_first, known_last, chunks in self.entries:
+            if known_first is first and known_last is last:  # the very items: held here, so not reused
+                return chunks
+        chunks = list(encode_feed(batch))
+        self.entries.append((first, last, chunks))
+        return chunks
+
+
+_ENCODED: weakref.WeakKeyDictionary[SessionFeed, _Encoded] = weakref.WeakKeyDictionary()
+
+
+def _encoded(feed: SessionFeed) -> _Encoded:
+    encoded = _ENCODED.get(feed)
+    if encoded is None:
+        encoded = _ENCODED[feed] = _Encoded()
+    return encoded
 
 
 def encode_feed(batch: list[FeedItem] | FeedGap) -> Iterable[bytes]:

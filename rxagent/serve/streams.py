@@ -2,13 +2,14 @@
 
 An endpoint that streams (the session feed, AG-UI) opens an :class:`EventStream` and runs its body in it:
 the body reads the session's feed and :meth:`~EventStream.send`\\ s what it has, in one write per wake of
-the feed. Beside it a small watchdog task writes ``: ping`` after ``heartbeat`` seconds without a write.
+the feed. Beside it a small watchdog task writes ``: ping`` after ``heartbeat`` seconds without a write,
+and drops a client that takes nothing for ``send_timeout`` seconds.
 
 **Memory per client stays bounded.** A client that stops reading fills its connection's buffers; a write
 then waits (aiohttp drains once 64 KiB are pending), so the body stops taking items from the feed, whose
 shared ring moves on without it. Nothing is queued for the client: when it reads again its watcher catches
-up from the session's log. A client that takes no write for ``send_timeout`` seconds is dropped (its
-connection aborted, its buffers freed); it can come back with ``Last-Event-ID``.
+up from the session's log. A client that takes nothing for ``send_timeout`` seconds while data waits for
+it is dropped (its connection aborted, its buffers freed); it can come back with ``Last-Event-ID``.
 
 **Ending.** :meth:`~EventStream.end` asks the body to stop where it waits (the server stopping, a run
 that ended without telling the feed): the body's task is cancelled, the stream takes that cancellation
@@ -63,25 +64,26 @@ class EventStream:
         self._task: asyncio.Task[object] | None = None
         self._cancels = 0
         self._writing = False
+        self._dropped = False
         self._last_write = 0.0
 
     async def send(self, data: bytes) -> None:
         """Write ``data`` (whole SSE events) to the client.
 
         Raises:
-            ConnectionResetError: the client went away, or took nothing for ``send_timeout`` seconds
-                (then its connection is aborted).
+            ConnectionError: the client went away, or was dropped for taking nothing for
+                ``send_timeout`` seconds.
         """
+        # No timer per write (a write is one syscall when the client keeps up): the watchdog enforces
+        # the deadline.
         self._writing = True
         try:
-            async with asyncio.timeout(self.send_timeout):
-                await self.response.write(data)
-        except TimeoutError:
-            self._abort()
-            raise ConnectionResetError(f"the client took no data for {self.send_timeout:g} s") from None
+            await self.response.write(data)
         finally:
             self._writing = False
             self._last_write = asyncio.get_running_loop().time()
+        if self._dropped:
+            raise ConnectionResetError(f"the client took no data for {self.send_timeout:g} s")
 
     def end(self) -> None:
         """Ask the body to stop (from any code on the loop): it is cancelled where it waits, and
@@ -101,7 +103,7 @@ class EventStream:
         self._last_write = loop.time()
         task = asyncio.current_task()
         assert task is not None
-        watchdog = loop.create_task(self._heartbeats(), name="rxagent.serve.heartbeat")
+        watchdog = loop.create_task(self._watch(), name="rxagent.serve.watchdog")
         try:
             self._task = task
             try:
@@ -116,22 +118,40 @@ class EventStream:
                 self._task = None
             if last_word is not None:
                 await last_word()
-        except ConnectionResetError:  # the client went away or was dropped: nothing more to say
+        except ConnectionError:  # the client went away or was dropped: nothing more to say
             pass
         finally:
             self.closed.set()
             watchdog.cancel()  # not awaited: awaiting here could swallow a cancellation of this task
 
-    async def _heartbeats(self) -> None:
+    async def _watch(self) -> None:
+        """Ping after ``heartbeat`` seconds without a write; drop a client that took nothing for
+        ``send_timeout`` seconds while data waited for it (a write pending, or bytes left unsent)."""
         loop = asyncio.get_running_loop()
-        with contextlib.suppress(ConnectionResetError):
-            while True:
-                idle = loop.time() - self._last_write
-                if idle < self.heartbeat:
-                    await asyncio.sleep(self.heartbeat - idle)
-                elif self._writing:  # a write waits for the client: its own deadline ends it
-                    await asyncio.sleep(self.heartbeat)
-                else:
+        transport = self.request.transport
+        check = min(self.heartbeat, self.send_timeout) / 2
+        stalled_since: float | None = None
+        seen = (self._last_write, 0)
+        with contextlib.suppress(ConnectionError):
+            while transport is not None and not transport.is_closing():
+                now = loop.time()
+                unsent = transport.get_write_buffer_size()
+                if self._writing or unsent:
+                    progress = self._last_write != seen[0] or unsent < seen[1]
+                    seen = (self._last_write, unsent)
+                    if stalled_since is None or progress:
+                        stalled_since = now
+                    elif now - stalled_since >= self.send_timeout:
+                        self._dropped = True
+                        self._abort()
+                        return
+                    await asyncio.sleep(check)
+                    continue
+                stalled_since, seen = None, (self._last_write, 0)
+                due = self._last_write + self.heartbeat
+                if now < due:
+                    await asyncio.sleep(due - now)
+                else:  # nothing is pending, so this write does not wait
                     await self.send(_PING)
 
     def _abort(self) -> None:
