@@ -98,18 +98,12 @@ def _check_origin(request: web.Request) -> None:
 
 class RedactedAccessLogger(AbstractAccessLogger):
     """One line per request: client, method, path (never the query string: it may carry the token),
-    status, size and time."""
+    status and time."""
 
     def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
         """Write the request's line."""
         self.logger.info(
-            "%s %s %s %d %d %.3fs",
-            request.remote or "-",
-            request.method,
-            request.path,
-            response.status,
-            response.body_length,
-            time,
+            "%s %s %s %d %.3fs", request.remote or "-", request.method, request.path, response.status, time
         )
 
     @property

@@ -34,7 +34,7 @@ def routes() -> list[web.RouteDef]:
         web.get("/api/sessions", list_sessions),
         web.get("/api/sessions/{sid}", get_session),
         web.get("/api/sessions/{sid}/turns", get_turns),
-        web.get("/api/sessions/{sid}/feed", get_feed),
+        web.get("/api/sessions/{sid}/feed", get_feed, allow_head=False),  # a HEAD would hold a watcher
         web.post("/api/sessions/{sid}/runs", post_run),
         web.post("/api/sessions/{sid}/steer", post_steer),
         web.post("/api/sessions/{sid}/respond", post_respond),

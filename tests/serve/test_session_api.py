@@ -147,6 +147,7 @@ async def test_a_client_that_disconnects_never_stops_the_run() -> None:
             (stream,) = live.server.hub.streams
         await asyncio.wait_for(stream.closed.wait(), WAIT)  # the server noticed the client left
         assert not live.server.hub.streams
+        assert (await live.server.hub.handle("s").open_feed()).watchers == 0  # its watcher let go
         model.open()
         handle = live.server.hub.handle("s")
         await asyncio.wait_for(handle.wait(), WAIT)
@@ -328,6 +329,8 @@ async def test_unknown_sessions_and_invalid_ids() -> None:
             assert status == 400, bad
             assert "session id" in answer["error"]
         assert (await live.get("/api/sessions"))[1] == {"sessions": []}
+        async with live.http.head("/api/sessions/nobody/feed") as response:
+            assert response.status == 405  # a HEAD would hold a watcher for nothing
         status, answer = await live.get("/api/nothing-here")
         assert status == 404
         assert "error" in answer
