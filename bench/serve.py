@@ -293,9 +293,8 @@ async def latency_phase(clients: int, deltas: int, pace: float) -> list[float]:
         print(f"{clients} clients × {deltas} deltas in {elapsed:.2f} s ({read[0]} facts each, none missed)")
         per_event = server_cpu / (clients * deltas) * 1e6
         load = f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
-        print(
-            f"CPU: server {server_cpu:.2f} s ({per_event:.1f} µs per event delivered), clients {client_cpu:.2f} s"
-        )
+        print(f"CPU: server {server_cpu:.2f} s ({per_event:.1f} µs per event delivered), ", end="")
+        print(f"clients {client_cpu:.2f} s")
         print(f"({load}: the latency's tail grows with the machine's other work)")
         return latencies
     finally:

@@ -304,7 +304,7 @@ class SessionHandle:
                     run.interrupt()
             self.interrupt()  # a run of this session not submitted here
             try:
-                async with asyncio.timeout(grace):
+                async with self.agent.clock.timeout(grace):
                     await self.wait()
             except TimeoutError:
                 for run in list(self._runs):

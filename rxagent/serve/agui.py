@@ -303,7 +303,11 @@ async def run_agui(request: web.Request) -> web.StreamResponse:
     )
     settings = hub.settings
     stream = EventStream(
-        request, heartbeat=settings.heartbeat, send_timeout=settings.send_timeout, ends_by_itself=True
+        request,
+        heartbeat=settings.heartbeat,
+        send_timeout=settings.send_timeout,
+        ends_by_itself=True,
+        clock=hub.agent.clock,
     )
     cursor = after
     outcome: list[BaseException | None] = []
@@ -331,7 +335,7 @@ async def run_agui(request: web.Request) -> web.StreamResponse:
             return
         if run.done():  # it ended before its end reached this stream: read the feed up to now
             try:
-                async with asyncio.timeout(hub.settings.stop_timeout):
+                async with hub.agent.clock.timeout(hub.settings.stop_timeout):
                     await take(feed.head)
             except TimeoutError:
                 pass

@@ -8,6 +8,7 @@ submitted here waits for its turn.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 
 from aiohttp import web
@@ -104,11 +105,11 @@ class SessionHub:
     async def end_streams(self, grace: float) -> None:
         """Let the streams that end by themselves (AG-UI runs reporting how they ended) finish for up to
         ``grace`` seconds, then end the rest (session feeds, which never finish by themselves)."""
-        finishing = [asyncio.ensure_future(s.closed.wait()) for s in self.streams if s.ends_by_itself]
+        finishing = [s.closed.wait() for s in self.streams if s.ends_by_itself]
         if finishing:
-            _, late = await asyncio.wait(finishing, timeout=grace)
-            for waiter in late:
-                waiter.cancel()
+            with contextlib.suppress(TimeoutError):
+                async with self.agent.clock.timeout(grace):
+                    await asyncio.gather(*finishing)
         for stream in list(self.streams):
             stream.end()
 

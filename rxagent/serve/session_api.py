@@ -106,7 +106,9 @@ async def get_feed(request: web.Request) -> web.StreamResponse:
     if after > feed.head:
         raise ApiError(400, f"the session has no fact {after} yet (its last is {feed.head})")
     settings = hub.settings
-    stream = EventStream(request, heartbeat=settings.heartbeat, send_timeout=settings.send_timeout)
+    stream = EventStream(
+        request, heartbeat=settings.heartbeat, send_timeout=settings.send_timeout, clock=hub.agent.clock
+    )
 
     encoded = _encoded(feed)
 

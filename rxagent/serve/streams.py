@@ -26,6 +26,8 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from rxagent.clock import SYSTEM_CLOCK, Clock
+
 __all__ = ["EventStream"]
 
 _PING = b": ping\n\n"
@@ -40,12 +42,20 @@ class EventStream:
         send_timeout: seconds a write may wait for the client before the client is dropped.
         ends_by_itself: the body returns on its own once it has said everything (an AG-UI run's stream);
             a stopping server lets such streams finish before it ends the others.
+        clock: what heartbeats and the send deadline are timed on (the agent's).
     """
 
     def __init__(
-        self, request: web.Request, *, heartbeat: float, send_timeout: float, ends_by_itself: bool = False
+        self,
+        request: web.Request,
+        *,
+        heartbeat: float,
+        send_timeout: float,
+        ends_by_itself: bool = False,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.request = request
+        self.clock = clock
         self.ends_by_itself = ends_by_itself
         self.closed = asyncio.Event()
         """Set once :meth:`serve` has returned."""
@@ -81,7 +91,7 @@ class EventStream:
             await self.response.write(data)
         finally:
             self._writing = False
-            self._last_write = asyncio.get_running_loop().time()
+            self._last_write = self.clock.now()
         if self._dropped:
             raise ConnectionResetError(f"the client took no data for {self.send_timeout:g} s")
 
@@ -100,7 +110,7 @@ class EventStream:
         closing event; it runs after the body returns or was ended, not when the client went away)."""
         await self.response.prepare(self.request)
         loop = asyncio.get_running_loop()
-        self._last_write = loop.time()
+        self._last_write = self.clock.now()
         task = asyncio.current_task()
         assert task is not None
         watchdog = loop.create_task(self._watch(), name="rxagent.serve.watchdog")
@@ -127,14 +137,14 @@ class EventStream:
     async def _watch(self) -> None:
         """Ping after ``heartbeat`` seconds without a write; drop a client that took nothing for
         ``send_timeout`` seconds while data waited for it (a write pending, or bytes left unsent)."""
-        loop = asyncio.get_running_loop()
+        clock = self.clock
         transport = self.request.transport
         check = min(self.heartbeat, self.send_timeout) / 2
         stalled_since: float | None = None
         seen = (self._last_write, 0)
         with contextlib.suppress(ConnectionError):
             while transport is not None and not transport.is_closing():
-                now = loop.time()
+                now = clock.now()
                 unsent = transport.get_write_buffer_size()
                 if self._writing or unsent:
                     progress = self._last_write != seen[0] or unsent < seen[1]
@@ -145,12 +155,12 @@ class EventStream:
                         self._dropped = True
                         self._abort()
                         return
-                    await asyncio.sleep(check)
+                    await clock.sleep(check)
                     continue
                 stalled_since, seen = None, (self._last_write, 0)
                 due = self._last_write + self.heartbeat
                 if now < due:
-                    await asyncio.sleep(due - now)
+                    await clock.sleep(due - now)
                 else:  # nothing is pending, so this write does not wait
                     await self.send(_PING)
 

@@ -21,6 +21,7 @@ import pytest
 
 from rxagent import ScriptedModel, ScriptedResponse, ScriptedToolCall
 from rxagent.agent import AgentOptions, ReActAgent
+from rxagent.clock import VirtualClock
 from rxagent.events import event_from_json
 from rxagent.tools import Permissions, Toolkit, tool
 from tests.serve.conftest import WAIT, ValveModel, fact_events, head_reaches, is_result_of, serving
@@ -127,13 +128,42 @@ async def test_the_feed_resumes_after_last_event_id_with_no_gap_and_no_duplicate
         assert [f["seq"] for f in fact_events(third)] == seqs[int(last_id) :]
 
 
-async def test_an_idle_feed_sends_heartbeats() -> None:
-    async with serving(ReActAgent(ScriptedModel(["hi"])), heartbeat=0.05) as live:
+async def test_an_idle_feed_sends_a_heartbeat_after_15_seconds_of_silence() -> None:
+    clock = VirtualClock()
+    async with serving(ReActAgent(ScriptedModel(["hi"]), clock=clock)) as live:  # the default heartbeat
         _, answer = await live.post("/api/sessions/quiet/runs", {"input": "hello"})
         async with live.sse("/api/sessions/quiet/feed") as feed:
-            await feed.until(is_result_of(answer["run_id"]))
-            # Nothing more happens: the server pings, and only pings.
-            assert [await feed.next_comment(), await feed.next_comment()] == ["ping", "ping"]
+            await clock.run(feed.until(is_result_of(answer["run_id"])))
+            # Nothing more happens: after 15 s of silence the server pings, and only pings.
+            await clock.advance(15)
+            assert await feed.next_comment() == "ping"
+            await clock.advance(15)
+            assert await feed.next_comment() == "ping"
+
+
+async def test_a_client_that_takes_nothing_for_send_timeout_is_dropped_and_the_run_goes_on() -> None:
+    clock = VirtualClock()
+    model = ScriptedModel([ScriptedResponse(text="w" * 20_000, chunk_size=1)])
+    async with serving(ReActAgent(model, clock=clock), send_timeout=60) as live:
+        await live.post("/api/sessions/s/runs", {"input": "first"})  # the session exists
+        handle = live.server.hub.handle("s")
+        await clock.run(handle.wait())
+        model.extend(ScriptedResponse(text="v" * 20_000, chunk_size=1))
+        host, port = live.url.removeprefix("http://").split(":")
+        _, writer = await _stalled_client(host, int(port), "/api/sessions/s/feed")
+        try:
+            (stream,) = live.server.hub.streams
+            _, answer = await live.post("/api/sessions/s/runs", {"input": "second"})
+            await clock.run(handle.wait())  # the stalled client fills its buffers, then waits
+            assert (await live.agent.state(handle.ctx)).messages[-1].text == "v" * 20_000
+            await clock.advance(60)
+            await clock.advance(60)  # well past the deadline with data waiting: dropped
+            await asyncio.wait_for(stream.closed.wait(), WAIT)
+            assert not live.server.hub.streams
+            turns = (await live.get("/api/sessions/s/turns"))[1]["turns"]
+            assert turns[-1]["runs"][0]["run_id"] == answer["run_id"]
+        finally:
+            writer.close()
 
 
 async def test_a_client_that_disconnects_never_stops_the_run() -> None:
