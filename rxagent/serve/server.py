@@ -71,6 +71,7 @@ class AgentServer:
         """Listen (on the running loop)."""
         if self._runner is not None:
             raise RuntimeError("the server has started already")
+        self.hub.stopping = False  # a server stopped before takes work again
         runner = web.AppRunner(
             self.app,
             handle_signals=False,

@@ -117,7 +117,8 @@ class EventStream:
         try:
             self._task = task
             try:
-                await body()
+                if not self.ended:  # asked to end before it began (what it waited for had already come)
+                    await body()
             except asyncio.CancelledError:
                 cancels, self._cancels, self._task = self._cancels, 0, None
                 for _ in range(cancels):

@@ -17,6 +17,7 @@ import json
 import socket
 from typing import Any
 
+import aiohttp
 import pytest
 
 from rxagent import ScriptedModel, ScriptedResponse, ScriptedToolCall
@@ -524,3 +525,19 @@ async def _read_all_seqs(reader: asyncio.StreamReader, head: int) -> list[int]:
             if line.startswith(b"id: "):
                 seqs.append(int(line[4:]))
     return seqs
+
+
+async def test_a_stopped_server_starts_again_and_takes_work() -> None:
+    async with serving(ReActAgent(ScriptedModel(["one", "two"]))) as live:
+        _, first = await live.post("/api/sessions/s/runs", {"input": "one"})
+        await _result_of(live, "s", first["run_id"])
+        await live.server.stop()
+        with pytest.raises(RuntimeError, match="has not started"):
+            _ = live.server.url
+        await live.server.start()
+        async with aiohttp.ClientSession(base_url=live.server.url) as http:
+            async with http.post("/api/sessions/s/runs", json={"input": "two"}) as response:
+                assert response.status == 202
+            await asyncio.wait_for(live.server.hub.handle("s").wait(), WAIT)
+            async with http.get("/api/sessions/s/turns") as response:
+                assert len((await response.json())["turns"]) == 2
