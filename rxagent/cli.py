@@ -262,8 +262,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=_port, default=8765, help="the port (0 picks a free one)")
     serve.add_argument(
         "--token",
-        default=os.environ.get("RXAGENT_TOKEN") or None,
-        help="every request must carry this token (default: $RXAGENT_TOKEN; required off loopback)",
+        help="every request must carry this token (else $RXAGENT_TOKEN; required off loopback)",
     )
     return parser
 
@@ -603,7 +602,9 @@ def _serve_settings(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     except ImportError as error:
         parser.error(f"serve needs the extra: pip install 'rxagent[serve]' ({error})")
     try:
-        return ServeSettings(host=args.host, port=args.port, token=args.token)
+        # The environment is read here, not as the option's default: --help shows defaults.
+        token = args.token or os.environ.get("RXAGENT_TOKEN") or None
+        return ServeSettings(host=args.host, port=args.port, token=token)
     except ValueError as error:
         parser.error(str(error))
 

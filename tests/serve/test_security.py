@@ -73,6 +73,13 @@ async def test_the_command_refuses_to_serve_off_loopback_without_a_token() -> No
     assert "Traceback" not in done.stderr
 
 
+async def test_the_help_never_shows_the_token_from_the_environment() -> None:
+    done = await finish(await start("serve", "--help", env=command_env(RXAGENT_TOKEN=TOKEN)))
+    assert done.code == 0
+    assert "--token" in done.stdout
+    assert TOKEN not in done.stdout + done.stderr
+
+
 async def test_off_loopback_with_a_token_it_serves_and_checks_it() -> None:
     env = command_env(RXAGENT_TOKEN=TOKEN)  # the token from the environment, not the command line
     process = await start("serve", "--host", "0.0.0.0", "--port", "0", "--tools", "none", env=env)
