@@ -62,7 +62,10 @@ Sessions
     ``Last-Event-ID``. An ``event: gap`` (``data: {"first", "last"}``) would say facts were skipped; this
     server never skips. Disconnecting never affects a run.
 ``POST /api/sessions/{sid}/runs`` ``{"input": "text"}``
-    ``202 {"run_id"}``: the run is queued behind the session's others; follow it on the feed.
+    ``202 {"run_id"}``: the run is queued behind the session's others; follow it on the feed. A W3C
+    ``traceparent`` header joins the run to the caller's trace (its events carry that trace id; with
+    :class:`rxagent.telemetry.Telemetry` on the agent, its spans are children of the caller's span); an
+    invalid one is ignored. The same holds for ``respond`` and ``/ag-ui``.
 ``POST /api/sessions/{sid}/steer`` ``{"message": "text"}``
     ``202 {}``: the message joins the running run at its next reasoning boundary; with no run going (or
     none reaching a boundary) it starts the next run.

@@ -291,7 +291,7 @@ async def run_agui(request: web.Request) -> web.StreamResponse:
         hub.refuse_while_waiting(status, "new input (send resume entries for its interrupts)")
     feed = await handle.open_feed()
     after = feed.head
-    run = handle.submit([*answers, *([message] if message is not None else [])])
+    run = hub.submit(handle, [*answers, *([message] if message is not None else [])], request)
     still_waiting = {i: p for i, p in waiting.items() if i not in {a.call_id for a in answers}}
     translator = AguiTranslator(
         run_input.thread_id,

@@ -13,7 +13,7 @@ import re
 
 from aiohttp import web
 
-from rxagent.agent import ReActAgent, SessionHandle, SessionStatus
+from rxagent.agent import AgentInput, ReActAgent, RunHandle, SessionHandle, SessionStatus
 from rxagent.context import RuntimeContext
 from rxagent.serve.http import ApiError
 from rxagent.serve.settings import ServeSettings
@@ -79,6 +79,19 @@ class SessionHub:
         if not await self.exists(session_id):
             raise ApiError(404, f"no session {session_id!r}")
         return self.handle(session_id)
+
+    @staticmethod
+    def submit(handle: SessionHandle, input: AgentInput, request: web.Request) -> RunHandle:
+        """Queue a run of ``input`` on the session, joined to the caller's trace when the request carries
+        a valid ``traceparent`` header (an invalid one is ignored, as the W3C asks: the run starts its
+        own trace)."""
+        header = request.headers.get("traceparent")
+        if header is not None:
+            try:
+                return handle.submit(input, traceparent=header)
+            except ValueError:
+                pass
+        return handle.submit(input)
 
     def refuse_while_stopping(self) -> None:
         """Raise a 503 while the server stops (it starts nothing new then)."""

@@ -210,7 +210,7 @@ async def post_run(request: web.Request) -> web.Response:
     text = _text(body, "input")
     hub.refuse_while_stopping()
     hub.refuse_while_waiting(await handle.read_status(), "new input")
-    run = handle.submit(text)
+    run = hub.submit(handle, text, request)
     return json_response({"run_id": run.id}, 202)
 
 
@@ -242,7 +242,7 @@ async def post_respond(request: web.Request) -> web.Response:
         raise ApiError(400, "send at least one entry in 'decisions' or 'results'")
     hub.refuse_while_stopping()
     await _check_answers(handle, answers)
-    run = handle.respond(answers)
+    run = hub.submit(handle, answers, request)
     return json_response({"run_id": run.id}, 202)
 
 

@@ -541,3 +541,19 @@ async def test_a_stopped_server_starts_again_and_takes_work() -> None:
             await asyncio.wait_for(live.server.hub.handle("s").wait(), WAIT)
             async with http.get("/api/sessions/s/turns") as response:
                 assert len((await response.json())["turns"]) == 2
+
+
+async def test_a_traceparent_joins_the_run_to_the_callers_trace_and_a_bad_one_is_ignored() -> None:
+    async with serving(ReActAgent(ScriptedModel(["joined", "alone"]))) as live:
+        trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+        header = {"traceparent": f"00-{trace}-00f067aa0ba902b7-01"}
+        _, joined = await live.post("/api/sessions/s/runs", {"input": "one"}, headers=header)
+        events = await _result_of(live, "s", joined["run_id"])
+        assert {f["data"]["trace_id"] for f in events if f["kind"] == "event"} == {trace}
+        _, alone = await live.post("/api/sessions/s/runs", {"input": "two"}, headers={"traceparent": "junk"})
+        events = await _result_of(live, "s", alone["run_id"])
+        traces = {
+            f["data"]["trace_id"] for f in events if f["kind"] == "event" and f["run_id"] == alone["run_id"]
+        }
+        assert len(traces) == 1
+        assert trace not in traces
