@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import re
 import signal
@@ -51,6 +52,8 @@ from rxagent.tools.toolkit import Toolkit
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from rxagent.serve import ServeSettings
 
 __all__ = ["ExitCode", "exit_code_for", "main", "terminal_safe"]
 
@@ -216,30 +219,59 @@ def _parser() -> argparse.ArgumentParser:
         help="make the first step call a tool",
     )
     common.add_argument(
-        "--json", action="store_true", help="print every event as a JSON line, and nothing else, on stdout"
-    )
-    common.add_argument(
-        "--session", default="cli", help="the session to continue (with --db, across invocations)"
-    )
-    common.add_argument(
         "--db",
         default=os.environ.get("RXAGENT_DB") or None,
         metavar="PATH_OR_URL",
         help="where sessions live: a SQLite file (created if missing) or postgresql://… "
         "(default: $RXAGENT_DB, else memory, which forgets the session when the command ends)",
     )
+    one_session = argparse.ArgumentParser(add_help=False)
+    one_session.add_argument(
+        "--json", action="store_true", help="print every event as a JSON line, and nothing else, on stdout"
+    )
+    one_session.add_argument(
+        "--session", default="cli", help="the session to continue (with --db, across invocations)"
+    )
     run = commands.add_parser(
-        "run", parents=[common], help="answer one prompt", epilog=_EPILOG, formatter_class=_HelpFormatter
+        "run",
+        parents=[common, one_session],
+        help="answer one prompt",
+        epilog=_EPILOG,
+        formatter_class=_HelpFormatter,
     )
     run.add_argument("prompt")
     commands.add_parser(
         "chat",
-        parents=[common],
+        parents=[common, one_session],
         help="chat over the lines of stdin (an empty line or end of input quits)",
         epilog=_EPILOG,
         formatter_class=_HelpFormatter,
     )
+    serve = commands.add_parser(
+        "serve",
+        parents=[common],
+        help="serve the agent's sessions on HTTP: the session API, its live feed, and AG-UI",
+        description="Serve the agent's sessions on HTTP (needs the extra: pip install 'rxagent[serve]'). "
+        "Prints 'listening on http://HOST:PORT' first on stdout; Ctrl-C or SIGTERM stops it cleanly "
+        "(running runs are interrupted and saved).",
+        formatter_class=_HelpFormatter,
+    )
+    serve.add_argument(
+        "--host", default="127.0.0.1", help="the interface to listen on (off loopback: --token)"
+    )
+    serve.add_argument("--port", type=_port, default=8765, help="the port (0 picks a free one)")
+    serve.add_argument(
+        "--token",
+        help="every request must carry this token (else $RXAGENT_TOKEN; required off loopback)",
+    )
     return parser
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 65535, not {text!r}")
+    return value
 
 
 def _model(args: argparse.Namespace) -> ChatModel:
@@ -531,6 +563,52 @@ async def _main(args: argparse.Namespace, toolkit: Toolkit) -> ExitCode:
             await close()
 
 
+async def _serve(args: argparse.Namespace, toolkit: Toolkit, settings: ServeSettings) -> ExitCode:
+    """``rxagent serve``: listen, say where on stdout, then serve until SIGINT or SIGTERM."""
+    from rxagent.serve import AgentServer
+
+    loop = asyncio.get_running_loop()
+    loop.set_default_executor(_DaemonThreads())
+    model = _model(args)
+    agent: ReActAgent | None = None
+    stop = asyncio.Event()
+    signals = (signal.SIGINT, signal.SIGTERM)
+    for number in signals:
+        loop.add_signal_handler(number, stop.set)
+    try:
+        agent = _agent(args, model, toolkit)
+        server = AgentServer(agent, settings)
+        await server.start()
+        try:
+            print(f"listening on {server.url}", flush=True)
+            await stop.wait()
+            print("rxagent: stopping: interrupting running runs, closing connections", file=sys.stderr)
+        finally:
+            await server.stop()
+        return ExitCode.ANSWER
+    finally:
+        for number in signals:
+            loop.remove_signal_handler(number)
+        if agent is not None:
+            await agent.aclose()
+        close: Any = getattr(model, "aclose", None)
+        if close is not None:
+            await close()
+
+
+def _serve_settings(parser: argparse.ArgumentParser, args: argparse.Namespace) -> ServeSettings:
+    try:
+        from rxagent.serve import ServeSettings
+    except ImportError as error:
+        parser.error(f"serve needs the extra: pip install 'rxagent[serve]' ({error})")
+    try:
+        # The environment is read here, not as the option's default: --help shows defaults.
+        token = args.token or os.environ.get("RXAGENT_TOKEN") or None
+        return ServeSettings(host=args.host, port=args.port, token=token)
+    except ValueError as error:
+        parser.error(str(error))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``rxagent`` command; returns the process exit code (see :class:`ExitCode`).
 
@@ -544,9 +622,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         toolkit = Toolkit(demo_tools(_tool_names(args), files_root=args.files_root))
     except ValueError as error:
         parser.error(str(error))
+    settings = _serve_settings(parser, args) if args.command == "serve" else None
     if args.base_url and not os.environ.get(args.api_key_env):
         print(f"rxagent: no ${args.api_key_env} set: sending no API key", file=sys.stderr)
     try:
+        if settings is not None:
+            logging.basicConfig(
+                level=logging.INFO,
+                stream=sys.stderr,
+                format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+            )
+            return asyncio.run(_serve(args, toolkit, settings))
         return asyncio.run(_main(args, toolkit))
     except KeyboardInterrupt:
         return ExitCode.INTERRUPTED

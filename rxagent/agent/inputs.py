@@ -53,9 +53,10 @@ class ExternalResult:
 
 
 AgentInput: TypeAlias = (
-    str | Msg | Sequence[Msg] | ToolDecision | ExternalResult | Sequence[ToolDecision | ExternalResult] | None
+    str | Msg | ToolDecision | ExternalResult | Sequence[Msg | ToolDecision | ExternalResult] | None
 )
-"""What a run starts from: user text, messages, or decisions/results for the session's pending calls."""
+"""What a run starts from: user text, messages, or decisions/results for the session's pending calls (a
+sequence may mix answers and messages: the messages join the history after the answered calls' results)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,11 +32,13 @@ from reactivex import Observable, abc
 
 from rxagent.agent.control import RunControl
 from rxagent.agent.inputs import AgentInput, ExternalResult, ToolDecision
+from rxagent.agent.routing import check_answers
+from rxagent.agent.run import tool_view
 from rxagent.context import RuntimeContext
 from rxagent.events import AgentEvent, AgentResult
 from rxagent.messages import Msg, new_id
-from rxagent.operators import map_many
-from rxagent.session import FeedGap, FeedItem, FeedPolicy
+from rxagent.operators import from_async_iterable, map_many
+from rxagent.session import FeedGap, FeedItem, FeedPolicy, SessionFeed
 from rxagent.state import PendingCall
 
 if TYPE_CHECKING:
@@ -171,6 +173,7 @@ class SessionHandle:
         self._chores = 0
         self._idle = asyncio.Event()
         self._idle.set()
+        self._stopping = False
         self.last_run: RunHandle | None = None
         """The run submitted most recently (a steer that started one included)."""
 
@@ -249,6 +252,8 @@ class SessionHandle:
         injected ones join the history."""
         steered = [m for m, steer in entries if steer]
         injected = [m for m, steer in entries if not steer]
+        if self._stopping:  # no new run while the session stops: the messages join the history
+            injected, steered = [m for m, _ in entries], []
         if injected:
             self._chore(self.agent.add_messages(self.ctx, injected))
         if steered:
@@ -284,16 +289,47 @@ class SessionHandle:
         """Return once no run submitted through this handle is queued or running (on the loop)."""
         await self._idle.wait()
 
+    async def stop(self, grace: float | None = None) -> None:
+        """Stop the session's work (on the loop): runs waiting for their turn are cancelled before they
+        start, the running run is interrupted (it ends ``INTERRUPTED``, what finished kept and saved), and
+        messages steered into it too late join the history instead of starting a run. Returns once
+        nothing submitted here is queued or running; what still runs after ``grace`` seconds is
+        cancelled (cleanup only). The handle takes new work again afterwards."""
+        self._stopping = True
+        try:
+            for run in list(self._runs):
+                if run.status == "queued":
+                    run.cancel()
+                else:  # a run that holds the session, or is about to (it ends as soon as it has it)
+                    run.interrupt()
+            self.interrupt()  # a run of this session not submitted here
+            try:
+                async with self.agent.clock.timeout(grace):
+                    await self.wait()
+            except TimeoutError:
+                for run in list(self._runs):
+                    run.cancel()
+                await self.wait()
+        finally:
+            self._stopping = False
+
     # ---- where it stands ----------------------------------------------------------------------------------
 
     def status(self) -> SessionStatus:
         """Where the session stands now, as this process knows it (from any thread)."""
         active = self.agent.active_run(self.ctx)
-        queued = sum(1 for run in list(self._runs) if run.status == "queued")
+        runs = list(self._runs)
+        queued = sum(1 for run in runs if run.status == "queued")
+        # A run that holds its turn but is still taking the lease or loading the session is not active yet.
+        starting = next((run for run in runs if run.status == "running"), None)
         projection = self.agent.keeper.cached(self.key)
         pending = tuple(projection.state.pending) if projection is not None else ()
+        running: str | None = None
         if active is not None and not active.ended:
             state: SessionState = "running"
+            running = active.run_id
+        elif starting is not None:
+            state, running = "running", starting.id
         elif queued:
             state = "queued"
         elif any(p.kind == "ask" for p in pending):
@@ -302,19 +338,69 @@ class SessionHandle:
             state = "waiting_for_results"
         else:
             state = "idle"
-        return SessionStatus(state, active.run_id if active is not None else None, queued, pending)
+        return SessionStatus(state, running, queued, pending)
+
+    async def read_status(self) -> SessionStatus:
+        """:meth:`status`, with the pending calls read from the session's log when no run is going (on
+        the loop): right for a session this process has not run yet, or one another process ran."""
+        status = self.status()
+        if status.state in ("running", "queued"):
+            return status
+        pending = tuple((await self.agent.state(self.ctx)).pending)
+        state: SessionState = (
+            "waiting_for_approval"
+            if any(p.kind == "ask" for p in pending)
+            else "waiting_for_results"
+            if pending
+            else "idle"
+        )
+        return SessionStatus(state, None, 0, pending)
+
+    async def check(self, answers: Sequence[ToolDecision | ExternalResult]) -> None:
+        """Check that ``answers`` fit the calls the session waits on now, as :meth:`respond` would need
+        (on the loop; nothing changes).
+
+        Raises:
+            PendingToolCallsError: an unknown call id, two answers for one call, the wrong kind of answer,
+                or edited arguments the tool refuses (see
+                :func:`~rxagent.agent.routing.check_answers`).
+        """
+        state = await self.agent.state(self.ctx)
+        waiting = {p.call.id: p for p in state.pending if p.kind != "retry"}
+        check_answers(answers, waiting, tool_view(self.agent.toolkit, self.ctx, state))
 
     # ---- watching -----------------------------------------------------------------------------------------
 
-    def watch(self, after: int = 0, *, policy: FeedPolicy = "catch_up") -> AsyncIterator[FeedItem | FeedGap]:
+    async def watch(
+        self, after: int = 0, *, policy: FeedPolicy = "catch_up"
+    ) -> AsyncIterator[FeedItem | FeedGap]:
         """The session's feed from sequence number ``after`` on, as an async iterator (on the loop): the
         log's facts up to now, then each new one as it comes (see :mod:`rxagent.session.feed`)."""
-        return self.agent.keeper.feed(self.key).watch(after, policy=policy)
+        async for batch in self.watch_batches(after, policy=policy):
+            if isinstance(batch, FeedGap):
+                yield batch
+                continue
+            for item in batch:
+                yield item
+
+    async def watch_batches(
+        self, after: int = 0, *, policy: FeedPolicy = "catch_up"
+    ) -> AsyncIterator[list[FeedItem] | FeedGap]:
+        """:meth:`watch`, in batches: everything new at each wake of the feed as one list (what a server
+        writes to a client in one go; see :meth:`~rxagent.session.SessionFeed.watch_batches`)."""
+        feed = await self.open_feed()
+        async for batch in feed.watch_batches(after, policy=policy):
+            yield batch
+
+    async def open_feed(self) -> SessionFeed:
+        """The session's feed in this process, its head brought up to the log's first (a session this
+        process has not run yet, or that another process appended to, has facts the feed must know of)."""
+        return self.agent.keeper.feed(self.key, head=await self.agent.store.head(self.key))
 
     def feed(self, after: int = 0, *, policy: FeedPolicy = "catch_up") -> Observable[FeedItem | FeedGap]:
         """:meth:`watch` as an observable: each subscription is one watcher; disposing it stops only that
         watcher, never a run."""
-        return self.agent.keeper.feed(self.key).observe(after, policy=policy)
+        return from_async_iterable(lambda: self.watch(after, policy=policy))
 
     def events(self, after: int = 0, *, policy: FeedPolicy = "catch_up") -> Observable[AgentEvent | FeedGap]:
         """The feed's recorded events only (what the session's runs emitted), with gaps when they occur."""

@@ -26,9 +26,9 @@ from rxagent.events import AgentEvent, RunStarted
 from rxagent.messages import Msg, ToolUseBlock
 from rxagent.operators import sync_of
 from rxagent.state import PendingCall
-from rxagent.tools import ToolArgumentError, Unavailable, result_of
+from rxagent.tools import ToolArgumentError, ToolView, Unavailable, result_of
 
-__all__ = ["EDITED_CALLS", "RouteDecision", "apply_input", "start_step"]
+__all__ = ["EDITED_CALLS", "RouteDecision", "apply_input", "check_answers", "start_step"]
 
 RouteDecision = Callable[[tuple[ToolUseBlock, ...], RunState], Any]
 """``(approved calls, run) -> next node``: where a run goes once its input is applied."""
@@ -122,7 +122,7 @@ def _resume(
 ) -> tuple[tuple[ToolUseBlock, ...], list[AgentEvent]]:
     state = run.state
     by_id = {p.call.id: p for p in state.pending}
-    edits = _check_decisions(run, decisions, by_id)  # everything is checked before anything changes
+    edits = check_answers(decisions, by_id, run.view)  # everything is checked before anything changes
     approved: list[ToolUseBlock] = []
     for decision in decisions:
         call = by_id.pop(decision.call_id).call
@@ -158,10 +158,18 @@ def _decision_record(
     }
 
 
-def _check_decisions(
-    run: RunState, decisions: Sequence[ToolDecision | ExternalResult], pending: Mapping[str, PendingCall]
+def check_answers(
+    decisions: Sequence[ToolDecision | ExternalResult], pending: Mapping[str, PendingCall], view: ToolView
 ) -> dict[str, dict[str, JsonValue]]:
-    """Refuse any input that does not fit the pending calls; return the checked edits of approvals."""
+    """Refuse answers that do not fit the pending calls; return the checked edits of approvals by call id.
+
+    Each answer must name a pending call, once, with the right kind of answer (a decision for a call that
+    asks, a result for an external one); edited arguments come with an approval and must pass the tool's
+    schema in ``view``. Nothing changes either way: this only reads.
+
+    Raises:
+        PendingToolCallsError: what does not fit, and why.
+    """
     seen: set[str] = set()
     edits: dict[str, dict[str, JsonValue]] = {}
     for decision in decisions:
@@ -184,14 +192,14 @@ def _check_decisions(
                 raise PendingToolCallsError(
                     f"call {call_id!r}: edited arguments come with an approval, not a denial"
                 )
-            edits[call_id] = _checked_edit(run, waiting.call, decision.arguments)
+            edits[call_id] = _checked_edit(view, waiting.call, decision.arguments)
     return edits
 
 
 def _checked_edit(
-    run: RunState, call: ToolUseBlock, arguments: Mapping[str, JsonValue]
+    view: ToolView, call: ToolUseBlock, arguments: Mapping[str, JsonValue]
 ) -> dict[str, JsonValue]:
-    resolved = run.view.resolve(call.name)
+    resolved = view.resolve(call.name)
     if isinstance(resolved, Unavailable):
         raise PendingToolCallsError(f"call {call.id!r}: {resolved.message}")
     edited = dict(arguments)

@@ -25,12 +25,12 @@ from rxagent.model.types import provider_of
 from rxagent.retry import RetryBudget
 from rxagent.session import FactKind, Recorder
 from rxagent.state import AgentState, SessionKey
-from rxagent.tools import ToolExecutor, ToolView, result_of
+from rxagent.tools import ToolExecutor, Toolkit, ToolView, result_of
 
 if TYPE_CHECKING:
     from rxagent.agent.react import ReActAgent
 
-__all__ = ["RunState"]
+__all__ = ["RunState", "tool_view"]
 
 
 @dataclass(eq=False)
@@ -132,16 +132,7 @@ class RunState:
         }
         if caller.parent_run_id is not None:  # a nested run; top-level events keep the field's default
             self.head["parent_run_id"] = caller.parent_run_id
-        scope = caller.tools
-        groups = self.state.active_groups
-        if groups is None and scope is not None:
-            groups = scope.groups
-        self.view = agent.toolkit.view(
-            allow=scope.allow if scope is not None else None,
-            active_groups=groups,
-            presets=scope.presets if scope is not None else None,
-            shared_presets=scope.shared_presets if scope is not None else None,
-        )
+        self.view = tool_view(agent.toolkit, caller, self.state)
         self.executor = ToolExecutor(
             parallel=agent.options.parallel_tools,
             max_concurrency=agent.options.max_tool_concurrency,
@@ -240,3 +231,19 @@ class RunState:
     def add_messages(self, messages: Sequence[Msg]) -> None:
         """Append ``messages`` to the conversation (what custom steps use to say something to the model)."""
         self.state.messages.extend(messages)
+
+
+def tool_view(toolkit: Toolkit, caller: RuntimeContext, state: AgentState) -> ToolView:
+    """The tools a run of ``caller`` on a session in ``state`` may use: the toolkit narrowed by the
+    caller's :class:`~rxagent.context.ToolScope` and the session's active groups (the scope's groups for a
+    session that activated none)."""
+    scope = caller.tools
+    groups = state.active_groups
+    if groups is None and scope is not None:
+        groups = scope.groups
+    return toolkit.view(
+        allow=scope.allow if scope is not None else None,
+        active_groups=groups,
+        presets=scope.presets if scope is not None else None,
+        shared_presets=scope.shared_presets if scope is not None else None,
+    )

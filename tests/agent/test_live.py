@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from rxagent import ScriptedModel, ScriptedResponse, ScriptedToolCall
-from rxagent.agent import ExternalResult, ReActAgent, ToolDecision
+from rxagent.agent import ExternalResult, PendingToolCallsError, ReActAgent, ToolDecision
 from rxagent.context import RuntimeContext
 from rxagent.events import AgentEvent, AgentResult, TextDelta
 from rxagent.model.scripted import FunctionModel
@@ -450,3 +450,101 @@ async def test_events_of_the_feed_are_the_runs_events() -> None:
     assert all(not isinstance(e, FeedGap) for e in seen)
     types: Sequence[str] = [e.type for e in seen if not isinstance(e, FeedGap)]
     assert types[0] == "run_started"
+
+
+# ---- status from the log, checking answers, stopping -------------------------------------------------------
+
+
+async def test_status_is_never_idle_while_a_submitted_run_takes_its_session(tmp_path: Any) -> None:
+    agent = ReActAgent(ScriptedModel(["done"]), store=str(tmp_path / "s.db"))  # taking a lease takes a while
+    session = agent.session(CTX)
+    run = session.submit("hi")
+    states = set()
+    while not run.done():
+        states.add(session.status().state)
+        await asyncio.sleep(0)  # one loop turn: the run moves from its turn to its lease to running
+    assert "idle" not in states
+    assert states <= {"queued", "running"}
+    assert (await run).text == "done"
+    await agent.aclose()
+
+
+async def test_a_session_this_process_never_ran_reads_its_status_and_feed_from_the_log(tmp_path: Any) -> None:
+    path = str(tmp_path / "s.db")
+    asking = ScriptedResponse(tool_calls=[ScriptedToolCall("refund", {"order": "A-1"}, id="r1")])
+    first = ReActAgent(
+        ScriptedModel([asking]), Toolkit([refund]), permissions=Permissions().ask("refund"), store=path
+    )
+    assert (await first.session(CTX).submit("refund")).reason == "PERMISSION_ASKING"
+    stored = [(f.seq, f.kind, f.payload) for f in await first.facts(CTX)]
+    await first.aclose()
+
+    later = ReActAgent(
+        ScriptedModel([]), Toolkit([refund]), permissions=Permissions().ask("refund"), store=path
+    )
+    session = later.session(CTX)
+    assert session.status().state == "idle"  # this process holds nothing of the session
+    status = await session.read_status()
+    assert status.state == "waiting_for_approval"
+    assert [(p.call.id, p.kind) for p in status.pending] == [("r1", "ask")]
+    seen: list[tuple[int, str, str]] = []
+    async with asyncio.timeout(WAIT):
+        async for item in session.watch(0):
+            assert isinstance(item, FeedItem)
+            seen.append((item.seq, item.kind, item.payload))
+            if item.seq == stored[-1][0]:
+                break
+    assert seen == stored  # the whole log, replayed
+    await later.aclose()
+
+
+async def test_check_refuses_answers_that_do_not_fit_and_changes_nothing() -> None:
+    both = ScriptedResponse(
+        tool_calls=[
+            ScriptedToolCall("refund", {"order": "A-1"}, id="r1"),
+            ScriptedToolCall("sign", {"document": "NDA"}, id="e1"),
+        ]
+    )
+    agent = ReActAgent(
+        ScriptedModel([both]), Toolkit([refund, sign]), permissions=Permissions().ask("refund")
+    )
+    session = agent.session(CTX)
+    await session.submit("refund and sign")
+    before = len(await agent.facts(CTX))
+    refused = [
+        ([ToolDecision("nope", allow=True)], "no pending tool call with id 'nope'"),
+        ([ExternalResult("r1", "done")], "asks for permission"),
+        ([ToolDecision("e1", allow=True)], "is external"),
+        ([ToolDecision("r1", allow=True), ToolDecision("r1", allow=False)], "two answers"),
+        (
+            [ToolDecision("r1", allow=True, arguments={"order": 5, "x": 1})],
+            "the edited arguments were refused",
+        ),
+    ]
+    for answers, message in refused:
+        with pytest.raises(PendingToolCallsError, match=message):
+            await session.check(answers)
+    await session.check([ToolDecision("r1", allow=True), ExternalResult("e1", "signed")])  # these fit
+    assert len(await agent.facts(CTX)) == before
+
+
+async def test_stop_cancels_queued_runs_interrupts_the_running_one_and_keeps_late_steers() -> None:
+    gate = Gate("first", "second", "third")
+    agent = ReActAgent(FunctionModel(gate.respond))
+    session = agent.session(CTX)
+    running = session.submit("one")
+    queued = session.submit("two")
+    await gate.next_call()
+    session.steer("too late for this run")  # waits in the run's inbox for a boundary that never comes
+    await asyncio.wait_for(session.stop(grace=WAIT), WAIT)
+    assert (await running).reason == "INTERRUPTED"
+    with pytest.raises(asyncio.CancelledError):
+        await queued
+    assert session.last_run is queued  # the late steer started no run: it joined the history
+    await asyncio.wait_for(session.wait(), WAIT)
+    assert (await agent.state(CTX)).messages[-1].text == "too late for this run"
+    assert len(gate.requests) == 1
+    again = session.submit("after the stop")  # the handle takes work again
+    await gate.next_call()
+    gate.open()
+    assert (await asyncio.wait_for(again, WAIT)).text == "first"

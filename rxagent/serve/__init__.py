@@ -1,0 +1,109 @@
+"""The live surface: an agent's sessions on HTTP — the session API with its SSE feed, and AG-UI.
+
+``rxagent serve`` (or :class:`AgentServer` from Python) serves one agent's sessions. Needs the extra:
+``pip install 'rxagent[serve]'`` (AG-UI's types and encoder, from ``ag-ui-protocol``).
+
+The contract
+============
+
+JSON in and out unless it says SSE. A session is named by its id (1–128 letters, digits and ``._:@-``,
+starting with a letter or a digit; the store key has no user id). A session exists once its log has a
+fact (or a run submitted here waits for its turn); ``POST …/runs`` and ``POST /ag-ui`` make new ones.
+
+Errors are ``{"error": "<clear message>"}`` and **nothing changes** on one:
+
+=====  =======================================================================================
+400    malformed input: not JSON, not an object, an unknown or missing field, a wrong type, an
+       empty text, an invalid session id, a bad ``after`` / ``Last-Event-ID``
+401    a token is set and the request does not carry it
+403    a change (POST) from another origin
+404    no such session (or route)
+409    the input does not fit the session now: an answer for a call that is not pending (unknown
+       id, answered twice, the wrong kind of answer), edited arguments the tool refuses, new text
+       while calls wait for answers, answers while a run is going or queued
+413    a body over the limit (1 MiB by default)
+415    a body that is not ``application/json``
+421    a request not addressed to the server's loopback name (without a token)
+503    the server is stopping
+=====  =======================================================================================
+
+Sessions
+--------
+``GET /api/sessions``
+    ``{"sessions": [{"session_id", "facts", "updated_at", "owner"}]}``, newest first (``facts``: the
+    sequence number of its last fact; ``owner``: who holds its lease now, or ``null``).
+``GET /api/sessions/{sid}``
+    ``{"session_id", "head", "status": {"state", "running", "queued", "pending"}}``: ``head`` is the
+    sequence number of the session's newest fact; ``state`` is ``idle``, ``queued``, ``running``,
+    ``waiting_for_approval`` or ``waiting_for_results``; ``running`` the running run's id or ``null``;
+    ``queued`` how many runs wait; ``pending`` the calls waiting, each the call's JSON (``id``, ``name``,
+    ``input``, ``raw_arguments``, ``state``, …) plus ``kind`` (``ask``, ``external``, ``retry``) and
+    ``reason``.
+``GET /api/sessions/{sid}/turns``
+    ``{"turns": [{"turn_id", "started", "input", "runs": [{"run_id", "started", "ended", "outcome",
+    "reason", "error"}], "finished", "reason"}]}`` (see :mod:`rxagent.session.history`).
+``GET /api/sessions/{sid}/feed?after=N`` — SSE
+    Every fact of the session after sequence number ``N`` (default 0: all of it), then each new one as it
+    comes. One SSE event per fact::
+
+        id: <seq>
+        event: fact
+        data: {"seq": <seq>, "kind": "<kind>", "run_id": "<run>"|null, "at": <seconds>, "data": <payload>}
+
+    ``data`` is the fact's payload (:mod:`rxagent.session.facts`); for ``kind: "event"`` it is the run's
+    event as :func:`rxagent.events.event_to_json` writes it (``type``, ``run_id``, ``seq``, ``time``, …).
+    A ``Last-Event-ID`` header wins over ``after``: a client that reconnects resumes right after the last
+    event it got, with no gap and no duplicate (an ``after`` beyond the session's head is a 400). While
+    nothing happens, a comment line ``: ping`` comes every 15 s (``ServeSettings.heartbeat``). Several
+    facts that come together are written together (one write per wake of the feed, at most every 10 ms).
+    A client that stops reading costs the server a bounded amount (one write of at most 64 KiB and its
+    connection's buffers): nothing is queued for it, and when it reads again it catches up from the log
+    (exactly, no gap). One that takes no data for 60 s (``send_timeout``) is dropped, and resumes with
+    ``Last-Event-ID``. An ``event: gap`` (``data: {"first", "last"}``) would say facts were skipped; this
+    server never skips. Disconnecting never affects a run.
+``POST /api/sessions/{sid}/runs`` ``{"input": "text"}``
+    ``202 {"run_id"}``: the run is queued behind the session's others; follow it on the feed. A W3C
+    ``traceparent`` header joins the run to the caller's trace (its events carry that trace id; with
+    :class:`rxagent.telemetry.Telemetry` on the agent, its spans are children of the caller's span); an
+    invalid one is ignored. The same holds for ``respond`` and ``/ag-ui``.
+``POST /api/sessions/{sid}/steer`` ``{"message": "text"}``
+    ``202 {}``: the message joins the running run at its next reasoning boundary; with no run going (or
+    none reaching a boundary) it starts the next run.
+``POST /api/sessions/{sid}/respond``
+    ``{"decisions": [{"call_id", "allow": bool, "reason"?: str, "arguments"?: object}], "results":
+    [{"call_id", "output": str, "status"?: "ok"|"error"}]}`` (at least one entry) → ``202 {"run_id"}``:
+    a run carries on from the answers. ``arguments`` approves the call with edited arguments. Checked
+    whole before anything changes (409 when it does not fit; see above).
+``POST /api/sessions/{sid}/interrupt``
+    ``200 {"interrupted": bool}`` (``false``: no run was going). The run ends ``INTERRUPTED``, what it
+    finished kept.
+
+AG-UI
+-----
+``POST /ag-ui`` with an AG-UI ``RunAgentInput`` (``threadId`` = session id) → SSE of AG-UI events built
+from ``ag_ui.core`` types and written by ``ag_ui.encoder.EventEncoder``. Approvals and external tools are
+AG-UI interrupts, answered by the next input's ``resume`` entries. See :mod:`rxagent.serve.agui` for the
+mapping, the interrupt payloads and how the input is read. Input errors are answered before the stream
+opens, as the table above says.
+
+Security
+--------
+Binds 127.0.0.1 by default; any other host needs a token (the server refuses to start without one).
+With a token every request carries it (``Authorization: Bearer <token>``; where a browser cannot set
+headers, a ``token`` query parameter or an ``rxagent_token`` cookie). Changes from another origin are
+refused; bodies are limited; no response, event or log line carries a secret (API keys, the token). See
+:mod:`rxagent.serve.security`.
+
+Stopping
+--------
+On SIGINT or SIGTERM ``rxagent serve`` stops taking connections, cancels queued runs and interrupts running
+ones (they end ``INTERRUPTED`` and their sessions are saved; AG-UI clients get their ``RUN_FINISHED``),
+ends the event streams, closes the connections and the session store.
+"""
+
+from __future__ import annotations
+
+from rxagent.serve.server import AgentServer, create_app
+from rxagent.serve.settings import ServeSettings, is_loopback
+
+__all__ = ["AgentServer", "ServeSettings", "create_app", "is_loopback"]

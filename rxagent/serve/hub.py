@@ -1,0 +1,131 @@
+"""What the endpoints share: the agent, a handle per session, the open event streams, and stopping.
+
+Sessions are named by their id alone (``RuntimeContext(session_id=…)``, no user id): the server serves one
+agent's sessions whose key has no user. A session *exists* once its log has a fact, or while a run
+submitted here waits for its turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+
+from aiohttp import web
+
+from rxagent.agent import AgentInput, ReActAgent, RunHandle, SessionHandle, SessionStatus
+from rxagent.context import RuntimeContext
+from rxagent.serve.http import ApiError
+from rxagent.serve.settings import ServeSettings
+from rxagent.serve.streams import EventStream
+
+__all__ = ["HUB", "SESSION_ID", "SessionHub"]
+
+SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
+"""What a session id may look like: up to 128 letters, digits and ``._:@-``, starting with a letter or a
+digit (UUIDs and the ids AG-UI clients make fit)."""
+
+
+class SessionHub:
+    """The sessions one server serves (see the module).
+
+    Args:
+        agent: the agent that runs them.
+        settings: the server's settings.
+    """
+
+    def __init__(self, agent: ReActAgent, settings: ServeSettings) -> None:
+        self.agent = agent
+        self.settings = settings
+        self.stopping = False
+        """The server is stopping: nothing new is started, no new stream is opened."""
+        self.streams: set[EventStream] = set()
+        """The event streams open now."""
+        self._handles: dict[str, SessionHandle] = {}
+
+    def session_id(self, raw: str) -> str:
+        """``raw`` if it is a valid session id (see :data:`SESSION_ID`).
+
+        Raises:
+            ApiError: 400, it is not.
+        """
+        if SESSION_ID.fullmatch(raw) is None:
+            raise ApiError(
+                400, "a session id is 1 to 128 letters, digits and '._:@-', starting with a letter or a digit"
+            )
+        return raw
+
+    def handle(self, session_id: str) -> SessionHandle:
+        """The handle of the session (made on first use)."""
+        handle = self._handles.get(session_id)
+        if handle is None:
+            handle = self._handles[session_id] = self.agent.session(RuntimeContext(session_id=session_id))
+        return handle
+
+    async def exists(self, session_id: str) -> bool:
+        """Whether the session has facts, or runs submitted here are waiting or going."""
+        handle = self._handles.get(session_id)
+        if handle is not None and handle.status().state in ("running", "queued"):
+            return True
+        return await self.agent.store.head((None, session_id)) > 0
+
+    async def existing(self, raw: str) -> SessionHandle:
+        """The handle of the session ``raw`` names, which must exist.
+
+        Raises:
+            ApiError: 400 an invalid id, 404 no such session.
+        """
+        session_id = self.session_id(raw)
+        if not await self.exists(session_id):
+            raise ApiError(404, f"no session {session_id!r}")
+        return self.handle(session_id)
+
+    @staticmethod
+    def submit(handle: SessionHandle, input: AgentInput, request: web.Request) -> RunHandle:
+        """Queue a run of ``input`` on the session, joined to the caller's trace when the request carries
+        a valid ``traceparent`` header (an invalid one is ignored, as the W3C asks: the run starts its
+        own trace)."""
+        header = request.headers.get("traceparent")
+        if header is not None:
+            try:
+                return handle.submit(input, traceparent=header)
+            except ValueError:
+                pass
+        return handle.submit(input)
+
+    def refuse_while_stopping(self) -> None:
+        """Raise a 503 while the server stops (it starts nothing new then)."""
+        if self.stopping:
+            raise ApiError(503, "the server is stopping")
+
+    @staticmethod
+    def refuse_while_waiting(status: SessionStatus, what: str) -> None:
+        """Raise a 409 when the session waits for answers to tool calls and no run is going (new text
+        would be refused by the run; answers must come first)."""
+        if status.state in ("waiting_for_approval", "waiting_for_results"):
+            calls = ", ".join(f"{p.call.name} ({p.call.id}, {p.kind})" for p in status.pending)
+            raise ApiError(
+                409, f"the session waits for answers to tool calls ({calls}): answer them before {what}"
+            )
+
+    async def stop(self) -> None:
+        """Stop every session's work: queued runs are cancelled, running ones interrupted (they end
+        ``INTERRUPTED`` and are saved); waits ``stop_timeout`` seconds, then cancels what still runs."""
+        self.stopping = True
+        handles = list(self._handles.values())
+        await asyncio.gather(*(h.stop(self.settings.stop_timeout) for h in handles))
+
+    async def end_streams(self, grace: float) -> None:
+        """Let the streams that end by themselves (AG-UI runs reporting how they ended) finish for up to
+        ``grace`` seconds, then end the rest (session feeds, which never finish by themselves)."""
+        finishing = [s.closed.wait() for s in self.streams if s.ends_by_itself]
+        if finishing:
+            with contextlib.suppress(TimeoutError):
+                async with self.agent.clock.timeout(grace):
+                    await asyncio.gather(*finishing)
+        for stream in list(self.streams):
+            stream.end()
+
+
+HUB = web.AppKey("rxagent.serve.hub", SessionHub)
+"""Where the app keeps its :class:`SessionHub`."""

@@ -1,0 +1,112 @@
+"""Who may talk to the server: the host it answers to, the token, the origin of changes; and a log that
+keeps secrets out.
+
+Every request passes :func:`guard` before it reaches an endpoint (unknown paths included):
+
+1. **Host.** Without a token the server is on loopback, and it answers only requests addressed to a
+   loopback name (``Host: 127.0.0.1:…``, ``localhost``, ``[::1]``) or to the host it was bound to: a page on
+   another site cannot reach it through DNS rebinding (its requests carry that site's name). 421 otherwise.
+2. **Token.** With a token, every request carries it: ``Authorization: Bearer <token>``, or, where a
+   browser cannot set headers (``EventSource``, a page load), a ``token`` query parameter or an
+   ``rxagent_token`` cookie. Compared in constant time. 401 otherwise (the answer never repeats it).
+3. **Origin.** A request that changes something (any method but GET, HEAD, OPTIONS) and comes from a
+   browser page must come from the server's own origin: an ``Origin`` other than
+   ``<scheme>://<Host>`` (``null`` included), or ``Sec-Fetch-Site: cross-site``, is refused with 403.
+   Requests without those headers (programs, ``curl``) are not browser pages and pass.
+
+Bodies are limited by the app (``client_max_size``: 413), and JSON bodies must say ``application/json``
+(415), which a cross-site form cannot send without asking first.
+
+The access log (:class:`RedactedAccessLogger`) writes the path without its query string, so a token sent
+as a query parameter never reaches a log line; nothing else the server logs carries request data.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from typing import Any
+
+from aiohttp import web
+from aiohttp.abc import AbstractAccessLogger
+
+from rxagent.serve.http import ApiError, Handler
+from rxagent.serve.settings import ServeSettings, is_loopback
+
+__all__ = ["TOKEN_COOKIE", "TOKEN_QUERY", "RedactedAccessLogger", "guard"]
+
+TOKEN_QUERY = "token"
+"""The query parameter that may carry the token (for ``EventSource`` and page loads)."""
+TOKEN_COOKIE = "rxagent_token"
+"""The cookie that may carry the token."""
+
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def guard(settings: ServeSettings) -> Any:
+    """The middleware that checks host, token and origin (see the module); refusals raise
+    :class:`~rxagent.serve.http.ApiError`."""
+    token = settings.token.encode() if settings.token is not None else None
+    bound = settings.host.strip().lower().removeprefix("[").removesuffix("]")
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if token is None:
+            name = _host_name(request.host)
+            if not (is_loopback(name) or name == bound):
+                raise ApiError(421, "this server answers requests addressed to its loopback address only")
+        elif not _carries(request, token):
+            raise ApiError(401, "this server needs its token: send 'Authorization: Bearer <token>'")
+        if request.method not in _SAFE_METHODS:
+            _check_origin(request)
+        return await handler(request)
+
+    return middleware
+
+
+def _host_name(host: str) -> str:
+    """The name in a ``Host`` header, without the port (``[::1]:80`` → ``::1``)."""
+    name = host.strip().lower()
+    if name.startswith("["):
+        return name[1 : name.find("]")] if "]" in name else name[1:]
+    return name.rsplit(":", 1)[0] if name.count(":") == 1 else name
+
+
+def _carries(request: web.Request, token: bytes) -> bool:
+    given: str | None = None
+    authorization = request.headers.get("Authorization", "")
+    scheme, _, credentials = authorization.partition(" ")
+    if scheme.lower() == "bearer" and credentials.strip():
+        given = credentials.strip()
+    elif TOKEN_QUERY in request.query:
+        given = request.query[TOKEN_QUERY]
+    elif TOKEN_COOKIE in request.cookies:
+        given = request.cookies[TOKEN_COOKIE]
+    return given is not None and hmac.compare_digest(given.encode(), token)
+
+
+def _check_origin(request: web.Request) -> None:
+    if request.headers.get("Sec-Fetch-Site", "").lower() == "cross-site":
+        raise ApiError(403, "cross-site requests may not change anything here")
+    origin = request.headers.get("Origin")
+    if origin is None:
+        return
+    own = f"{request.scheme}://{request.host}".lower()
+    if origin.strip().lower().rstrip("/") != own:
+        raise ApiError(403, "requests from another origin may not change anything here")
+
+
+class RedactedAccessLogger(AbstractAccessLogger):
+    """One line per request: client, method, path (never the query string: it may carry the token),
+    status and time."""
+
+    def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
+        """Write the request's line."""
+        self.logger.info(
+            "%s %s %s %d %.3fs", request.remote or "-", request.method, request.path, response.status, time
+        )
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the logger writes anything (it skips the work when not)."""
+        return self.logger.isEnabledFor(logging.INFO)

@@ -1,0 +1,340 @@
+"""The session API: list and read sessions, follow a session's feed (SSE), submit, steer, respond, interrupt.
+
+The contract (statuses, bodies, the feed's wire format) is in :mod:`rxagent.serve`'s docstring; this
+module implements it. Every endpoint checks its input whole before it changes anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import weakref
+from collections import deque
+from collections.abc import Iterable
+from typing import Any
+
+from aiohttp import web
+
+from rxagent.agent import ExternalResult, PendingToolCallsError, SessionHandle, SessionStatus, ToolDecision
+from rxagent.serve.http import ApiError, JsonObject, json_response, read_json
+from rxagent.serve.hub import HUB
+from rxagent.serve.streams import EventStream
+from rxagent.session import FeedGap, FeedItem, SessionFeed
+from rxagent.state import PendingCall
+
+__all__ = ["encode_feed", "pending_json", "routes", "status_json"]
+
+_CHUNK = 64 * 1024
+"""Bytes per write at most: a stalled client holds one such write, however much it missed."""
+
+
+def routes() -> list[web.RouteDef]:
+    """The session API's routes."""
+    return [
+        web.get("/api/sessions", list_sessions),
+        web.get("/api/sessions/{sid}", get_session),
+        web.get("/api/sessions/{sid}/turns", get_turns),
+        web.get("/api/sessions/{sid}/feed", get_feed, allow_head=False),  # a HEAD would hold a watcher
+        web.post("/api/sessions/{sid}/runs", post_run),
+        web.post("/api/sessions/{sid}/steer", post_steer),
+        web.post("/api/sessions/{sid}/respond", post_respond),
+        web.post("/api/sessions/{sid}/interrupt", post_interrupt),
+    ]
+
+
+# ---- reading ---------------------------------------------------------------------------------------------
+
+
+async def list_sessions(request: web.Request) -> web.Response:
+    """``GET /api/sessions``: every session of the store (without a user id), newest first."""
+    hub = request.app[HUB]
+    infos = [i for i in await hub.agent.sessions() if i.key[0] is None]
+    infos.sort(key=lambda i: i.updated_at, reverse=True)
+    return json_response(
+        {
+            "sessions": [
+                {"session_id": i.key[1], "facts": i.facts, "updated_at": i.updated_at, "owner": i.owner}
+                for i in infos
+            ]
+        }
+    )
+
+
+async def get_session(request: web.Request) -> web.Response:
+    """``GET /api/sessions/{sid}``: the session's head and where it stands."""
+    hub = request.app[HUB]
+    handle = await hub.existing(request.match_info["sid"])
+    feed = await handle.open_feed()
+    status = await handle.read_status()
+    return json_response({"session_id": handle.key[1], "head": feed.head, "status": status_json(status)})
+
+
+async def get_turns(request: web.Request) -> web.Response:
+    """``GET /api/sessions/{sid}/turns``: the session's turns, each with its runs."""
+    hub = request.app[HUB]
+    handle = await hub.existing(request.match_info["sid"])
+    turns = await hub.agent.turns(handle.ctx)
+    return json_response({"turns": [dataclasses.asdict(t) for t in turns]})
+
+
+def status_json(status: SessionStatus) -> JsonObject:
+    """A :class:`~rxagent.agent.SessionStatus` as the API writes it."""
+    return {
+        "state": status.state,
+        "running": status.running,
+        "queued": status.queued,
+        "pending": [pending_json(p) for p in status.pending],
+    }
+
+
+def pending_json(pending: PendingCall) -> JsonObject:
+    """A pending call as the API writes it: the call's JSON (``id``, ``name``, ``input``, …), its
+    ``kind`` (``ask``, ``external``, ``retry``) and the ``reason`` it waits."""
+    return {**pending.call.model_dump(mode="json"), "kind": pending.kind, "reason": pending.reason}
+
+
+# ---- the feed --------------------------------------------------------------------------------------------
+
+
+async def get_feed(request: web.Request) -> web.StreamResponse:
+    """``GET /api/sessions/{sid}/feed``: the session's feed as SSE, after ``Last-Event-ID`` or ``after``."""
+    hub = request.app[HUB]
+    handle = await hub.existing(request.match_info["sid"])
+    hub.refuse_while_stopping()
+    after = _after(request)
+    feed = await handle.open_feed()
+    if after > feed.head:
+        raise ApiError(400, f"the session has no fact {after} yet (its last is {feed.head})")
+    settings = hub.settings
+    stream = EventStream(
+        request, heartbeat=settings.heartbeat, send_timeout=settings.send_timeout, clock=hub.agent.clock
+    )
+
+    encoded = _encoded(feed)
+
+    async def body() -> None:
+        async for batch in feed.watch_batches(after):
+            for chunk in encoded.get(batch):
+                await stream.send(chunk)
+
+    hub.streams.add(stream)
+    try:
+        await stream.serve(body)
+    finally:
+        hub.streams.discard(stream)
+    return stream.response
+
+
+def _after(request: web.Request) -> int:
+    raw = request.headers.get("Last-Event-ID")
+    name = "Last-Event-ID"
+    if raw is None:
+        raw, name = request.query.get("after", "0"), "after"
+    try:
+        after = int(raw)
+    except ValueError:
+        raise ApiError(400, f"{name} must be a whole number, not {raw[:40]!r}") from None
+    if after < 0:
+        raise ApiError(400, f"{name} must be 0 or more")
+    return after
+
+
+class _Encoded:
+    """The batches of one feed encoded last: the clients a wake of the feed wakes together read the same
+    batch (the same items of the shared ring), which is then encoded once for all of them."""
+
+    __slots__ = ("entries",)
+
+    def __init__(self) -> None:
+        self.entries: deque[tuple[FeedItem, FeedItem, list[bytes]]] = deque(maxlen=4)
+
+    def get(self, batch: list[FeedItem] | FeedGap) -> list[bytes]:
+        if isinstance(batch, FeedGap):
+            return list(encode_feed(batch))
+        first, last = batch[0], batch[-1]
+        for known_first, known_last, chunks in self.entries:
+            if known_first is first and known_last is last:  # the very items: held here, so not reused
+                return chunks
+        chunks = list(encode_feed(batch))
+        self.entries.append((first, last, chunks))
+        return chunks
+
+
+_ENCODED: weakref.WeakKeyDictionary[SessionFeed, _Encoded] = weakref.WeakKeyDictionary()
+
+
+def _encoded(feed: SessionFeed) -> _Encoded:
+    encoded = _ENCODED.get(feed)
+    if encoded is None:
+        encoded = _ENCODED[feed] = _Encoded()
+    return encoded
+
+
+def encode_feed(batch: list[FeedItem] | FeedGap) -> Iterable[bytes]:
+    """A batch of the feed as SSE events (see the wire format in :mod:`rxagent.serve`), in writes of at
+    most 64 KiB (one item may be larger)."""
+    if isinstance(batch, FeedGap):
+        data = json.dumps({"first": batch.first, "last": batch.last})
+        yield f"id: {batch.last}\nevent: gap\ndata: {data}\n\n".encode()
+        return
+    parts: list[str] = []
+    size = 0
+    for item in batch:
+        payload = item.payload
+        if "\n" in payload or "\r" in payload:  # a line break would end the SSE data line early
+            payload = json.dumps(json.loads(payload))
+        run_id = "null" if item.run_id is None else json.dumps(item.run_id)
+        seq = item.seq
+        part = (
+            f'id: {seq}\nevent: fact\ndata: {{"seq":{seq},"kind":"{item.kind}","run_id":{run_id},'
+            f'"at":{item.at!r},"data":{payload}}}\n\n'
+        )
+        parts.append(part)
+        size += len(part)
+        if size >= _CHUNK:
+            yield "".join(parts).encode()
+            parts, size = [], 0
+    if parts:
+        yield "".join(parts).encode()
+
+
+# ---- driving ---------------------------------------------------------------------------------------------
+
+
+async def post_run(request: web.Request) -> web.Response:
+    """``POST /api/sessions/{sid}/runs`` ``{"input": "text"}``: queue a run (the session is made if new)."""
+    hub = request.app[HUB]
+    handle = hub.handle(hub.session_id(request.match_info["sid"]))
+    body = await read_json(request, hub.settings.max_body)
+    _only(body, required={"input"})
+    text = _text(body, "input")
+    hub.refuse_while_stopping()
+    hub.refuse_while_waiting(await handle.read_status(), "new input")
+    run = hub.submit(handle, text, request)
+    return json_response({"run_id": run.id}, 202)
+
+
+async def post_steer(request: web.Request) -> web.Response:
+    """``POST /api/sessions/{sid}/steer`` ``{"message": "text"}``: deliver a message into the running run
+    at its next reasoning boundary (or start a run with it)."""
+    hub = request.app[HUB]
+    handle = await hub.existing(request.match_info["sid"])
+    body = await read_json(request, hub.settings.max_body)
+    _only(body, required={"message"})
+    text = _text(body, "message")
+    hub.refuse_while_stopping()
+    hub.refuse_while_waiting(await handle.read_status(), "steering")
+    handle.steer(text)
+    return json_response({}, 202)
+
+
+async def post_respond(request: web.Request) -> web.Response:
+    """``POST /api/sessions/{sid}/respond``: answer the calls the session waits on; a run carries on."""
+    hub = request.app[HUB]
+    handle = await hub.existing(request.match_info["sid"])
+    body = await read_json(request, hub.settings.max_body)
+    _only(body, optional={"decisions", "results"})
+    answers: list[ToolDecision | ExternalResult] = [
+        *(_decision(d, i) for i, d in enumerate(_list(body, "decisions"))),
+        *(_result(r, i) for i, r in enumerate(_list(body, "results"))),
+    ]
+    if not answers:
+        raise ApiError(400, "send at least one entry in 'decisions' or 'results'")
+    hub.refuse_while_stopping()
+    await _check_answers(handle, answers)
+    run = hub.submit(handle, answers, request)
+    return json_response({"run_id": run.id}, 202)
+
+
+async def _check_answers(handle: SessionHandle, answers: list[ToolDecision | ExternalResult]) -> None:
+    """Refuse (409) answers while a run is going or queued, or answers that do not fit the pending calls."""
+    status = handle.status()
+    if status.state in ("running", "queued"):
+        raise ApiError(409, "a run of this session is going or queued: answer its calls once it has stopped")
+    try:
+        await handle.check(answers)
+    except PendingToolCallsError as refused:
+        raise ApiError(409, str(refused)) from None
+
+
+async def post_interrupt(request: web.Request) -> web.Response:
+    """``POST /api/sessions/{sid}/interrupt``: interrupt the running run (``false``: none was going)."""
+    hub = request.app[HUB]
+    handle = await hub.existing(request.match_info["sid"])
+    return json_response({"interrupted": handle.interrupt()})
+
+
+# ---- checking bodies -------------------------------------------------------------------------------------
+
+
+def _only(
+    body: JsonObject,
+    *,
+    required: frozenset[str] | set[str] = frozenset(),
+    optional: frozenset[str] | set[str] = frozenset(),
+) -> None:
+    unknown = sorted(set(body) - required - optional)
+    if unknown:
+        raise ApiError(400, f"unknown field(s): {', '.join(map(repr, unknown))}")
+    missing = sorted(required - set(body))
+    if missing:
+        raise ApiError(400, f"missing field(s): {', '.join(map(repr, missing))}")
+
+
+def _text(body: JsonObject, name: str, where: str = "") -> str:
+    value = body[name]
+    if not isinstance(value, str):
+        raise ApiError(400, f"{where}{name!r} must be a string, not {_kind(value)}")
+    if not value.strip():
+        raise ApiError(400, f"{where}{name!r} must not be empty")
+    return value
+
+
+def _list(body: JsonObject, name: str) -> list[Any]:
+    value = body.get(name, [])
+    if not isinstance(value, list):
+        raise ApiError(400, f"{name!r} must be a list, not {_kind(value)}")
+    return value  # pyright: ignore[reportUnknownVariableType]
+
+
+def _entry(value: Any, name: str, index: int, required: set[str], optional: set[str]) -> JsonObject:
+    where = f"{name}[{index}]: "
+    if not isinstance(value, dict):
+        raise ApiError(400, f"{where}an entry must be an object, not {_kind(value)}")
+    entry: JsonObject = value  # pyright: ignore[reportUnknownVariableType]
+    try:
+        _only(entry, required=required, optional=optional)
+    except ApiError as error:
+        raise ApiError(400, where + error.message) from None
+    return entry
+
+
+def _decision(value: Any, index: int) -> ToolDecision:
+    entry = _entry(value, "decisions", index, {"call_id", "allow"}, {"reason", "arguments"})
+    where = f"decisions[{index}]: "
+    allow = entry["allow"]
+    if not isinstance(allow, bool):
+        raise ApiError(400, f"{where}'allow' must be true or false, not {_kind(allow)}")
+    reason = entry.get("reason", "")
+    if not isinstance(reason, str):
+        raise ApiError(400, f"{where}'reason' must be a string, not {_kind(reason)}")
+    arguments = entry.get("arguments")
+    if arguments is not None and not isinstance(arguments, dict):
+        raise ApiError(400, f"{where}'arguments' must be an object, not {_kind(arguments)}")
+    return ToolDecision(_text(entry, "call_id", where), allow, reason, arguments)  # pyright: ignore[reportUnknownArgumentType]
+
+
+def _result(value: Any, index: int) -> ExternalResult:
+    entry = _entry(value, "results", index, {"call_id", "output"}, {"status"})
+    where = f"results[{index}]: "
+    output = entry["output"]
+    if not isinstance(output, str):
+        raise ApiError(400, f"{where}'output' must be a string, not {_kind(output)}")
+    status = entry.get("status", "ok")
+    if status not in ("ok", "error"):
+        raise ApiError(400, f"{where}'status' must be 'ok' or 'error'")
+    return ExternalResult(_text(entry, "call_id", where), output, status)
+
+
+def _kind(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
