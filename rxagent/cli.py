@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import json
 import logging
 import os
@@ -28,7 +29,7 @@ from contextlib import contextmanager
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
-from rxagent.agent import AgentInput, AgentOptions, ReActAgent, RunControl, ToolDecision
+from rxagent.agent import AgentInput, AgentOptions, AnyMiddleware, ReActAgent, RunControl, ToolDecision
 from rxagent.context import RuntimeContext
 from rxagent.events import (
     AgentEvent,
@@ -264,6 +265,19 @@ def _parser() -> argparse.ArgumentParser:
         "--token",
         help="every request must carry this token (else $RXAGENT_TOKEN; required off loopback)",
     )
+    serve.add_argument(
+        "--log-json",
+        action="store_true",
+        help="log lines on stderr as JSON objects, with the trace, run and session ids of the run they "
+        "are about",
+    )
+    serve.add_argument(
+        "--otel",
+        action="store_true",
+        help="OpenTelemetry spans of every run (GenAI conventions) on the global tracer provider: run "
+        "under `opentelemetry-instrument`, or set a provider up before calling rxagent.cli.main; needs "
+        "the extra rxagent[otel]",
+    )
     return parser
 
 
@@ -299,6 +313,11 @@ def _agent(args: argparse.Namespace, model: ChatModel, toolkit: Toolkit) -> ReAc
     permissions = Permissions()
     for pattern in args.ask:
         permissions = permissions.ask(pattern, reason=f"--ask {pattern}")
+    middleware: list[AnyMiddleware] = []
+    if getattr(args, "otel", False):
+        from rxagent.telemetry import Telemetry
+
+        middleware.append(Telemetry())
     return ReActAgent(
         model,
         toolkit,
@@ -306,6 +325,7 @@ def _agent(args: argparse.Namespace, model: ChatModel, toolkit: Toolkit) -> ReAc
         name="rxagent-cli",
         options=options,
         permissions=permissions,
+        middleware=middleware,
         store=args.db,
     )
 
@@ -582,7 +602,7 @@ async def _serve(args: argparse.Namespace, toolkit: Toolkit, settings: ServeSett
         try:
             print(f"listening on {server.url}", flush=True)
             await stop.wait()
-            print("rxagent: stopping: interrupting running runs, closing connections", file=sys.stderr)
+            logging.getLogger("rxagent.serve").info("stopping: interrupting runs, closing connections")
         finally:
             await server.stop()
         return ExitCode.ANSWER
@@ -623,15 +643,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as error:
         parser.error(str(error))
     settings = _serve_settings(parser, args) if args.command == "serve" else None
+    if settings is not None and args.otel:
+        try:
+            importlib.import_module("rxagent.telemetry")  # the extra's packages, checked before serving
+        except ImportError as error:
+            parser.error(f"--otel needs the extra: pip install 'rxagent[otel]' ({error})")
     if args.base_url and not os.environ.get(args.api_key_env):
         print(f"rxagent: no ${args.api_key_env} set: sending no API key", file=sys.stderr)
     try:
         if settings is not None:
-            logging.basicConfig(
-                level=logging.INFO,
-                stream=sys.stderr,
-                format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-            )
+            if args.log_json:
+                from rxagent.logs import json_log_handler
+
+                logging.basicConfig(level=logging.INFO, handlers=[json_log_handler(sys.stderr)])
+            else:
+                logging.basicConfig(
+                    level=logging.INFO,
+                    stream=sys.stderr,
+                    format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                )
             return asyncio.run(_serve(args, toolkit, settings))
         return asyncio.run(_main(args, toolkit))
     except KeyboardInterrupt:

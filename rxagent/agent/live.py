@@ -125,9 +125,20 @@ class RunHandle:
             self._future.cancel()
         self._session.finished(self)
 
+    def add_done_callback(self, callback: Callable[[RunHandle], object]) -> None:
+        """Call ``callback(self)`` once the run ended (with a result or an error, or cancelled); at once if
+        it already has. It is called on the thread that ends the run: the session's loop."""
+        self._future.add_done_callback(lambda _: callback(self))
+
     def result(self, timeout: float | None = None) -> AgentResult:
-        """Block until it ends and return its result (from a thread other than the loop's)."""
-        if self._session.is_loop_thread():
+        """Block until it ends and return its result (from a thread other than the loop's; on the loop only
+        once it ended, as in a :meth:`add_done_callback` callback).
+
+        Raises:
+            CancelledError: it was cancelled.
+            Exception: the run's error.
+        """
+        if not self._future.done() and self._session.is_loop_thread():
             raise RuntimeError("on the event loop, `await` the run handle instead of blocking on result()")
         return self._future.result(timeout)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import re
 
 from aiohttp import web
@@ -20,6 +21,8 @@ from rxagent.serve.settings import ServeSettings
 from rxagent.serve.streams import EventStream
 
 __all__ = ["HUB", "SESSION_ID", "SessionHub"]
+
+_log = logging.getLogger("rxagent.serve.runs")
 
 SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
 """What a session id may look like: up to 128 letters, digits and ``._:@-``, starting with a letter or a
@@ -86,12 +89,16 @@ class SessionHub:
         a valid ``traceparent`` header (an invalid one is ignored, as the W3C asks: the run starts its
         own trace)."""
         header = request.headers.get("traceparent")
+        run: RunHandle | None = None
         if header is not None:
-            try:
-                return handle.submit(input, traceparent=header)
-            except ValueError:
-                pass
-        return handle.submit(input)
+            with contextlib.suppress(ValueError):
+                run = handle.submit(input, traceparent=header)
+        if run is None:
+            run = handle.submit(input)
+        ids = {"run_id": run.id, "session_id": handle.ctx.session_id, "trace_id": run.ctx.trace_id}
+        _log.info("run %s queued on session %s", run.id, handle.ctx.session_id, extra=ids)
+        run.add_done_callback(lambda ended: _log_end(ended, ids))
+        return run
 
     def refuse_while_stopping(self) -> None:
         """Raise a 503 while the server stops (it starts nothing new then)."""
@@ -125,6 +132,25 @@ class SessionHub:
                     await asyncio.gather(*finishing)
         for stream in list(self.streams):
             stream.end()
+
+
+def _log_end(run: RunHandle, ids: dict[str, str | None]) -> None:
+    try:
+        result = run.result()
+    except asyncio.CancelledError:
+        _log.info("run %s cancelled", run.id, extra=ids)
+    except Exception as error:
+        _log.warning("run %s failed: %s: %s", run.id, type(error).__name__, error, extra=ids)
+    else:
+        usage = result.usage
+        _log.info(
+            "run %s ended: %s (%d input, %d output tokens)",
+            run.id,
+            result.reason,
+            usage.input_tokens,
+            usage.output_tokens,
+            extra=ids,
+        )
 
 
 HUB = web.AppKey("rxagent.serve.hub", SessionHub)

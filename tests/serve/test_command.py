@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import sys
 from pathlib import Path
 
 import aiohttp
@@ -18,7 +19,7 @@ import pytest
 from rxagent.session import SQLiteStore, turns_of
 from tests.model.openai_server import OpenAIServer, Reply, Stall, text_chunk
 from tests.serve.conftest import WAIT
-from tests.test_cli import finish, on, start
+from tests.test_cli import command_env, finish, on, start, text_reply
 
 
 @pytest.mark.parametrize("stop_with", [signal.SIGTERM, signal.SIGINT])
@@ -71,6 +72,52 @@ async def test_a_signal_interrupts_running_runs_saves_them_and_closes_everything
         assert all(s.owner is None for s in await store.sessions())  # every lease was released
     finally:
         await store.aclose()
+
+
+async def test_otel_spans_and_json_log_lines_carry_the_callers_trace(
+    server: OpenAIServer, tmp_path: Path
+) -> None:
+    # As under `opentelemetry-instrument`: the process sets an SDK tracer provider up, then runs the command.
+    spans_file = tmp_path / "spans.jsonl"
+    server.script(text_reply("Hello", " there"))
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(Path(__file__).with_name("otel_serve.py")),
+        str(spans_file),
+        *on(server, "serve", "--port", "0", "--tools", "none", "--otel", "--log-json"),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=command_env(),
+    )
+    assert process.stdout is not None
+    url = (await asyncio.wait_for(process.stdout.readline(), WAIT)).decode().split()[-1]
+    trace_id, caller_span = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    async with aiohttp.ClientSession(url) as http:
+        headers = {"traceparent": f"00-{trace_id}-{caller_span}-01"}
+        async with http.post("/api/sessions/t/runs", json={"input": "hi"}, headers=headers) as response:
+            assert response.status == 202
+            run_id = (await response.json())["run_id"]
+        async with http.get("/api/sessions/t/feed") as feed:
+            await _read_until(feed, '"kind":"run_finished"')
+    process.send_signal(signal.SIGTERM)
+    done = await finish(process)
+    assert done.code == 0, done.stderr
+
+    lines = [json.loads(line) for line in done.stderr.splitlines() if line.strip()]  # every line is JSON
+    about_run = [line for line in lines if line.get("run_id") == run_id]
+    assert [line["message"] for line in about_run] == [
+        f"run {run_id} queued on session t",
+        f"run {run_id} ended: MODEL_STOP (11 input, 3 output tokens)",
+    ]
+    assert {(line["trace_id"], line["session_id"]) for line in about_run} == {(trace_id, "t")}
+
+    spans = {span["name"]: span for span in map(json.loads, spans_file.read_text().splitlines())}
+    agent_span, chat_span = spans["invoke_agent rxagent-cli"], spans["chat test-model"]
+    assert agent_span["context"]["trace_id"] == chat_span["context"]["trace_id"] == f"0x{trace_id}"
+    assert agent_span["parent_id"] == f"0x{caller_span}"  # under the caller's span
+    assert chat_span["parent_id"] == agent_span["context"]["span_id"]
+    assert agent_span["attributes"]["gen_ai.conversation.id"] == "t"
+    assert agent_span["attributes"]["rxagent.run.id"] == run_id
 
 
 async def test_bad_serve_options_are_usage_errors() -> None:
