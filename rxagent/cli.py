@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import importlib
 import json
 import logging
@@ -266,6 +267,14 @@ def _parser() -> argparse.ArgumentParser:
         help="every request must carry this token (else $RXAGENT_TOKEN; required off loopback)",
     )
     serve.add_argument(
+        "--gc-threshold",
+        type=_count,
+        default=SERVE_GC_THRESHOLD,
+        metavar="N",
+        help="the cyclic garbage collector's first threshold while serving (0: Python's own, 700); many "
+        "runs at once keep many objects alive, which the default makes the collector walk again and again",
+    )
+    serve.add_argument(
         "--log-json",
         action="store_true",
         help="log lines on stderr as JSON objects, with the trace, run and session ids of the run they "
@@ -279,6 +288,13 @@ def _parser() -> argparse.ArgumentParser:
         "the extra rxagent[otel]",
     )
     return parser
+
+
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {text!r}")
+    return value
 
 
 def _port(text: str) -> int:
@@ -590,6 +606,7 @@ async def _serve(args: argparse.Namespace, toolkit: Toolkit, settings: ServeSett
     loop = asyncio.get_running_loop()
     loop.set_default_executor(_DaemonThreads())
     model = _model(args)
+    _tune_collector(args.gc_threshold)
     agent: ReActAgent | None = None
     stop = asyncio.Event()
     signals = (signal.SIGINT, signal.SIGTERM)
@@ -614,6 +631,28 @@ async def _serve(args: argparse.Namespace, toolkit: Toolkit, settings: ServeSett
         close: Any = getattr(model, "aclose", None)
         if close is not None:
             await close()
+
+
+SERVE_GC_THRESHOLD = 50_000
+"""``rxagent serve``'s first threshold of the cyclic garbage collector (see :func:`_tune_collector`)."""
+
+
+def _tune_collector(threshold: int) -> None:
+    # A server runs many turns at once, and each keeps a few hundred container objects alive while it
+    # goes on (its operators' subscriptions, its messages). With Python's default threshold (700
+    # allocations) they outlive two young collections and reach the old generation, where full
+    # collections walk every session's history again: measured in bench/soak.py, over half the CPU at
+    # 1 000 concurrent sessions. A higher first threshold lets a turn's objects die young; freezing
+    # what start-up made (modules, classes, the model) takes it out of every later collection.
+    if threshold > 0:
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(threshold, *gc.get_threshold()[1:])
+        logging.getLogger("rxagent.serve").info(
+            "garbage collector: first threshold %d; %d objects from start-up frozen",
+            threshold,
+            gc.get_freeze_count(),
+        )
 
 
 def _serve_settings(parser: argparse.ArgumentParser, args: argparse.Namespace) -> ServeSettings:
