@@ -16,7 +16,7 @@ from typing import Any, cast
 from pydantic import TypeAdapter
 
 from rxagent.messages import Msg, ToolResultBlock, ToolUseBlock
-from rxagent.session.facts import Checkpoint, StoredFact
+from rxagent.session.facts import Checkpoint, Fact, StoredFact
 from rxagent.state import AgentState, PendingCall
 
 __all__ = ["Projection"]
@@ -82,21 +82,31 @@ class Projection:
         self.seq = fact.seq
         self.since_checkpoint += 1
         kind = fact.kind
-        if kind in ("tool_dispatched", "tool_result", "reconciled", "message", "message_replaced"):
+        if kind in ("tool_dispatched", "tool_result", "message", "message_replaced"):
             self._apply_call_fact(kind, json.loads(fact.payload))
             return
         if kind in ("pending", "partial_results", "extras", "active_groups"):
             self._apply_state_fact(kind, json.loads(fact.payload))
             return
-        if kind in (
-            "turn_started",
-            "turn_finished",
-            "run_started",
-            "run_finished",
-            "run_cancelled",
-            "run_failed",
-        ):
-            self._apply_run_fact(kind, json.loads(fact.payload))
+        self.track(fact)
+
+    def track(self, fact: Fact | StoredFact) -> None:
+        """Keep the bookkeeping beside the state (the open turn and run, the uncertain calls) in step with
+        ``fact``: what :meth:`apply` does for the facts that do not change the state (a writer whose state
+        is the live one calls it for what it wrote; other facts' payloads are not read)."""
+        kind = fact.kind
+        if kind in _RUN_KINDS:
+            data = json.loads(fact.payload)
+            if kind == "turn_started":
+                self.turn_id = str(data["turn_id"])
+            elif kind == "turn_finished":
+                self.turn_id = None
+            elif kind == "run_started":
+                self.open_run = str(data["run_id"])
+            else:
+                self.open_run = None
+        elif kind == "reconciled":
+            self.uncertain.pop(str(json.loads(fact.payload)["call_id"]), None)
 
     def _apply_call_fact(self, kind: str, data: dict[str, Any]) -> None:
         state = self.state
@@ -108,8 +118,6 @@ class Projection:
             self.uncertain.pop(result.tool_use_id, None)
             if all(r.tool_use_id != result.tool_use_id for r in state.partial_results):
                 state.partial_results.append(result)
-        elif kind == "reconciled":
-            self.uncertain.pop(str(data["call_id"]), None)
         elif kind == "message":
             message = Msg.model_validate(data["message"])
             state.messages.append(message)
@@ -133,16 +141,6 @@ class Projection:
         else:
             groups = data["groups"]
             state.active_groups = None if groups is None else [str(g) for g in groups]
-
-    def _apply_run_fact(self, kind: str, data: dict[str, Any]) -> None:
-        if kind == "turn_started":
-            self.turn_id = str(data["turn_id"])
-        elif kind == "turn_finished":
-            self.turn_id = None
-        elif kind == "run_started":
-            self.open_run = str(data["run_id"])
-        else:
-            self.open_run = None
 
     def _answered(self, results: Iterable[ToolResultBlock]) -> None:
         for result in results:

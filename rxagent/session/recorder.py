@@ -197,7 +197,7 @@ class Recorder:
             projection.seq = seq
             projection.since_checkpoint += len(batch)
             for written in batch:
-                _track(projection, written)
+                projection.track(written)
             for call_id in answered:  # a result in the log settles a dispatched call
                 projection.uncertain.pop(call_id, None)
 
@@ -226,30 +226,6 @@ class Recorder:
         recorded = self._snapshot.partial
         if all(r.tool_use_id != result.tool_use_id for r in recorded):
             recorded.append(result)  # as the projection applies a tool_result
-
-
-def _track(projection: Projection, written: Fact) -> None:
-    """Keep the projection's bookkeeping (the state itself is the live one) in step with what was written."""
-    kind = written.kind
-    if kind in (
-        "turn_started",
-        "turn_finished",
-        "run_started",
-        "run_finished",
-        "run_cancelled",
-        "run_failed",
-    ):
-        data: Any = json.loads(written.payload)
-        if kind == "turn_started":
-            projection.turn_id = str(data["turn_id"])
-        elif kind == "turn_finished":
-            projection.turn_id = None
-        elif kind == "run_started":
-            projection.open_run = str(data["run_id"])
-        else:
-            projection.open_run = None
-    elif kind == "reconciled":
-        projection.uncertain.pop(str(json.loads(written.payload)["call_id"]), None)
 
 
 class _Snapshot:
