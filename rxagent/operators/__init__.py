@@ -29,9 +29,13 @@ from typing import TYPE_CHECKING, Literal, TypeAlias, TypeVar
 from reactivex import Observable
 
 from rxagent.clock import SYSTEM_CLOCK, Clock
+from rxagent.operators._do_finally import do_finally as _do_finally_impl
 from rxagent.operators._flow_control import BufferOverflowError
 from rxagent.operators._fold_message import MessageFold
+from rxagent.operators._frame import frame as _frame_impl
 from rxagent.operators._from_async_iterable import SourceCancelledError, running_loop, start_task
+from rxagent.operators._from_async_iterable import from_async_iterable as _from_async_iterable_impl
+from rxagent.operators._map_many import map_many as _map_many_impl
 from rxagent.operators._outcome import Outcome
 from rxagent.operators._progress import (
     ProgressCounts,
@@ -40,10 +44,17 @@ from rxagent.operators._progress import (
     ProgressOption,
     TqdmProgress,
 )
+from rxagent.operators._run_steps import run_steps as _run_steps_impl
 from rxagent.operators._serialize_on_key import KeyedSerializer, Turn
 from rxagent.operators._slot import Slot
 from rxagent.operators._source import Source, deferred, subscribe_to
+from rxagent.operators._sync_of import sync_of as _sync_of_impl
 from rxagent.operators._typing import Operator
+from rxagent.operators._using_resource import using_resource as _using_resource_impl
+
+# The wrappers of the operators built on every agent step (frame, run_steps, sync_of, …) call their
+# implementation imported once, above: a `from` import inside the wrapper ran on each call and cost about
+# 2% of an agent conversation (bench/agent_loop.py).
 
 if TYPE_CHECKING:
     from rxagent.chunks import ChatChunk
@@ -147,9 +158,7 @@ def frame(
         complete: ``after()`` items, then complete. error: ``recover`` or fail. cancel: disposes the
         source (or the recovery stream) and unregisters ``until``. re-subscribe: ``before`` runs again.
     """
-    from rxagent.operators._frame import frame as impl
-
-    return impl(each, before=before, after=after, recover=recover, until=until, inject=inject)
+    return _frame_impl(each, before=before, after=after, recover=recover, until=until, inject=inject)
 
 
 def sync_of(*items: _T) -> Observable[_T]:
@@ -161,9 +170,7 @@ def sync_of(*items: _T) -> Observable[_T]:
     Lifecycle:
         complete: right after the items. cancel: nothing to release. re-subscribe: emits them again.
     """
-    from rxagent.operators._sync_of import sync_of as impl
-
-    return impl(*items)
+    return _sync_of_impl(*items)
 
 
 def run_steps(
@@ -186,9 +193,7 @@ def run_steps(
         complete: when ``next_step()`` returns ``None``. error: a step's error (unless recovered).
         cancel: disposes the current step; no further step starts. re-subscribe: ``next_step`` afresh.
     """
-    from rxagent.operators._run_steps import run_steps as impl
-
-    return impl(next_step, recover)
+    return _run_steps_impl(next_step, recover)
 
 
 def map_many(mapper: Callable[[_T], Iterable[_R]]) -> Operator[_T, _R]:
@@ -206,9 +211,7 @@ def map_many(mapper: Callable[[_T], Iterable[_R]]) -> Operator[_T, _R]:
     Lifecycle:
         complete/error: passed through. cancel: disposes upstream. re-subscribe: stateless.
     """
-    from rxagent.operators._map_many import map_many as impl
-
-    return impl(mapper)
+    return _map_many_impl(mapper)
 
 
 def map_concurrent(
@@ -292,9 +295,7 @@ def from_async_iterable(factory: Callable[[], AsyncIterator[_T]]) -> Observable[
         the iterator, so the stream ends with the iterator's own error (its timeout), else with
         ``SourceCancelledError``: never without a terminal signal.
     """
-    from rxagent.operators._from_async_iterable import from_async_iterable as impl
-
-    return impl(factory)
+    return _from_async_iterable_impl(factory)
 
 
 def using_resource(
@@ -319,9 +320,7 @@ def using_resource(
         resource is released with ``cancelled``.
         re-subscribe: acquires a new resource.
     """
-    from rxagent.operators._using_resource import using_resource as impl
-
-    return impl(acquire, use, release)
+    return _using_resource_impl(acquire, use, release)
 
 
 def do_finally(action: Callable[[Outcome], None]) -> Operator[_T, _T]:
@@ -331,9 +330,7 @@ def do_finally(action: Callable[[Outcome], None]) -> Operator[_T, _T]:
         complete/error: ``action`` runs after the terminal signal has been passed downstream.
         cancel: ``action(Outcome.cancelled())`` runs on dispose. re-subscribe: once per subscription.
     """
-    from rxagent.operators._do_finally import do_finally as impl
-
-    return impl(action)
+    return _do_finally_impl(action)
 
 
 def to_async_iterator(
