@@ -39,6 +39,17 @@ from rxagent.chunks import ChatChunk
 from rxagent.model.types import ChatRequest, ModelCapabilities
 from rxagent.serve.dashboard import page as dashboard_page
 from rxagent.tools import Permissions, ToolContext, Toolkit, tool
+from tests.model.openai_server import (
+    DONE,
+    Frame,
+    Hold,
+    OpenAIServer,
+    Reply,
+    finish_chunk,
+    make_model,
+    text_chunk,
+    usage_chunk,
+)
 from tests.serve.conftest import WAIT, Live, ValveModel, fact_events, is_result_of, serving
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -127,7 +138,8 @@ class Dashboard:
     async def timeline(self) -> list[tuple[str, str]]:
         """``(kind, name)`` of every timeline entry, in order."""
         entries: list[list[str]] = await self.page.evaluate(
-            "() => [...document.querySelectorAll('#timeline g.entry')].map((g) => [g.dataset.kind, g.dataset.name])"
+            "() => [...document.querySelectorAll('#timeline g.entry')]"
+            ".map((g) => [g.dataset.kind, g.dataset.name])"
         )
         return [(kind, name) for kind, name in entries]
 
@@ -135,7 +147,8 @@ class Dashboard:
         """The last call of the timeline named ``name``: its summary, arguments, progress and result."""
         return await self.page.evaluate(
             """(name) => {
-                const all = [...document.querySelectorAll('#calls details')].filter((d) => d.dataset.name === name);
+                const all = [...document.querySelectorAll('#calls details')]
+                    .filter((d) => d.dataset.name === name);
                 const d = all[all.length - 1];
                 if (!d) return null;
                 const pres = d.querySelectorAll('pre');
@@ -289,7 +302,7 @@ async def streams_closed(live: Live) -> None:
     await asyncio.wait_for(asyncio.gather(*(s.closed.wait() for s in list(live.server.hub.streams))), WAIT)
 
 
-# ---- streaming ----------------------------------------------------------------------------------------------
+# ---- streaming ---------------------------------------------------------------------------------------------
 
 
 async def test_tokens_appear_on_the_page_as_the_model_streams_them(browser: Browser) -> None:
@@ -316,6 +329,33 @@ async def test_tokens_appear_on_the_page_as_the_model_streams_them(browser: Brow
         (bubble,) = await dash.page.locator(".bubble.user").all_text_contents()
         assert "stream please" in bubble
         await dash.until("() => document.querySelector('#sessions li[data-session=\"s1\"]') !== null")
+
+
+async def test_deltas_from_a_model_server_on_loopback_reach_the_page_before_the_run_ends(
+    browser: Browser,
+) -> None:
+    """The whole path: an OpenAI-compatible server on 127.0.0.1 (holding each delta until the test lets it
+    go), the model client, the agent, the session feed, the browser."""
+    pieces = ["The answer ", "arrives ", "in pieces, ", "as the ", "server sends them."]
+    gates = [asyncio.Event() for _ in pieces]
+    frames: list[Frame] = []
+    for gate, piece in zip(gates, pieces, strict=True):
+        frames += [Hold(gate), text_chunk(piece)]
+    async with OpenAIServer() as server, make_model(server) as model:
+        server.script(Reply.sse(*frames, finish_chunk(), usage_chunk(11, 5), DONE))
+        async with serving(ReActAgent(model)) as live, dashboard(browser, live) as dash:
+            await live.post("/api/sessions/s/runs", {"input": "go"})
+            await dash.open("s")
+            await dash.state_is("running")
+            for shown, gate in enumerate(gates[:-1], start=1):
+                gate.set()
+                await dash.answer_is("".join(pieces[:shown]))  # a partial answer, on the page
+                assert (await live.get("/api/sessions/s"))[1]["status"]["state"] == "running"
+            gates[-1].set()
+            await dash.state_is("idle")
+            assert await dash.answer() == "".join(pieces)
+            await dash.until("() => document.querySelectorAll('#tokens g.bar').length === 1")
+            assert len(server.requests) == 1
 
 
 async def test_a_reload_mid_run_shows_every_fact_once_and_the_exact_answer(browser: Browser) -> None:
@@ -385,7 +425,7 @@ async def test_closing_the_page_releases_its_stream_and_the_run_goes_on(browser:
         assert (await live.agent.state(live.server.hub.handle("s").ctx)).messages[-1].text == "still going"
 
 
-# ---- approvals ----------------------------------------------------------------------------------------------
+# ---- approvals ---------------------------------------------------------------------------------------------
 
 
 async def test_approve_runs_the_call_once_and_the_page_shows_its_result(browser: Browser) -> None:
@@ -448,8 +488,8 @@ async def test_approve_with_edited_arguments_runs_the_call_with_them(browser: Br
         await edit.fill('{"order": 5}')
         await card.locator("button.approve-edited").click()
         await dash.until(
-            "() => document.querySelector('.approval .error').textContent.startsWith('409: ')"
-            " && document.querySelector('.approval .error').textContent.includes('the edited arguments were refused')"
+            "() => { const said = document.querySelector('.approval .error').textContent;"
+            " return said.startsWith('409: ') && said.includes('the edited arguments were refused'); }"
         )
         assert refunds == []
         assert (await live.get("/api/sessions/s"))[1]["status"]["state"] == "waiting_for_approval"
@@ -464,7 +504,7 @@ async def test_approve_with_edited_arguments_runs_the_call_with_them(browser: Br
         assert "approved with edited arguments" in detail["summary"]
 
 
-# ---- timeline and chart -----------------------------------------------------------------------------------
+# ---- timeline and chart ------------------------------------------------------------------------------------
 
 
 async def test_the_timeline_and_the_token_chart_show_every_call(browser: Browser) -> None:
@@ -480,7 +520,8 @@ async def test_the_timeline_and_the_token_chart_show_every_call(browser: Browser
         await dash.answer_is("It is 53.6 °F in Oslo.")
         await dash.until("() => document.querySelectorAll('#tokens g.bar').length === 2")
         bars = await dash.page.evaluate(
-            "() => [...document.querySelectorAll('#tokens g.bar')].map((g) => [Number(g.dataset.input), Number(g.dataset.output)])"
+            "() => [...document.querySelectorAll('#tokens g.bar')]"
+            ".map((g) => [Number(g.dataset.input), Number(g.dataset.output)])"
         )
         assert bars == [[u["input_tokens"], u["output_tokens"]] for u in with_usage]
         assert await dash.page.locator("#tokens g.bar rect").count() == 4  # input and output of each
@@ -502,7 +543,7 @@ async def test_the_timeline_and_the_token_chart_show_every_call(browser: Browser
         await dash.until("() => document.querySelector('#calls details[data-name=\"convert\"]').open")
 
 
-# ---- interrupt, steer, new messages -----------------------------------------------------------------------
+# ---- interrupt, steer, new messages ------------------------------------------------------------------------
 
 
 async def test_the_interrupt_button_ends_the_running_run(browser: Browser) -> None:
@@ -516,7 +557,8 @@ async def test_the_interrupt_button_ends_the_running_run(browser: Browser) -> No
         await dash.until("() => document.getElementById('action-note').textContent === 'interrupted'")
         await dash.state_is("idle")
         await dash.until(
-            "() => [...document.querySelectorAll('.note')].some((n) => n.textContent.startsWith('result: INTERRUPTED'))"
+            "() => [...document.querySelectorAll('.note')]"
+            ".some((n) => n.textContent.startsWith('result: INTERRUPTED'))"
         )
         turns = (await live.get("/api/sessions/s/turns"))[1]["turns"]
         assert turns[-1]["runs"][-1]["reason"] == "INTERRUPTED"
@@ -543,7 +585,8 @@ async def test_the_steer_box_reaches_the_next_model_request(browser: Browser) ->
         await dash.answer_is("Done.")
         assert model.inner.requests[1].messages[-1].text == "Be brief."
         await dash.until(
-            "() => [...document.querySelectorAll('.bubble.steer')].some((b) => b.textContent.includes('Be brief.'))"
+            "() => [...document.querySelectorAll('.bubble.steer')]"
+            ".some((b) => b.textContent.includes('Be brief.'))"
         )
 
 
@@ -560,7 +603,8 @@ async def test_the_composer_starts_a_run_and_shows_refusals(browser: Browser) ->
             await dash.page.fill(box, "   ")
             await dash.page.click(button)
             await dash.until(
-                "(id) => /^400: '(message|input)' must not be empty$/.test(document.getElementById(id).textContent)",
+                "(id) => /^400: '(message|input)' must not be empty$/"
+                ".test(document.getElementById(id).textContent)",
                 error[1:],
             )
         assert await head(live, "s") == last
@@ -576,7 +620,7 @@ async def test_the_composer_starts_a_run_and_shows_refusals(browser: Browser) ->
         )
 
 
-# ---- replay -------------------------------------------------------------------------------------------------
+# ---- replay ------------------------------------------------------------------------------------------------
 
 
 async def test_replay_plays_the_log_back_and_runs_nothing(browser: Browser) -> None:
@@ -621,7 +665,7 @@ async def test_replay_at_a_speed_shows_the_answer_grow(browser: Browser) -> None
             assert await dash.seqs() == list(range(1, await head(live, "s") + 1))
 
 
-# ---- secrets and untrusted text -----------------------------------------------------------------------------
+# ---- secrets and untrusted text ----------------------------------------------------------------------------
 
 
 async def test_the_token_never_appears_in_the_page_or_any_response(
@@ -726,7 +770,7 @@ async def test_untrusted_text_is_shown_as_text_and_never_runs(browser: Browser) 
         assert await dash.page.evaluate("() => window.__pwned") is None
 
 
-# ---- the screenshot and the package -----------------------------------------------------------------------
+# ---- the screenshot and the package ------------------------------------------------------------------------
 
 
 async def test_a_screenshot_of_a_populated_dashboard(browser: Browser, tmp_path: Path) -> None:
