@@ -70,3 +70,31 @@ if [ ! -f "$stamp" ]; then
   fi
   touch "$stamp"
 fi
+
+_rxagent_install_chromium() {
+  # The dashboard's browser tests drive Debian's Chromium with Playwright (the `test` extra); Playwright's
+  # own browser download (`playwright install`) is not used. Installed once, when missing; a failure is
+  # reported here and the browser tests then say why they cannot run (CI fails them; never a silent skip).
+  local chromium="${RXAGENT_CHROMIUM:-/usr/bin/chromium}" sudo="" started
+  [ -x "$chromium" ] && return 0
+  if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+      sudo="sudo -n"
+    else
+      echo "the browser tests need Chromium at $chromium: install it as root (apt-get install chromium)" >&2
+      return 0
+    fi
+  fi
+  started=$(date +%s)
+  echo "installing chromium (apt) for the dashboard's browser tests" >&2
+  if $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null 2>&1 &&
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium \
+      >.venv/chromium-install.log 2>&1; then
+    echo "chromium installed in $(($(date +%s) - started)) s" >&2
+  else
+    tail -n 20 .venv/chromium-install.log >&2 2>/dev/null || true
+    echo "could not install chromium (see .venv/chromium-install.log): the browser tests cannot run" >&2
+  fi
+}
+
+case ",$extras," in *,test,*) _rxagent_install_chromium ;; esac

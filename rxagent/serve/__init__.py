@@ -1,4 +1,4 @@
-"""The live surface: an agent's sessions on HTTP — the session API with its SSE feed, and AG-UI.
+"""The live surface: an agent's sessions on HTTP — the session API with its SSE feed, AG-UI and a dashboard.
 
 ``rxagent serve`` (or :class:`AgentServer` from Python) serves one agent's sessions. Needs the extra:
 ``pip install 'rxagent[serve]'`` (AG-UI's types and encoder, from ``ag-ui-protocol``).
@@ -77,6 +77,15 @@ Sessions
 ``POST /api/sessions/{sid}/interrupt``
     ``200 {"interrupted": bool}`` (``false``: no run was going). The run ends ``INTERRUPTED``, what it
     finished kept.
+
+The dashboard
+-------------
+``GET /``
+    A page (HTML; inline script and style only, under a hash-only ``Content-Security-Policy``) that reads
+    and drives the API above: sessions, the live answer, a timeline of model and tool calls, tokens per
+    model call, approvals, interrupt, steer, new messages, replay from the log. ``GET /?token=<token>``
+    answers ``303`` to ``/`` and sets the token as an ``HttpOnly`` ``rxagent_token`` cookie, so the token
+    leaves the address bar. See :mod:`rxagent.serve.dashboard`.
 
 AG-UI
 -----

@@ -56,7 +56,11 @@ def guard(settings: ServeSettings) -> Any:
             if not (is_loopback(name) or name == bound):
                 raise ApiError(421, "this server answers requests addressed to its loopback address only")
         elif not _carries(request, token):
-            raise ApiError(401, "this server needs its token: send 'Authorization: Bearer <token>'")
+            raise ApiError(
+                401,
+                "this server needs its token: send 'Authorization: Bearer <token>' "
+                "(a browser: open /?token=<token> once, and the dashboard keeps it in a cookie)",
+            )
         if request.method not in _SAFE_METHODS:
             _check_origin(request)
         return await handler(request)

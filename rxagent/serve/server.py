@@ -9,7 +9,7 @@ from typing import Self
 from aiohttp import web
 
 from rxagent.agent import ReActAgent
-from rxagent.serve import agui, session_api
+from rxagent.serve import agui, dashboard, session_api
 from rxagent.serve.http import json_errors
 from rxagent.serve.hub import HUB, SessionHub
 from rxagent.serve.security import RedactedAccessLogger, guard
@@ -22,8 +22,9 @@ ACCESS_LOG = logging.getLogger("rxagent.serve.access")
 
 
 def create_app(agent: ReActAgent, settings: ServeSettings | None = None) -> web.Application:
-    """The aiohttp application serving ``agent``'s sessions: the session API and AG-UI, behind the
-    guard (host, token, origin) and the body limit (see :mod:`rxagent.serve`).
+    """The aiohttp application serving ``agent``'s sessions: the session API, AG-UI and the dashboard
+    page at ``/`` (:mod:`rxagent.serve.dashboard`), behind the guard (host, token, origin) and the body
+    limit (see :mod:`rxagent.serve`).
 
     Other routes (a page) may be added to it before it starts; they pass the same guard.
     """
@@ -32,6 +33,7 @@ def create_app(agent: ReActAgent, settings: ServeSettings | None = None) -> web.
     app[HUB] = SessionHub(agent, settings)
     app.add_routes(session_api.routes())
     app.add_routes(agui.routes())
+    app.add_routes(dashboard.routes())
     return app
 
 

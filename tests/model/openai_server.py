@@ -2,8 +2,9 @@
 
 Each test scripts the replies, one per request, in order: a status, headers, and a body written as a
 list of frames — raw byte frames (each one ``write``; :class:`Pause` between two frames makes the
-client read them separately), :class:`Stall` (send nothing more until the client goes away) and
-:class:`Cut` (drop the connection mid-body). The server records every request (path, headers, JSON body)
+client read them separately), :class:`Hold` (send nothing more until the test opens a gate),
+:class:`Stall` (send nothing more until the client goes away) and :class:`Cut` (drop the connection
+mid-body). The server records every request (path, headers, JSON body)
 and notices when a client disconnects in the middle of a reply (the handler is cancelled). Pauses and the
 request times are on the server's ``clock``: give it the client's :class:`~rxagent.clock.VirtualClock`
 and both sides wait on the same virtual time.
@@ -34,6 +35,8 @@ __all__ = [
     "DONE",
     "FAST_RETRY",
     "Cut",
+    "Frame",
+    "Hold",
     "OpenAIServer",
     "Pause",
     "RecordedRequest",
@@ -69,7 +72,14 @@ class Cut:
     """Drop the connection now, in the middle of the body."""
 
 
-Frame = bytes | Pause | Stall | Cut
+@dataclass(frozen=True)
+class Hold:
+    """Send nothing more until the test sets ``gate`` (the test paces the reply, delta by delta)."""
+
+    gate: asyncio.Event
+
+
+Frame = bytes | Pause | Stall | Cut | Hold
 
 
 @dataclass
@@ -233,6 +243,8 @@ class OpenAIServer:
                     await response.write(frame)
                 elif isinstance(frame, Pause):
                     await self.clock.sleep(frame.seconds)
+                elif isinstance(frame, Hold):
+                    await frame.gate.wait()
                 elif isinstance(frame, Stall):
                     self.stalled.set()
                     await asyncio.Event().wait()  # until the client disconnects (the handler is cancelled)
