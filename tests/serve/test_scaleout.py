@@ -36,7 +36,7 @@ import pytest
 
 from rxagent.session import StoredFact
 from rxagent.session.postgres import PostgresStore
-from tests.model.openai_server import Hold, OpenAIServer, Reply, Stall, finish_chunk, text_chunk, usage_chunk
+from tests.model.openai_server import Hold, OpenAIServer, Reply, finish_chunk, text_chunk, usage_chunk
 from tests.serve.conftest import WAIT, SSEReader
 from tests.test_cli import finish, on, start, text_reply
 
@@ -258,8 +258,9 @@ async def test_a_run_on_one_server_is_followed_live_through_the_others_feed(
 async def test_killing_the_executing_server_lets_the_other_take_the_session_over_after_the_lease(
     server: OpenAIServer, postgres_url: str
 ) -> None:
+    hold = Hold(asyncio.Event())
     server.script(
-        Reply.sse(text_chunk("Half a"), Stall()),  # A's run: streams, then hangs until A dies
+        Reply.sse(text_chunk("Half a"), hold, text_chunk(" story")),  # A's run: streams, then hangs
         text_reply("Taken", " over."),
     )
     async with serving(server, postgres_url) as a, serving(server, postgres_url) as b:
@@ -267,10 +268,11 @@ async def test_killing_the_executing_server_lets_the_other_take_the_session_over
         await b.until_known()
         async with b.feed() as feed:
             await feed.until(lambda f: delta(f) == "Half a")
-            await asyncio.wait_for(server.stalled.wait(), WAIT)
+            await asyncio.wait_for(hold.reached.wait(), WAIT)
 
             a.process.kill()
             await asyncio.wait_for(a.process.wait(), WAIT)
+            hold.gate.set()  # the rest of A's answer goes nowhere: A is gone
             killed_at = time.time()
             appended = await read_log(postgres_url)  # everything A appended before it died
             owner, expires_at = await lease_row(postgres_url)
