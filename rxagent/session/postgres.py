@@ -70,6 +70,7 @@ from psycopg import AsyncConnection, Error, OperationalError
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
+from rxagent.clock import SYSTEM_CLOCK, Clock
 from rxagent.session.facts import Checkpoint, Fact, FactKind, StoredFact
 from rxagent.session.store import (
     CHECKPOINTS_KEPT,
@@ -359,6 +360,8 @@ class PostgresStore:
         min_connections: connections the pool keeps open.
         max_connections: the most the pool opens; further callers wait for one.
         connect_timeout: seconds to wait for the database when connecting, and for a pooled connection.
+        clock: what the waits before opening a lost listening connection again are timed on (see the
+            module's **Listening**); a :class:`~rxagent.clock.VirtualClock` in tests.
 
     Raises:
         ValueError: a pool size or timeout out of range.
@@ -375,6 +378,7 @@ class PostgresStore:
         min_connections: int = 1,
         max_connections: int = 10,
         connect_timeout: float = 10.0,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         if min_connections < 0 or max_connections < max(1, min_connections):
             raise ValueError(
@@ -385,6 +389,7 @@ class PostgresStore:
             raise ValueError(f"connect_timeout must be positive, got {connect_timeout}")
         self._url = url
         self._now = now
+        self._clock = clock
         self._min = min_connections
         self._max = max_connections
         self._timeout = connect_timeout
@@ -777,7 +782,7 @@ class PostgresStore:
                     if self._listening is asyncio.current_task():  # not a task being stopped
                         self._listeners.set_live(False)
                     await conn.close()
-            await asyncio.sleep(delay)
+            await self._clock.sleep(delay)
             delay = min(delay * 2, _RELISTEN_MAX)
 
     def _notice(self, payload: str) -> None:

@@ -9,7 +9,8 @@ What must hold: the watcher sees every fact, numbered as in the log, with no gap
 other agent's run goes on; exactly one follower task per followed feed, started by the first watcher and
 stopped by the last or by a run of this agent (which then publishes), and nothing left behind.
 
-Bad inputs tried: a notice for a session nobody follows, notices that name no session (not JSON, a number
+Bad inputs tried: a database that cannot be reached (listening is tried again ever later, on a clock the
+test moves), a notice for a session nobody follows, notices that name no session (not JSON, a number
 for a session id, no fields), the listening connection killed by the database, a watcher that leaves
 mid-follow, a local run that takes the session while the follower's read is on its way, a store that
 fails to read.
@@ -21,6 +22,7 @@ import asyncio
 import json
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,10 +31,10 @@ from rxagent import ReActAgent, ScriptedModel, ScriptedResponse
 from rxagent.agent import SessionHandle
 from rxagent.clock import VirtualClock
 from rxagent.context import RuntimeContext
-from rxagent.session import FeedGap, FeedItem, MemoryStore, SessionStore, StoredFact
+from rxagent.session import FeedGap, FeedItem, MemoryStore, SessionStore, SQLiteStore, StoredFact
 from rxagent.session.facts import Checkpoint, Fact
 from rxagent.session.postgres import NOTIFY_CHANNEL, PostgresStore
-from rxagent.session.store import Lease, SessionInfo
+from rxagent.session.store import Lease, Listening, NotifyingStore, SessionInfo
 from rxagent.state import SessionKey
 from tests.serve.conftest import ValveModel
 
@@ -224,6 +226,49 @@ async def test_a_watcher_leaving_mid_follow_stops_the_follower_and_the_feed_goes
     assert reader.keeper.feed(KEY).watchers == 0
 
 
+class CountedListening(MemoryStore):
+    """The memory store, counting who listens to its appends now."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.listening = 0
+
+    def listen(self, key: SessionKey, wake: Callable[[], None]) -> Listening:
+        inner = super().listen(key, wake)
+        self.listening += 1
+        store = self
+
+        class Counted:
+            @property
+            def live(self) -> bool:
+                return inner.live
+
+            def close(self) -> None:
+                inner.close()
+                store.listening -= 1
+
+        return Counted()
+
+
+async def test_the_last_watcher_leaving_releases_the_follower_task_and_its_listening() -> None:
+    store = CountedListening()
+    valve, writer, reader = agents(store, store, ScriptedResponse(text="a long answer", chunk_size=2))
+    run = writer.session(CTX).submit("go")
+    valve.release(2)
+    reading = reader.session(CTX)
+    watcher = Watcher(reading)
+    await watcher.until(has_delta)
+    assert (await reading.open_feed()).following
+    assert store.listening == 1  # the follower listens (the writer's run does not)
+    await watcher.stop()
+    await no_follower_left()
+    assert store.listening == 0
+    valve.open()
+    await run
+    assert store.listening == 0  # appends after the release wake nobody and start nothing
+    assert not [t for t in asyncio.all_tasks() if t.get_name() == "rxagent.session.follow"]
+
+
 async def test_a_follower_that_cannot_read_keeps_trying_and_catches_up() -> None:
     class Failing(MemoryStore):
         failures = 0
@@ -328,6 +373,35 @@ async def test_without_notices_the_follower_reads_the_log_every_poll_interval() 
     reads = quiet.reads
     await clock.advance(1.0)
     assert quiet.reads == reads  # no watcher, no reading
+
+
+async def test_a_sqlite_file_another_store_writes_is_read_every_poll_interval(tmp_path: Path) -> None:
+    path = tmp_path / "sessions.db"
+    writer_store, reader_store = SQLiteStore(path), SQLiteStore(path)  # as two processes would open it
+    assert not isinstance(reader_store, NotifyingStore)
+    clock = VirtualClock()
+    valve, writer, reader = agents(writer_store, reader_store, "one", "two", clock=clock)
+    try:
+        valve.open()
+        await writer.session(CTX).submit("first")
+        head = await reader_store.head(KEY)
+        watcher = Watcher(reader.session(CTX))
+        await watcher.until(lambda items: len(items) == head)
+        await until(lambda: 0.25 in clock.pending())  # the follower read the file and waits for the next
+        second = await writer.session(CTX).submit("second")
+        got = len(watcher.items)
+        await clock.advance(0.2)
+        assert len(watcher.items) == got  # not read yet: the next read is due at 0.25 s
+        await clock.advance(0.05)
+        await watcher.until_result_of(second.run_id)
+        same_as_log(watcher.items, await reader_store.read(KEY))
+        await watcher.stop()
+        await no_follower_left()
+    finally:
+        await writer.aclose()
+        await reader.aclose()
+        await writer_store.aclose()
+        await reader_store.aclose()
 
 
 # ---- PostgreSQL: one listening connection per store ------------------------------------------------------
@@ -457,6 +531,24 @@ async def test_closing_the_store_closes_its_listening_connection(postgres_url: s
     await until_connections(postgres_url, name, 0)
     with pytest.raises(RuntimeError, match="closed"):
         store.listen(KEY, woken.set)
+
+
+async def test_a_listening_connection_that_cannot_be_opened_is_tried_again_ever_later() -> None:
+    clock = VirtualClock()
+    store = PostgresStore("postgresql://rxagent@127.0.0.1:1/nowhere", clock=clock)  # nothing listens there
+    listening = store.listen(KEY, lambda: None)
+    waits: list[float] = []
+    for _ in range(9):
+        await until(lambda: bool(clock.pending()))  # an attempt failed: the next one is timed
+        (due,) = clock.pending()
+        waits.append(round(due - clock.now(), 6))
+        assert not listening.live  # meanwhile the listeners read the logs at intervals
+        await clock.advance(due - clock.now())
+    assert waits == [0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0]
+    listening.close()  # the last listener left: the store stops trying
+    await until(lambda: not clock.pending())
+    assert store.listen_connections == 0
+    await store.aclose()
 
 
 # ---- helpers ---------------------------------------------------------------------------------------------
