@@ -3,7 +3,8 @@
 The database is the test set-up's own server (``postgres_url``: pgserver, a new database per test); the
 model is the loopback OpenAI-compatible server, whose replies hold their deltas at a ``Hold`` frame until
 the test opens it, so "live" is asserted without a clock: a delta reaches the other process's feed while
-the run that streams it cannot have ended yet. Every wait has a timeout; nothing sleeps.
+the run that streams it cannot have ended yet. Every wait has a timeout; only a server's status, which
+nothing signals, is asked for again and again until it says what the test waits for.
 
 What must hold:
 
@@ -42,7 +43,7 @@ from tests.test_cli import finish, on, start, text_reply
 
 SID = "shared"
 KEY = (None, SID)
-LEASE_TTL = 2.0
+LEASE_TTL = 3.0
 """The servers' ``--lease-ttl``: short, so a takeover comes soon; long enough that the test sees the
 waiting run queued before the dead server's lease expires (it was renewed at most a third of it ago)."""
 
