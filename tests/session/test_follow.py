@@ -1,8 +1,9 @@
 """Following a session written elsewhere: a feed with watchers and no run of its own follows the log.
 
 Two agents share one store here, each with its own keeper, so each is "another process" for the other:
-the memory store (it tells of its appends), a store that tells nothing (the follower reads the log every
-``poll`` seconds, on a clock the test moves), and PostgreSQL (one listening connection per store). The
+the memory store (it tells of its appends), a store that tells nothing and a SQLite file opened by two
+stores (the follower reads the log every ``poll`` seconds, on a clock the test moves), and PostgreSQL (one
+listening connection per store, opened again with backoff when lost). The
 same over HTTP with two real ``rxagent serve`` processes is tests/serve/test_scaleout.py.
 
 What must hold: the watcher sees every fact, numbered as in the log, with no gap and no repeat, while the
