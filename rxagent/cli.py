@@ -27,6 +27,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import replace
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
@@ -255,7 +256,9 @@ def _parser() -> argparse.ArgumentParser:
         help="serve the agent's sessions on HTTP: the session API, its live feed, and AG-UI",
         description="Serve the agent's sessions on HTTP (needs the extra: pip install 'rxagent[serve]'). "
         "Prints 'listening on http://HOST:PORT' first on stdout; Ctrl-C or SIGTERM stops it cleanly "
-        "(running runs are interrupted and saved).",
+        "(running runs are interrupted and saved). Several servers may share one --db postgresql://… "
+        "(or one SQLite file on one host): each serves every session, a client on any of them follows "
+        "runs the others execute, and runs on one session never overlap.",
         formatter_class=_HelpFormatter,
     )
     serve.add_argument(
@@ -286,6 +289,15 @@ def _parser() -> argparse.ArgumentParser:
         help="OpenTelemetry spans of every run (GenAI conventions) on the global tracer provider: run "
         "under `opentelemetry-instrument`, or set a provider up before calling rxagent.cli.main; needs "
         "the extra rxagent[otel]",
+    )
+    serve.add_argument(
+        "--lease-ttl",
+        type=_seconds,
+        default=30.0,
+        metavar="SECONDS",
+        help="how long a run's hold on its session lasts unrenewed (renewed every third of it): when "
+        "several servers share one --db and one dies mid-run, the others take its sessions over this long "
+        "after",
     )
     return parser
 
@@ -326,6 +338,9 @@ def _agent(args: argparse.Namespace, model: ChatModel, toolkit: Toolkit) -> ReAc
         tool_timeout=args.tool_timeout,
         first_tool_choice="required" if args.require_tool and toolkit.names else None,
     )
+    lease_ttl: float | None = getattr(args, "lease_ttl", None)  # serve's option
+    if lease_ttl is not None:
+        options = replace(options, lease_ttl=lease_ttl)
     permissions = Permissions()
     for pattern in args.ask:
         permissions = permissions.ask(pattern, reason=f"--ask {pattern}")

@@ -37,11 +37,20 @@ def tagged(notebook: Any, tag: str) -> list[Any]:
 
 
 def plain(notebook: Any, tag: str) -> str:
-    """The text a plain front end shows for the cell tagged ``tag`` (printed text and text/plain)."""
-    return "\n".join(
-        o["text"] if o.get("output_type") == "stream" else str(o.get("data", {}).get("text/plain", ""))
-        for o in tagged(notebook, tag)
-    )
+    """The text a plain front end shows for the cell tagged ``tag`` (printed text and text/plain).
+
+    Printed text comes in as many stream outputs as the kernel flushed (a cell that awaits for a while
+    on a loaded machine prints in two); a front end shows them as one text, and so does this."""
+    parts: list[str] = []
+    last_stream: str | None = None  # the stream (stdout, stderr) of the last output, if it was printed text
+    for o in tagged(notebook, tag):
+        stream = o.get("name") if o.get("output_type") == "stream" else None
+        if stream is not None and stream == last_stream:
+            parts[-1] += o["text"]
+        else:
+            parts.append(o["text"] if stream is not None else str(o.get("data", {}).get("text/plain", "")))
+        last_stream = stream
+    return "\n".join(parts)
 
 
 def svg_of(notebook: Any, tag: str) -> str:

@@ -57,15 +57,19 @@ class SessionStatus:
 
     Attributes:
         state: see :data:`SessionState`.
-        running: the id of the run going now (``None``: none).
-        queued: runs submitted through the handle and waiting for their turn.
+        running: the id of the run going now in this process (``None``: none).
+        queued: runs submitted through the handle and waiting for their turn (the first of them may wait
+            for a run of another process: see ``held_elsewhere``).
         pending: the calls waiting for decisions or results (as of the last run this process saw).
+        held_elsewhere: the next run waits for the session's lease, which another process holds (its
+            run goes on there; several servers on one database).
     """
 
     state: SessionState
     running: str | None
     queued: int
     pending: tuple[PendingCall, ...]
+    held_elsewhere: bool = False
 
 
 class RunHandle:
@@ -94,10 +98,17 @@ class RunHandle:
 
     @property
     def status(self) -> Literal["queued", "running", "done"]:
-        """``queued`` (waiting for its session), ``running`` or ``done``."""
+        """``queued`` (waiting for its session: behind runs of this process, or for the lease another
+        process holds), ``running`` or ``done``."""
         if self._future.done():
             return "done"
-        return "running" if self.control.status == "running" else "queued"
+        if self.control.status != "running":
+            return "queued"
+        session = self._session
+        active = session.agent.active_run(session.ctx)
+        if (active is None or active.run_id != self.id) and session.agent.keeper.held_elsewhere(session.key):
+            return "queued"
+        return "running"
 
     @property
     def position(self) -> int | None:
@@ -349,7 +360,7 @@ class SessionHandle:
             state = "waiting_for_results"
         else:
             state = "idle"
-        return SessionStatus(state, running, queued, pending)
+        return SessionStatus(state, running, queued, pending, self.agent.keeper.held_elsewhere(self.key))
 
     async def read_status(self) -> SessionStatus:
         """:meth:`status`, with the pending calls read from the session's log when no run is going (on

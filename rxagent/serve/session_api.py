@@ -84,6 +84,7 @@ def status_json(status: SessionStatus) -> JsonObject:
         "running": status.running,
         "queued": status.queued,
         "pending": [pending_json(p) for p in status.pending],
+        "held_elsewhere": status.held_elsewhere,
     }
 
 

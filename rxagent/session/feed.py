@@ -27,9 +27,27 @@ the oldest item still held and says so with a :class:`FeedGap` (what it names is
 ``async for``, disposing) never stops a run.
 
 **In-process and across processes.** Items published by a run in this process reach watchers at once,
-before they are durable; the log is read only for what the ring no longer holds. A session whose runs
-execute in another process is followed by reading its log (:meth:`SessionFeed.follow`, polling): watchers
-there see the same items with the same numbers, as soon as they are durable.
+before they are durable; the log is read only for what the ring no longer holds. While the feed has
+watchers and no run of this process writes the session (:meth:`SessionFeed.writing_here`), one task
+*follows* the log for them: it reads what others append (another process, another agent on the same
+store) and publishes it, so watchers see the same items with the same numbers, as soon as they are
+durable. It reads after each notice of an append when the store sends them
+(:class:`~rxagent.session.store.NotifyingStore`: PostgreSQL, the memory store), and every ``poll``
+seconds otherwise (SQLite), or while the store's notices are down.
+
+::
+
+    watchers:        0 ──▶ 1 ─────────────────────────────────▶ 0
+    local run:                    claims ───── releases
+    follower task:         ┌─────┐                 ┌─────────┐
+                           └ reads ┘ stops (the run  └ reads from the run's last item
+                                     publishes)
+
+The follower starts with the first watcher and stops when the last one leaves or a run of this process
+takes the session; that run publishes from the log's head on (a read the follower had under way when the
+run took over is dropped), and when it gives the session back with watchers left, the follower starts
+again right after the run's last item. Each of its reads publishes only if the head did not move while it
+read, so the hand-overs never skip nor repeat a number.
 """
 
 from __future__ import annotations
@@ -37,6 +55,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import logging
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -48,10 +67,12 @@ from rxagent.clock import SYSTEM_CLOCK, Clock
 from rxagent.events import AgentEvent, event_from_json
 from rxagent.operators import from_async_iterable
 from rxagent.session.facts import Fact, FactKind, StoredFact
-from rxagent.session.store import SessionStore
+from rxagent.session.store import NotifyingStore, SessionStore
 from rxagent.state import SessionKey
 
 __all__ = ["FeedGap", "FeedItem", "FeedLagError", "FeedPolicy", "SessionFeed"]
+
+_log = logging.getLogger("rxagent")
 
 FeedPolicy: TypeAlias = Literal["catch_up", "drop", "disconnect"]
 """What a watcher the ring left behind does: read the log, skip ahead (told by a gap), or stop."""
@@ -132,7 +153,9 @@ class SessionFeed:
         capacity: items the shared ring holds.
         page: facts read from the log at a time while catching up.
         interval: seconds between two wakes of the watchers, at least.
-        clock: what the wake-ups are timed on.
+        poll: seconds between two reads of the log while following a store that sends no notices of
+            appends (or whose notices are down).
+        clock: what the wake-ups and the follower's reads are timed on.
     """
 
     def __init__(
@@ -143,10 +166,13 @@ class SessionFeed:
         capacity: int = 4096,
         page: int = 512,
         interval: float = 0.010,
+        poll: float = 0.25,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         if capacity < 1 or page < 1:
             raise ValueError("capacity and page must be at least 1")
+        if not poll > 0:
+            raise ValueError("poll must be a positive number of seconds")
         self.store = store
         self.key = key
         self.capacity = capacity
@@ -161,8 +187,11 @@ class SessionFeed:
         self.interval = interval
         self.clock = clock
         """Seconds between two wakes of the watchers, at least (items that come sooner wait for it)."""
+        self.poll = poll
         self.watchers = 0
         """Watchers iterating now."""
+        self._writing_here = False
+        self._follower: _Follower | None = None
 
     @property
     def held(self) -> int:
@@ -257,6 +286,7 @@ class SessionFeed:
         cursor = max(0, after)
         caught_up = False  # the replay it asked for is done: from now on, falling behind is lagging
         self.watchers += 1
+        self._refresh()
         try:
             if not self._synced:  # nobody told this feed where the log stands: ask the log
                 head = await self.store.head(self.key)
@@ -294,18 +324,103 @@ class SessionFeed:
                 await self._next_change()
         finally:
             self.watchers -= 1
+            self._refresh()
 
     def observe(self, after: int = 0, *, policy: FeedPolicy = "catch_up") -> Observable[FeedItem | FeedGap]:
         """:meth:`watch` as a cold observable: each subscription is one watcher; disposing stops only it."""
         return from_async_iterable(lambda: self.watch(after, policy=policy))
 
-    async def follow(self, poll: float = 0.2) -> None:
-        """Follow a session whose runs write in another process: read its log as it grows, publishing
-        what it appends (runs until cancelled). The items are durable when watchers get them."""
-        while True:
-            facts = await self.store.read(self.key, after=self._head, limit=self.page)
-            if facts:
-                self.publish([FeedItem.of(f) for f in facts])
-                self.durable(facts[-1].seq)
-                continue
-            await self.clock.sleep(poll)
+    # ---- following a log written elsewhere ----------------------------------------------------------
+
+    def writing_here(self, writing: bool) -> None:
+        """A run of this process took the session (``True``: it publishes, so the follower stops) or gave
+        it back (``False``: the follower starts again if watchers are left). The keeper calls this."""
+        self._writing_here = writing
+        self._refresh()
+
+    @property
+    def following(self) -> bool:
+        """Whether a task follows the log for the watchers now (see the module)."""
+        follower = self._follower
+        return follower is not None and not follower.stopped
+
+    def _refresh(self) -> None:
+        wanted = self.watchers > 0 and not self._writing_here
+        follower = self._follower
+        if wanted:
+            if follower is None:
+                follower = self._follower = _Follower()
+                follower.task = asyncio.get_running_loop().create_task(
+                    self._follow(follower), name="rxagent.session.follow"
+                )
+            else:  # still finishing a read after a stop: it goes on instead of a second task
+                follower.stopped = False
+        elif follower is not None and not follower.stopped:
+            follower.stopped = True
+            follower.woken.set()
+
+    async def _follow(self, follower: _Follower) -> None:
+        store = self.store
+        listening = None
+        if isinstance(store, NotifyingStore):
+            try:
+                listening = store.listen(self.key, follower.woken.set)
+            except Exception:  # a closed store, say: reading the log at intervals is all there is
+                _log.warning("rxagent: cannot listen to session %r's appends", self.key[1], exc_info=True)
+        failing = False
+        try:
+            while not follower.stopped:
+                follower.woken.clear()
+                start = self._head
+                try:
+                    if not self._synced:
+                        facts: list[StoredFact] = []
+                        head = await store.head(self.key)
+                        if not follower.stopped and not self._synced:
+                            self.reset(head)
+                    else:
+                        facts = await store.read(self.key, after=start, limit=self.page)
+                except Exception:
+                    if not failing:  # once per outage: the follower keeps trying at the poll interval
+                        _log.warning("rxagent: following session %r failed", self.key[1], exc_info=True)
+                    failing = True
+                    await self._pause(follower, self.poll)
+                    continue
+                failing = False
+                # A run of this process took the session while this read was on its way (it publishes
+                # now), or the head moved (reset): what was read may be old news.
+                if follower.stopped or self._head != start:
+                    continue
+                if facts:
+                    self.publish([FeedItem.of(f) for f in facts])
+                    self.durable(facts[-1].seq)
+                    continue
+                live = listening is not None and listening.live
+                await self._pause(follower, None if live else self.poll)
+        finally:
+            if listening is not None:
+                listening.close()
+            if self._follower is follower:
+                self._follower = None
+
+    async def _pause(self, follower: _Follower, seconds: float | None) -> None:
+        """Wait for a notice, a stop, or ``seconds`` (``None``: no limit)."""
+        if follower.woken.is_set():
+            return
+        timer = None if seconds is None else self.clock.call_later(seconds, follower.woken.set)
+        try:
+            await follower.woken.wait()
+        finally:
+            if timer is not None:
+                timer.cancel()
+
+
+class _Follower:
+    """The task following a feed's log, and how it is told to stop or to read again."""
+
+    __slots__ = ("stopped", "task", "woken")
+
+    def __init__(self) -> None:
+        self.stopped = False
+        self.woken = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None

@@ -69,8 +69,11 @@ class SessionKeeper:
         owner: this keeper's name in leases (default: host, process and a counter).
         lease_ttl: seconds a lease lasts without renewal; a live run renews it every third of that.
         cache_size: sessions whose projection is kept in memory between runs.
+        flush_interval: seconds a run's facts wait at most before they are appended in the background, so
+            that other processes following the session see them (see :mod:`rxagent.session.recorder`);
+            ``None``: only when 256 are queued, or the run flushes.
         clock: what the keeper waits on (the session wait, polling a busy lease, renewing leases, the
-            feeds' wake-ups); a :class:`~rxagent.clock.VirtualClock` in tests.
+            feeds' wake-ups and reads, background flushes); a :class:`~rxagent.clock.VirtualClock` in tests.
     """
 
     def __init__(
@@ -80,10 +83,14 @@ class SessionKeeper:
         owner: str | None = None,
         lease_ttl: float = 30.0,
         cache_size: int = 10_000,
+        flush_interval: float | None = 0.05,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         if not lease_ttl > 0:
             raise ValueError("lease_ttl must be positive")
+        if flush_interval is not None and not flush_interval > 0:
+            raise ValueError("flush_interval must be None or a positive number of seconds")
+        self.flush_interval = flush_interval
         self.store = store
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{next(_instances)}"
         self.lease_ttl = lease_ttl
@@ -95,6 +102,7 @@ class SessionKeeper:
         # nobody watches has none, so idle sessions keep no ring of items).
         self._feeds: weakref.WeakValueDictionary[SessionKey, SessionFeed] = weakref.WeakValueDictionary()
         self._claims: dict[SessionKey, Claim] = {}
+        self._held_elsewhere: set[SessionKey] = set()
         self._checkpoints: set[asyncio.Task[None]] = set()
 
     def turn(self, key: SessionKey) -> Turn:
@@ -124,26 +132,47 @@ class SessionKeeper:
             turn.release()
             raise
         feed = self._feeds.get(key)
-        if feed is not None and feed.head < projection.seq:  # others appended meanwhile: the log has it
-            feed.reset(projection.seq)
-        claim = Claim(key, turn, lease, projection, Recorder(self.store, lease, projection, feed=feed))
+        if feed is not None:
+            # From here on this run publishes: the feed stops following the log (a read it has under way is
+            # dropped), and starts from the log's head, which the projection was just brought up to.
+            feed.writing_here(True)
+            if feed.head != projection.seq:
+                feed.reset(projection.seq)
+        recorder = Recorder(
+            self.store,
+            lease,
+            projection,
+            feed=feed,
+            flush_interval=self.flush_interval,
+            clock=self.clock,
+        )
+        claim = Claim(key, turn, lease, projection, recorder)
         self._claims[key] = claim
         claim.renewal = self.clock.call_later(self.lease_ttl / 3, lambda: self._renew(claim))
         return claim
 
     async def _lease(self, key: SessionKey, wait: float | None, started: float) -> Lease:
         pause = 0.02
-        while True:
-            lease = await self.store.acquire(key, self.owner, self.lease_ttl)
-            if lease is not None:
-                return lease
-            waited = self.clock.now() - started
-            if wait is not None and waited >= wait:
-                holder = next((s.owner for s in await self.store.sessions() if s.key == key), None)
-                raise SessionBusy(waited, 0, holder)
-            remaining = None if wait is None else wait - waited
-            await self.clock.sleep(pause if remaining is None else min(pause, remaining))
-            pause = min(pause * 2, 1.0)
+        try:
+            while True:
+                lease = await self.store.acquire(key, self.owner, self.lease_ttl)
+                if lease is not None:
+                    return lease
+                self._held_elsewhere.add(key)
+                waited = self.clock.now() - started
+                if wait is not None and waited >= wait:
+                    holder = next((s.owner for s in await self.store.sessions() if s.key == key), None)
+                    raise SessionBusy(waited, 0, holder)
+                remaining = None if wait is None else wait - waited
+                await self.clock.sleep(pause if remaining is None else min(pause, remaining))
+                pause = min(pause * 2, 1.0)
+        finally:
+            self._held_elsewhere.discard(key)
+
+    def held_elsewhere(self, key: SessionKey) -> bool:
+        """Whether a run of this process holds its turn on ``key`` and waits for the store's lease, which
+        another process (or another keeper) holds: the run is queued behind a run that goes on elsewhere."""
+        return key in self._held_elsewhere
 
     async def _project(self, key: SessionKey) -> Projection:
         head = await self.store.head(key)
@@ -183,6 +212,7 @@ class SessionKeeper:
             feed = self._feeds[key] = SessionFeed(self.store, key, clock=self.clock)
             claim = self._claims.get(key)
             if claim is not None:
+                feed.writing_here(True)
                 claim.recorder.attach(feed)
             elif head is not None:
                 feed.reset(head)
@@ -196,15 +226,19 @@ class SessionKeeper:
         renewal, claim.renewal = claim.renewal, None  # the timer holds the claim: no cycle left
         if renewal is not None:
             renewal.cancel()
-        if self._claims.get(claim.key) is claim:
+        claim.recorder.close()
+        held = self._claims.get(claim.key) is claim
+        if held:
             del self._claims[claim.key]
+        feed = self._feeds.get(claim.key)
         try:
-            feed = self._feeds.get(claim.key)
             if claim.broken and feed is not None:  # it numbered facts the log never got: the log is the truth
                 feed.reset(await self.store.head(claim.key))
             await self.store.release(claim.lease)
         finally:
             claim.turn.release()
+            if held and feed is not None:  # its watchers follow the log again, from the run's last fact
+                feed.writing_here(False)
         if claim.broken:
             return
         projection = claim.projection

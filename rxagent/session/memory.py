@@ -7,7 +7,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from rxagent.session.facts import Checkpoint, Fact, StoredFact
-from rxagent.session.store import CHECKPOINTS_KEPT, Lease, LeaseLostError, SessionExistsError, SessionInfo
+from rxagent.session.store import (
+    CHECKPOINTS_KEPT,
+    AppendListeners,
+    Lease,
+    LeaseLostError,
+    Listening,
+    SessionExistsError,
+    SessionInfo,
+)
 from rxagent.state import SessionKey
 
 __all__ = ["MemoryStore"]
@@ -26,7 +34,9 @@ class MemoryStore:
     """Session logs in this process's memory: the same contract as the database stores, nothing durable.
 
     Payloads are kept as the JSON text they were appended as, so what a reader gets never changes when
-    a run mutates its own objects.
+    a run mutates its own objects. It tells listeners of its appends
+    (:class:`~rxagent.session.store.NotifyingStore`), so agents sharing it in one process follow each
+    other's runs at once.
 
     Args:
         now: the wall clock leases expire on (a test can pass its own).
@@ -38,6 +48,7 @@ class MemoryStore:
     def __init__(self, *, now: Callable[[], float] = time.time) -> None:
         self._logs: dict[SessionKey, _Log] = {}
         self._now = now
+        self._listeners = AppendListeners()
 
     def _log(self, key: SessionKey) -> _Log:
         log = self._logs.get(key)
@@ -72,7 +83,14 @@ class MemoryStore:
         """Append under the lease (see :class:`~rxagent.session.store.SessionStore`)."""
         log = self._check(lease)
         log.facts.extend(facts)
+        if facts:
+            self._listeners.notify(lease.key)
         return len(log.facts)
+
+    def listen(self, key: SessionKey, wake: Callable[[], None]) -> Listening:
+        """Call ``wake()`` after each append to ``key`` (see
+        :meth:`~rxagent.session.store.NotifyingStore.listen`)."""
+        return self._listeners.add(key, wake)
 
     def _check(self, lease: Lease) -> _Log:
         log = self._logs.get(lease.key)
@@ -141,6 +159,8 @@ class MemoryStore:
         if source is not None:
             target.facts = list(source.facts[:at])
             target.checkpoints = [c for c in source.checkpoints if c.seq <= at][-1:]
+            if target.facts:
+                self._listeners.notify(into)
 
     async def delete(self, key: SessionKey) -> None:
         """Forget the session's facts, checkpoints and lease (its fencing tokens keep counting up, so a

@@ -40,15 +40,27 @@ skew you allow.
 
 **Notifications.** Every append (and a fork) sends ``NOTIFY`` on the channel :data:`NOTIFY_CHANNEL` once it
 commits, with the JSON payload ``{"user_id": str | null, "session_id": str, "head": int}``: the session
-and its new head sequence number. Another process can ``LISTEN`` to follow sessions written elsewhere
-(:meth:`PostgresStore.follow` does, for one session). PostgreSQL limits a payload to 8 000 bytes, so
+and its new head sequence number. PostgreSQL limits a payload to 8 000 bytes, so
 :meth:`PostgresStore.acquire` refuses session keys longer than :data:`MAX_KEY_BYTES`.
+
+**Listening.** A store hears of appends (:meth:`PostgresStore.listen`, which session feeds use to follow
+runs of other processes, and :meth:`PostgresStore.follow`) on **one** connection of its own, outside the
+pool, whatever the number of sessions and listeners: it is opened when the first listener comes and
+closed when the last one leaves (or the store closes), and its ``application_name`` is the URL's (else
+``rxagent``) followed by `` (listening)``. A notification wakes the listeners of its session only; one
+that is not a session's (someone else's ``NOTIFY`` on the channel) is ignored. When the connection is
+lost, the listeners are told (:attr:`~rxagent.session.store.Listening.live` turns false: they read the
+logs at intervals meanwhile) and it is opened again, after 0.05 s and then twice as long each time it
+fails, up to 5 s; once it listens again every listener is woken to read what it missed. After 15 s
+without a notification a ``SELECT 1`` checks that the connection still answers.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -58,8 +70,17 @@ from psycopg import AsyncConnection, Error, OperationalError
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
+from rxagent.clock import SYSTEM_CLOCK, Clock
 from rxagent.session.facts import Checkpoint, Fact, FactKind, StoredFact
-from rxagent.session.store import CHECKPOINTS_KEPT, Lease, LeaseLostError, SessionExistsError, SessionInfo
+from rxagent.session.store import (
+    CHECKPOINTS_KEPT,
+    AppendListeners,
+    Lease,
+    LeaseLostError,
+    Listening,
+    SessionExistsError,
+    SessionInfo,
+)
 from rxagent.state import SessionKey
 
 __all__ = [
@@ -86,6 +107,19 @@ that carries it must stay under PostgreSQL's 8 000-byte payload limit."""
 _SCHEMA_LOCK: Final = 0x7278_6167_656E_7431  # "rxagent1"
 
 _Connection = AsyncConnection[tuple[Any, ...]]
+
+_log = logging.getLogger("rxagent")
+
+_LISTEN_CHECK: Final = 15.0
+"""Seconds without a notification after which the listening connection is checked (and the most the
+check may take)."""
+
+_RELISTEN_FIRST: Final = 0.05
+_RELISTEN_MAX: Final = 5.0
+"""Seconds before opening a lost listening connection again: the first wait, doubling up to this."""
+
+_FOLLOW_POLL: Final = 0.5
+"""Seconds between two reads of the log by :meth:`PostgresStore.follow` while not listening."""
 
 _BATCH_LIMIT: Final = 256
 """The most appends one transaction carries."""
@@ -293,11 +327,17 @@ def _key(key: SessionKey) -> dict[str, Any]:
     return {"session": session, "user": user or "", "has_user": user is not None}
 
 
+def _conninfo(url: str) -> dict[str, Any] | None:
+    try:
+        return dict(conninfo_to_dict(url))
+    except Exception:  # a malformed URL is reported by the connection attempt itself
+        return None
+
+
 def _where(url: str) -> str:
     """The URL's host, port and database for messages: never its password."""
-    try:
-        parts = conninfo_to_dict(url)
-    except Exception:  # a malformed URL is reported by the connection attempt itself
+    parts = _conninfo(url)
+    if parts is None:
         return "the given URL"
     host = str(parts.get("host") or "localhost")
     port = str(parts.get("port") or 5432)
@@ -320,6 +360,8 @@ class PostgresStore:
         min_connections: connections the pool keeps open.
         max_connections: the most the pool opens; further callers wait for one.
         connect_timeout: seconds to wait for the database when connecting, and for a pooled connection.
+        clock: what the waits before opening a lost listening connection again are timed on (see the
+            module's **Listening**); a :class:`~rxagent.clock.VirtualClock` in tests.
 
     Raises:
         ValueError: a pool size or timeout out of range.
@@ -336,6 +378,7 @@ class PostgresStore:
         min_connections: int = 1,
         max_connections: int = 10,
         connect_timeout: float = 10.0,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         if min_connections < 0 or max_connections < max(1, min_connections):
             raise ValueError(
@@ -346,6 +389,7 @@ class PostgresStore:
             raise ValueError(f"connect_timeout must be positive, got {connect_timeout}")
         self._url = url
         self._now = now
+        self._clock = clock
         self._min = min_connections
         self._max = max_connections
         self._timeout = connect_timeout
@@ -355,6 +399,13 @@ class PostgresStore:
         self._queue: list[_QueuedAppend] = []
         self._writer: asyncio.Task[None] | None = None
         self._append_transactions = 0
+        self._listeners = AppendListeners(
+            live=False, on_first=self._start_listening, on_last=self._stop_listening
+        )
+        self._listening: asyncio.Task[None] | None = None
+        self._listen_tasks: set[asyncio.Task[None]] = set()
+        self.listen_connections = 0
+        """Listening connections opened so far (a lost one is opened again)."""
 
     def __repr__(self) -> str:
         return f"PostgresStore({_where(self._url)})"
@@ -384,6 +435,10 @@ class PostgresStore:
         """Commit the appends already queued, then close the pool and every connection in it; the store
         cannot be used afterwards (its methods raise ``RuntimeError``)."""
         self._closed = True
+        self._stop_listening()
+        for task in list(self._listen_tasks):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         writer = self._writer
         if writer is not None:
             await asyncio.shield(writer)  # the appends already queued commit first
@@ -392,10 +447,12 @@ class PostgresStore:
         if pool is not None:
             await pool.close()
 
-    async def _connect(self) -> _Connection:
+    async def _connect(self, application_name: str | None = None) -> _Connection:
+        # A name given here wins over the URL's (libpq's keyword arguments override the connection string).
+        named: dict[str, Any] = {} if application_name is None else {"application_name": application_name}
         try:
             return await AsyncConnection.connect(
-                self._url, autocommit=True, connect_timeout=max(1, round(self._timeout))
+                self._url, autocommit=True, connect_timeout=max(1, round(self._timeout)), **named
             )
         except OperationalError as exc:
             raise StoreUnavailableError(
@@ -669,37 +726,108 @@ class PostgresStore:
         async with pool.connection() as conn:
             await conn.execute(_DELETE, _key(key))
 
-    # ---- following -----------------------------------------------------------------------------------
+    # ---- listening -----------------------------------------------------------------------------------
+
+    def listen(self, key: SessionKey, wake: Callable[[], None]) -> Listening:
+        """Call ``wake()`` after each append to ``key`` commits, from any process (see the module's
+        **Listening** and :meth:`~rxagent.session.store.NotifyingStore.listen`).
+
+        Raises:
+            RuntimeError: the store is closed.
+        """
+        if self._closed:
+            raise RuntimeError(f"{self!r} is closed")
+        return self._listeners.add(key, wake)
+
+    def _start_listening(self) -> None:
+        task = asyncio.get_running_loop().create_task(self._listen(), name="rxagent-postgres-listen")
+        self._listening = task
+        self._listen_tasks.add(task)
+        task.add_done_callback(self._listen_tasks.discard)
+
+    def _stop_listening(self) -> None:
+        task, self._listening = self._listening, None
+        if task is not None:
+            task.cancel()  # its connection closes as it ends
+            self._listeners.set_live(False)
+
+    async def _listen(self) -> None:
+        """Hold the listening connection: open it, LISTEN, hand each notification on; open it again when
+        it is lost (the listeners read the logs at intervals meanwhile)."""
+        name = f"{(_conninfo(self._url) or {}).get('application_name') or 'rxagent'} (listening)"
+        delay = _RELISTEN_FIRST
+        while True:
+            try:
+                conn = await self._connect(application_name=name)
+            except StoreUnavailableError as exc:
+                _log.warning("rxagent: cannot listen to session appends yet (again in %g s): %s", delay, exc)
+            else:
+                self.listen_connections += 1
+                try:
+                    await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                    self._listeners.set_live(True)  # what was appended before is in the logs: read it
+                    delay = _RELISTEN_FIRST
+                    while True:
+                        async for notice in conn.notifies(timeout=_LISTEN_CHECK):
+                            self._notice(notice.payload)
+                        async with asyncio.timeout(_LISTEN_CHECK):  # one that died quietly fails here
+                            await conn.execute("SELECT 1")
+                except (Error, TimeoutError) as exc:
+                    _log.warning(
+                        "rxagent: lost the connection listening to session appends (%s); reading the logs "
+                        "at intervals until it is back",
+                        exc,
+                    )
+                finally:
+                    if self._listening is asyncio.current_task():  # not a task being stopped
+                        self._listeners.set_live(False)
+                    await conn.close()
+            await self._clock.sleep(delay)
+            delay = min(delay * 2, _RELISTEN_MAX)
+
+    def _notice(self, payload: str) -> None:
+        try:
+            data = json.loads(payload)
+            user, session = data["user_id"], data["session_id"]
+            if not isinstance(session, str) or not (user is None or isinstance(user, str)):
+                raise TypeError("not a session key")
+        except (ValueError, KeyError, TypeError):
+            _log.debug("rxagent: ignored a notification that names no session: %.200r", payload)
+            return
+        self._listeners.notify((user, session))
 
     async def follow(self, key: SessionKey, after: int = 0) -> AsyncIterator[StoredFact]:
         """The session's facts after ``after``, then each new one as any process appends it, without end.
 
-        Listens on :data:`NOTIFY_CHANNEL` on a connection of its own (outside the pool), and starts to
-        listen before it reads what is already stored, so that no fact falls between the two and none comes
-        twice. Close it with ``contextlib.aclosing`` (or ``aclose()``), or cancel the task iterating it:
-        either closes its connection.
+        Listens through the store's listening connection (see the module's **Listening**), and reads the
+        log once more each time listening (re)starts, so that no fact falls between reading and listening
+        and none comes twice. Close it with ``contextlib.aclosing`` (or ``aclose()``), or cancel the task
+        iterating it: either stops its listening.
 
         Yields:
             stored facts in sequence order, each once.
         """
         await self._ready()
-        conn = await self._connect()
+        woken = asyncio.Event()
+        listening = self.listen(key, woken.set)
         try:
-            await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
             seen = after
-            for fact in await self.read(key, seen):
-                seen = fact.seq
-                yield fact
-            user, session = key
-            async for notification in conn.notifies():
-                data = json.loads(notification.payload)
-                if data["session_id"] != session or data["user_id"] != user or data["head"] <= seen:
-                    continue
-                for fact in await self.read(key, seen):
+            while True:
+                woken.clear()
+                facts = await self.read(key, seen)
+                for fact in facts:
                     seen = fact.seq
                     yield fact
+                if facts:
+                    continue
+                if listening.live:
+                    await woken.wait()
+                else:
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(_FOLLOW_POLL):
+                            await woken.wait()
         finally:
-            await conn.close()
+            listening.close()
 
 
 def _fail(batch: list[_QueuedAppend], exc: Exception) -> None:

@@ -16,6 +16,14 @@ forgotten.
 Flushes are serialised (parallel tools flush concurrently), and each one is one atomic append under the
 run's lease; a flush that fails leaves the recorder where it was, so the caller can drop its cached
 projection and load the log again.
+
+**What others see, and when.** Watchers in this process get each fact at once, through the session's
+feed. Other processes (and other agents on the same store) read the log, so a fact reaches them once it
+is appended: everything queued is flushed in the background ``flush_interval`` seconds after the first of
+it was queued (50 ms by default), or as soon as 256 facts are queued, whichever comes first, besides the
+flushes the run makes itself (at tool calls and at its end). A model streaming for minutes is thus
+followed from elsewhere a few tens of milliseconds behind, and a process that dies mid-stream leaves
+everything but its last ``flush_interval`` in the log.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from typing import Any
 from pydantic import BaseModel, JsonValue
 from pydantic_core import PydanticSerializationError
 
+from rxagent.clock import SYSTEM_CLOCK, Clock, Timer
 from rxagent.events import AgentEvent, event_to_json
 from rxagent.messages import Msg, ToolResultBlock, ToolUseBlock
 from rxagent.operators import start_task
@@ -95,6 +104,10 @@ class Recorder:
         lease: the run's lease on the session.
         projection: the session's projection; its ``state`` is the state the run changes.
         run_id: the run's id, written on its facts.
+        feed: the session's feed in this process, which gets each fact as it is queued.
+        flush_interval: seconds after which queued facts are appended in the background (``None``: only
+            when 256 are queued, or the run flushes).
+        clock: what that wait is timed on.
     """
 
     def __init__(
@@ -105,7 +118,14 @@ class Recorder:
         run_id: str | None = None,
         *,
         feed: SessionFeed | None = None,
+        flush_interval: float | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        if flush_interval is not None and not flush_interval > 0:
+            raise ValueError("flush_interval must be None or a positive number of seconds")
+        self.flush_interval = flush_interval
+        self.clock = clock
+        self._timer: Timer | None = None
         self.store = store
         self.lease = lease
         self.projection = projection
@@ -130,8 +150,23 @@ class Recorder:
         starts by itself once enough has piled up)."""
         self._capture()
         self._enqueue([Fact.later("event", event_to_json, event, self.run_id)], event)
-        if len(self._queue) >= _FLUSH_AT and self._background is None:
+        if len(self._queue) >= _FLUSH_AT:
+            self._flush_in_background()
+
+    def _flush_in_background(self) -> None:
+        if self._background is None:
             self._background = start_task(asyncio.get_running_loop(), self._flush_queued(), "rxagent.record")
+
+    def _flush_due(self) -> None:
+        self._timer = None
+        if self._queue:
+            self._flush_in_background()
+
+    def close(self) -> None:
+        """Stop flushing by itself (the run gave the session back: nothing more is queued)."""
+        timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
 
     async def _flush_queued(self) -> None:
         try:
@@ -140,6 +175,9 @@ class Recorder:
             _log.debug("rxagent: a background flush of the session log failed", exc_info=True)
         finally:
             self._background = None
+            if self._queue and self._timer is None and self.flush_interval is not None:
+                # Queued while this flush was on its way (its timer found a flush going): not left behind.
+                self._timer = self.clock.call_later(self.flush_interval, self._flush_due)
 
     def _capture(self) -> None:
         changes, self._snapshot, answered = self._snapshot.changes(self.projection, self.run_id)
@@ -152,6 +190,10 @@ class Recorder:
         first = self._next
         self._queue.extend(facts)
         self._next += len(facts)
+        if self._timer is None and self.flush_interval is not None:
+            # One timer for everything queued until it fires (not one per fact): the oldest fact waits
+            # at most flush_interval before others can read it.
+            self._timer = self.clock.call_later(self.flush_interval, self._flush_due)
         if self.feed is not None:
             items = [FeedItem(first + i, f) for i, f in enumerate(facts)]
             if event is not None:  # watchers in this process get the event itself, not JSON to parse

@@ -11,18 +11,34 @@ grows by one each time the lease changes hands. Every append carries the lease; 
 (:class:`LeaseLostError`) unless the lease is still the current one and unexpired, so a process that was
 paused past its expiry cannot write after another took the session over. A live run renews its lease; an
 expired lease can be taken by anyone.
+
+**Notices of appends.** A store may also tell when a session's log grows, whoever appended
+(:class:`NotifyingStore`): :class:`~rxagent.session.postgres.PostgresStore` listens to the database's
+notifications on one connection per store, :class:`~rxagent.session.MemoryStore` tells of its own appends.
+A session's feed follows a log written elsewhere by reading it after each notice; with a store that sends
+none (SQLite: another process may write the file) it reads the log at intervals instead.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from rxagent.session.facts import Checkpoint, Fact, StoredFact
 from rxagent.state import SessionKey
 
-__all__ = ["CHECKPOINTS_KEPT", "Lease", "LeaseLostError", "SessionExistsError", "SessionInfo", "SessionStore"]
+__all__ = [
+    "CHECKPOINTS_KEPT",
+    "AppendListeners",
+    "Lease",
+    "LeaseLostError",
+    "Listening",
+    "NotifyingStore",
+    "SessionExistsError",
+    "SessionInfo",
+    "SessionStore",
+]
 
 CHECKPOINTS_KEPT = 2
 """Checkpoints a store keeps per session, newest first (each is the whole state: older ones only cost
@@ -146,3 +162,113 @@ class SessionStore(Protocol):
     async def aclose(self) -> None:
         """Release what the store holds (connections, threads)."""
         ...
+
+
+class Listening(Protocol):
+    """One subscription to a session's appends (see :meth:`NotifyingStore.listen`)."""
+
+    @property
+    def live(self) -> bool:
+        """Whether notices arrive now. ``False`` while the store cannot tell (its listening connection is
+        being opened, or was lost and is being opened again): the listener reads the log at intervals
+        meanwhile, and is woken once notices arrive again."""
+        ...
+
+    def close(self) -> None:
+        """Stop listening (the store lets go of what it holds for listening once nobody listens)."""
+        ...
+
+
+@runtime_checkable
+class NotifyingStore(Protocol):
+    """A store that tells when a session's log grows, whichever process appended."""
+
+    def listen(self, key: SessionKey, wake: Callable[[], None]) -> Listening:
+        """Call ``wake()`` (on this loop) after each append to ``key`` is durable, and whenever notices
+        may have been missed (listening began, or began again after its connection was lost): the
+        listener then reads the log from where it stands. Extra wakes are harmless; a notice never
+        carries facts, so ``wake`` reads them.
+        """
+        ...
+
+
+class AppendListeners:
+    """Who listens to which session's appends: what a :class:`NotifyingStore` keeps to tell them.
+
+    Args:
+        live: whether notices arrive from the start (``False`` for a store that must first open a
+            connection to hear of appends; it calls :meth:`set_live` once they arrive).
+        on_first: called when the first listener arrives (a store opens its listening connection).
+        on_last: called when the last one leaves (a store closes it).
+    """
+
+    def __init__(
+        self,
+        *,
+        live: bool = True,
+        on_first: Callable[[], None] | None = None,
+        on_last: Callable[[], None] | None = None,
+    ) -> None:
+        self._by_key: dict[SessionKey, set[_Listening]] = {}
+        self._count = 0
+        self._live = live
+        self._on_first = on_first
+        self._on_last = on_last
+
+    @property
+    def live(self) -> bool:
+        """Whether notices arrive now (see :attr:`Listening.live`)."""
+        return self._live
+
+    def __len__(self) -> int:
+        return self._count
+
+    def add(self, key: SessionKey, wake: Callable[[], None]) -> Listening:
+        """A new listener to ``key``'s appends (see :meth:`NotifyingStore.listen`)."""
+        listening = _Listening(self, key, wake)
+        self._by_key.setdefault(key, set()).add(listening)
+        self._count += 1
+        if self._count == 1 and self._on_first is not None:
+            self._on_first()
+        return listening
+
+    def remove(self, listening: _Listening) -> None:
+        """Forget ``listening`` (a no-op the second time)."""
+        listeners = self._by_key.get(listening.key)
+        if listeners is None or listening not in listeners:
+            return
+        listeners.discard(listening)
+        if not listeners:
+            del self._by_key[listening.key]
+        self._count -= 1
+        if self._count == 0 and self._on_last is not None:
+            self._on_last()
+
+    def notify(self, key: SessionKey) -> None:
+        """``key``'s log grew: wake its listeners (a session nobody listens to costs a lookup)."""
+        for listening in tuple(self._by_key.get(key, ())):
+            listening.wake()
+
+    def set_live(self, live: bool) -> None:
+        """Notices arrive from now on, or stopped arriving: either way every listener is woken, to read
+        what it may have missed (and, when not live, to go on reading at intervals)."""
+        self._live = live
+        for listeners in tuple(self._by_key.values()):
+            for listening in tuple(listeners):
+                listening.wake()
+
+
+class _Listening:
+    __slots__ = ("key", "registry", "wake")
+
+    def __init__(self, registry: AppendListeners, key: SessionKey, wake: Callable[[], None]) -> None:
+        self.registry = registry
+        self.key = key
+        self.wake = wake
+
+    @property
+    def live(self) -> bool:
+        return self.registry.live
+
+    def close(self) -> None:
+        self.registry.remove(self)

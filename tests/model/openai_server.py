@@ -74,9 +74,11 @@ class Cut:
 
 @dataclass(frozen=True)
 class Hold:
-    """Send nothing more until the test sets ``gate`` (the test paces the reply, delta by delta)."""
+    """Send nothing more until the test sets ``gate`` (the test paces the reply, delta by delta).
+    ``reached`` is set when the reply gets here (everything before it has been written)."""
 
     gate: asyncio.Event
+    reached: asyncio.Event = field(default_factory=asyncio.Event, compare=False)
 
 
 Frame = bytes | Pause | Stall | Cut | Hold
@@ -244,6 +246,7 @@ class OpenAIServer:
                 elif isinstance(frame, Pause):
                     await self.clock.sleep(frame.seconds)
                 elif isinstance(frame, Hold):
+                    frame.reached.set()
                     await frame.gate.wait()
                 elif isinstance(frame, Stall):
                     self.stalled.set()

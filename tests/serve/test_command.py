@@ -1,8 +1,9 @@
 """``rxagent serve`` as a real process: where it says it listens, and how it stops.
 
 It runs against the loopback OpenAI-compatible server with a SQLite session store, is stopped with a real
-signal mid-run, and the store is read afterwards. Bad inputs tried: a port out of range, the command
-without the serve extra's options mixed in (``--json`` belongs to run and chat).
+signal mid-run, and the store is read afterwards. Bad inputs tried: a port out of range, a lease TTL of
+zero, below zero or not a number, the command without the serve extra's options mixed in (``--json``
+belongs to run and chat).
 """
 
 from __future__ import annotations
@@ -123,10 +124,20 @@ async def test_otel_spans_and_json_log_lines_carry_the_callers_trace(
 
 
 async def test_bad_serve_options_are_usage_errors() -> None:
-    for args in (("--port", "70000"), ("--port", "http"), ("--json",), ("--gc-threshold", "-1")):
+    for args in (
+        ("--port", "70000"),
+        ("--port", "http"),
+        ("--json",),
+        ("--gc-threshold", "-1"),
+        ("--lease-ttl", "0"),
+        ("--lease-ttl", "-5"),
+        ("--lease-ttl", "soon"),
+    ):
         done = await finish(await start("serve", "--tools", "none", *args))
         assert done.code == 2, args
         assert done.stdout == ""
+        if args[0] == "--lease-ttl":
+            assert "--lease-ttl" in done.stderr
 
 
 async def _read_until(response: aiohttp.ClientResponse, marker: str) -> None:

@@ -97,7 +97,13 @@ async def test_sessions_are_listed_and_read_with_their_turns() -> None:
         assert status == 200
         assert session["session_id"] == "older"
         assert session["head"] == listing["sessions"][1]["facts"] > 0
-        assert session["status"] == {"state": "idle", "running": None, "queued": 0, "pending": []}
+        assert session["status"] == {
+            "state": "idle",
+            "running": None,
+            "queued": 0,
+            "pending": [],
+            "held_elsewhere": False,
+        }
         status, turns = await live.get("/api/sessions/older/turns")
         assert status == 200
         (turn,) = turns["turns"]

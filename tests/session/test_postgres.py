@@ -500,8 +500,9 @@ async def test_follow_yields_what_is_stored_then_what_others_append(postgres_url
             assert texts(nxt) == ["3", "4"]
             await writer.append(lease, [text_fact("5")])
             assert (await asyncio.wait_for(anext(follow), 10)).seq == 5
-        # the pool's connection stays; the follower's own one is gone
+        # the pool's connection stays; the listening one closed with its last listener
         await until_connections(postgres_url, name, 1)
+        await until_connections(postgres_url, f"{name} (listening)", 0)
 
 
 async def test_cancelling_a_follower_closes_its_connection(postgres_url: str) -> None:
@@ -517,11 +518,12 @@ async def test_cancelling_a_follower_closes_its_connection(postgres_url: str) ->
 
         task = asyncio.create_task(consume())
         await asyncio.wait_for(started.wait(), 10)
-        await until_connections(postgres_url, name, 2)  # the pool's and the follower's
+        await until_connections(postgres_url, f"{name} (listening)", 1)  # the store's listening one
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        await until_connections(postgres_url, name, 1)
+        await until_connections(postgres_url, f"{name} (listening)", 0)
+        await until_connections(postgres_url, name, 1)  # the pool's
 
 
 # ---- closing --------------------------------------------------------------------------------------------
