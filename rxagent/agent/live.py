@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
@@ -38,7 +38,7 @@ from rxagent.context import RuntimeContext
 from rxagent.events import AgentEvent, AgentResult
 from rxagent.messages import Msg, new_id
 from rxagent.operators import from_async_iterable, map_many
-from rxagent.session import FeedGap, FeedItem, FeedPolicy, SessionFeed
+from rxagent.session import FeedGap, FeedItem, FeedPolicy, SessionFeed, one_by_one
 from rxagent.state import PendingCall
 
 if TYPE_CHECKING:
@@ -393,21 +393,14 @@ class SessionHandle:
 
     # ---- watching -----------------------------------------------------------------------------------------
 
-    async def watch(
-        self, after: int = 0, *, policy: FeedPolicy = "catch_up"
-    ) -> AsyncIterator[FeedItem | FeedGap]:
+    def watch(self, after: int = 0, *, policy: FeedPolicy = "catch_up") -> AsyncIterator[FeedItem | FeedGap]:
         """The session's feed from sequence number ``after`` on, as an async iterator (on the loop): the
         log's facts up to now, then each new one as it comes (see :mod:`rxagent.session.feed`)."""
-        async for batch in self.watch_batches(after, policy=policy):
-            if isinstance(batch, FeedGap):
-                yield batch
-                continue
-            for item in batch:
-                yield item
+        return one_by_one(self.watch_batches(after, policy=policy))
 
     async def watch_batches(
         self, after: int = 0, *, policy: FeedPolicy = "catch_up"
-    ) -> AsyncIterator[list[FeedItem] | FeedGap]:
+    ) -> AsyncGenerator[list[FeedItem] | FeedGap, None]:
         """:meth:`watch`, in batches: everything new at each wake of the feed as one list (what a server
         writes to a client in one go; see :meth:`~rxagent.session.SessionFeed.watch_batches`)."""
         feed = await self.open_feed()

@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 from rxagent.session.facts import Checkpoint, Fact, FactKind, StoredFact
-from rxagent.session.feed import FeedGap, FeedItem, FeedLagError, FeedPolicy, SessionFeed
+from rxagent.session.feed import FeedGap, FeedItem, FeedLagError, FeedPolicy, SessionFeed, one_by_one
 from rxagent.session.history import RunRecord, TurnRecord, turns_of
 from rxagent.session.keeper import Claim, SessionBusy, SessionKeeper
 from rxagent.session.memory import MemoryStore
@@ -53,6 +53,7 @@ __all__ = [
     "StoredFact",
     "TurnRecord",
     "UncertainToolCallsError",
+    "one_by_one",
     "open_store",
     "seed_session",
     "turns_of",

@@ -57,7 +57,8 @@ import itertools
 import json
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
@@ -70,7 +71,7 @@ from rxagent.session.facts import Fact, FactKind, StoredFact
 from rxagent.session.store import NotifyingStore, SessionStore
 from rxagent.state import SessionKey
 
-__all__ = ["FeedGap", "FeedItem", "FeedLagError", "FeedPolicy", "SessionFeed"]
+__all__ = ["FeedGap", "FeedItem", "FeedLagError", "FeedPolicy", "SessionFeed", "one_by_one"]
 
 _log = logging.getLogger("rxagent")
 
@@ -261,24 +262,17 @@ class SessionFeed:
         self._waiting.append(waiter)
         await waiter
 
-    async def watch(
-        self, after: int = 0, *, policy: FeedPolicy = "catch_up"
-    ) -> AsyncIterator[FeedItem | FeedGap]:
+    def watch(self, after: int = 0, *, policy: FeedPolicy = "catch_up") -> AsyncIterator[FeedItem | FeedGap]:
         """Every item after sequence ``after``, then the live ones as they come (see the module).
 
         Raises:
             FeedLagError: ``policy="disconnect"`` and the watcher fell behind what the feed holds.
         """
-        async for batch in self.watch_batches(after, policy=policy):
-            if isinstance(batch, FeedGap):
-                yield batch
-                continue
-            for item in batch:
-                yield item
+        return one_by_one(self.watch_batches(after, policy=policy))
 
     async def watch_batches(
         self, after: int = 0, *, policy: FeedPolicy = "catch_up"
-    ) -> AsyncIterator[list[FeedItem] | FeedGap]:
+    ) -> AsyncGenerator[list[FeedItem] | FeedGap, None]:
         """:meth:`watch`, in batches: everything new at each wake as one list (what a server writes to a
         client in one go; a watcher's cost then grows with its wakes, not with the items)."""
         if policy not in ("catch_up", "drop", "disconnect"):
@@ -424,3 +418,17 @@ class _Follower:
         self.stopped = False
         self.woken = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
+
+
+async def one_by_one(
+    batches: AsyncGenerator[list[FeedItem] | FeedGap, None],
+) -> AsyncIterator[FeedItem | FeedGap]:
+    """The items of a :meth:`SessionFeed.watch_batches` stream one at a time, gaps where they fall (what
+    :meth:`SessionFeed.watch` and :meth:`~rxagent.agent.SessionHandle.watch` emit)."""
+    async with aclosing(batches):  # closing this closes the watch now, not when the collector finds it
+        async for batch in batches:
+            if isinstance(batch, FeedGap):
+                yield batch
+                continue
+            for item in batch:
+                yield item
