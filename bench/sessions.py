@@ -52,17 +52,15 @@ from _session_agent import agent_on, question
 from rxagent.context import RuntimeContext
 from rxagent.session import (
     Checkpoint,
+    DelegatingStore,
     Fact,
     Lease,
     Projection,
     Recorder,
-    SessionInfo,
     SessionKeeper,
     SessionStore,
     SQLiteStore,
-    StoredFact,
 )
-from rxagent.state import SessionKey
 
 __all__ = ["main"]
 
@@ -72,53 +70,19 @@ T = TypeVar("T")
 # ---- measuring -------------------------------------------------------------------------------------------
 
 
-class TimedStore:
+class TimedStore(DelegatingStore):
     """A store that times every append (wall clock) and passes everything to ``inner``."""
 
     def __init__(self, inner: SessionStore) -> None:
-        self.inner = inner
-        self.durable = inner.durable
+        super().__init__(inner)
         self.latencies: list[float] = []
 
     async def append(self, lease: Lease, facts: Sequence[Fact]) -> int:
         start = time.perf_counter()
         try:
-            return await self.inner.append(lease, facts)
+            return await super().append(lease, facts)
         finally:
             self.latencies.append(time.perf_counter() - start)
-
-    async def acquire(self, key: SessionKey, owner: str, ttl: float) -> Lease | None:
-        return await self.inner.acquire(key, owner, ttl)
-
-    async def renew(self, lease: Lease, ttl: float) -> Lease:
-        return await self.inner.renew(lease, ttl)
-
-    async def release(self, lease: Lease) -> None:
-        await self.inner.release(lease)
-
-    async def load(self, key: SessionKey) -> tuple[Checkpoint | None, list[StoredFact]]:
-        return await self.inner.load(key)
-
-    async def save_checkpoint(self, key: SessionKey, checkpoint: Checkpoint) -> None:
-        await self.inner.save_checkpoint(key, checkpoint)
-
-    async def read(self, key: SessionKey, after: int = 0, limit: int | None = None) -> list[StoredFact]:
-        return await self.inner.read(key, after, limit)
-
-    async def head(self, key: SessionKey) -> int:
-        return await self.inner.head(key)
-
-    async def sessions(self) -> list[SessionInfo]:
-        return await self.inner.sessions()
-
-    async def fork(self, key: SessionKey, at: int, into: SessionKey) -> None:
-        await self.inner.fork(key, at, into)
-
-    async def delete(self, key: SessionKey) -> None:
-        await self.inner.delete(key)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 @dataclass

@@ -23,11 +23,19 @@ from rxagent.session.projection import Projection
 from rxagent.session.reconcile import Reconcile, ReconcileError, UncertainToolCallsError
 from rxagent.session.recorder import Recorder, seed_session
 from rxagent.session.sqlite import SessionFileError, SQLiteStore
-from rxagent.session.store import Lease, LeaseLostError, SessionExistsError, SessionInfo, SessionStore
+from rxagent.session.store import (
+    DelegatingStore,
+    Lease,
+    LeaseLostError,
+    SessionExistsError,
+    SessionInfo,
+    SessionStore,
+)
 
 __all__ = [
     "Checkpoint",
     "Claim",
+    "DelegatingStore",
     "Fact",
     "FactKind",
     "FeedGap",

@@ -31,6 +31,7 @@ from rxagent.state import SessionKey
 __all__ = [
     "CHECKPOINTS_KEPT",
     "AppendListeners",
+    "DelegatingStore",
     "Lease",
     "LeaseLostError",
     "Listening",
@@ -162,6 +163,80 @@ class SessionStore(Protocol):
     async def aclose(self) -> None:
         """Release what the store holds (connections, threads)."""
         ...
+
+
+class DelegatingStore:
+    """A :class:`SessionStore` that passes every call on to ``inner``: subclass it and override what you
+    want to observe or change (time the appends, count the reads, fail one on purpose), the rest keeps
+    ``inner``'s behaviour.
+
+    It sends no notices of appends, even over a store that does (it is no :class:`NotifyingStore`): the
+    feeds of sessions it holds read the log at intervals instead; a subclass that wants them adds
+    ``listen``. ``aclose`` closes ``inner``.
+
+    Example:
+        >>> from rxagent.session import DelegatingStore, MemoryStore
+        >>> class CountedReads(DelegatingStore):
+        ...     reads = 0
+        ...     async def read(self, key, after=0, limit=None):
+        ...         self.reads += 1
+        ...         return await super().read(key, after, limit)
+        >>> CountedReads(MemoryStore()).durable
+        False
+    """
+
+    def __init__(self, inner: SessionStore) -> None:
+        self.inner = inner
+        """The store every call goes to."""
+        self.durable: bool = inner.durable
+
+    async def acquire(self, key: SessionKey, owner: str, ttl: float) -> Lease | None:
+        """See :meth:`SessionStore.acquire`."""
+        return await self.inner.acquire(key, owner, ttl)
+
+    async def renew(self, lease: Lease, ttl: float) -> Lease:
+        """See :meth:`SessionStore.renew`."""
+        return await self.inner.renew(lease, ttl)
+
+    async def release(self, lease: Lease) -> None:
+        """See :meth:`SessionStore.release`."""
+        await self.inner.release(lease)
+
+    async def append(self, lease: Lease, facts: Sequence[Fact]) -> int:
+        """See :meth:`SessionStore.append`."""
+        return await self.inner.append(lease, facts)
+
+    async def load(self, key: SessionKey) -> tuple[Checkpoint | None, list[StoredFact]]:
+        """See :meth:`SessionStore.load`."""
+        return await self.inner.load(key)
+
+    async def save_checkpoint(self, key: SessionKey, checkpoint: Checkpoint) -> None:
+        """See :meth:`SessionStore.save_checkpoint`."""
+        await self.inner.save_checkpoint(key, checkpoint)
+
+    async def read(self, key: SessionKey, after: int = 0, limit: int | None = None) -> list[StoredFact]:
+        """See :meth:`SessionStore.read`."""
+        return await self.inner.read(key, after, limit)
+
+    async def head(self, key: SessionKey) -> int:
+        """See :meth:`SessionStore.head`."""
+        return await self.inner.head(key)
+
+    async def sessions(self) -> list[SessionInfo]:
+        """See :meth:`SessionStore.sessions`."""
+        return await self.inner.sessions()
+
+    async def fork(self, key: SessionKey, at: int, into: SessionKey) -> None:
+        """See :meth:`SessionStore.fork`."""
+        await self.inner.fork(key, at, into)
+
+    async def delete(self, key: SessionKey) -> None:
+        """See :meth:`SessionStore.delete`."""
+        await self.inner.delete(key)
+
+    async def aclose(self) -> None:
+        """Close ``inner``."""
+        await self.inner.aclose()
 
 
 class Listening(Protocol):

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from rxagent.session import MemoryStore, SessionStore, SQLiteStore
+from rxagent.session import DelegatingStore, MemoryStore, SessionStore, SQLiteStore
 from rxagent.session.postgres import PostgresStore
 
 
@@ -32,8 +32,9 @@ class FakeNow:
 
 StoreFactory = Callable[..., Any]
 
-STORE_KINDS = ["memory", "sqlite", "postgres"]
-"""The kinds of store the conformance suite runs against."""
+STORE_KINDS = ["memory", "sqlite", "postgres", "delegating"]
+"""The kinds of store the conformance suite runs against (``delegating``: a :class:`DelegatingStore` over
+the memory store, which must keep its contract)."""
 
 
 @pytest.fixture
@@ -71,6 +72,8 @@ async def _made(
     elif kind == "postgres":
         # The server starts with the first test that needs it, on a new database per test.
         made = PostgresStore(request.getfixturevalue("postgres_url"), now=now)
+    elif kind == "delegating":
+        made = DelegatingStore(MemoryStore(now=now))
     else:  # pragma: no cover - each kind is added with its store
         raise AssertionError(f"unknown store kind {kind!r}")
     try:

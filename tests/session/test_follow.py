@@ -32,10 +32,17 @@ from rxagent import ReActAgent, ScriptedModel, ScriptedResponse
 from rxagent.agent import SessionHandle
 from rxagent.clock import VirtualClock
 from rxagent.context import RuntimeContext
-from rxagent.session import FeedGap, FeedItem, MemoryStore, SessionStore, SQLiteStore, StoredFact
-from rxagent.session.facts import Checkpoint, Fact
+from rxagent.session import (
+    DelegatingStore,
+    FeedGap,
+    FeedItem,
+    MemoryStore,
+    SessionStore,
+    SQLiteStore,
+    StoredFact,
+)
 from rxagent.session.postgres import NOTIFY_CHANNEL, PostgresStore
-from rxagent.session.store import Lease, Listening, NotifyingStore, SessionInfo
+from rxagent.session.store import Listening, NotifyingStore
 from rxagent.state import SessionKey
 from tests.serve.conftest import ValveModel
 
@@ -301,51 +308,17 @@ async def test_a_follower_that_cannot_read_keeps_trying_and_catches_up() -> None
 # ---- a store that tells nothing: reading the log every `poll` seconds -------------------------------------
 
 
-class Quiet:
+class Quiet(DelegatingStore):
     """A view of a store that sends no notices of appends (as a SQLite file written by another process),
     counting the reads."""
 
     def __init__(self, inner: MemoryStore) -> None:
-        self.inner = inner
-        self.durable = inner.durable
+        super().__init__(inner)
         self.reads = 0
-
-    async def acquire(self, key: SessionKey, owner: str, ttl: float) -> Lease | None:
-        return await self.inner.acquire(key, owner, ttl)
-
-    async def renew(self, lease: Lease, ttl: float) -> Lease:
-        return await self.inner.renew(lease, ttl)
-
-    async def release(self, lease: Lease) -> None:
-        await self.inner.release(lease)
-
-    async def append(self, lease: Lease, facts: Sequence[Fact]) -> int:
-        return await self.inner.append(lease, facts)
-
-    async def load(self, key: SessionKey) -> tuple[Checkpoint | None, list[StoredFact]]:
-        return await self.inner.load(key)
-
-    async def save_checkpoint(self, key: SessionKey, checkpoint: Checkpoint) -> None:
-        await self.inner.save_checkpoint(key, checkpoint)
 
     async def read(self, key: SessionKey, after: int = 0, limit: int | None = None) -> list[StoredFact]:
         self.reads += 1
-        return await self.inner.read(key, after, limit)
-
-    async def head(self, key: SessionKey) -> int:
-        return await self.inner.head(key)
-
-    async def sessions(self) -> list[SessionInfo]:
-        return await self.inner.sessions()
-
-    async def fork(self, key: SessionKey, at: int, into: SessionKey) -> None:
-        await self.inner.fork(key, at, into)
-
-    async def delete(self, key: SessionKey) -> None:
-        await self.inner.delete(key)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
+        return await super().read(key, after, limit)
 
 
 async def test_without_notices_the_follower_reads_the_log_every_poll_interval() -> None:

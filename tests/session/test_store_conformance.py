@@ -12,8 +12,17 @@ import json
 import pytest
 
 from rxagent.messages import Msg
-from rxagent.session import Checkpoint, Fact, LeaseLostError, Projection, SessionExistsError, SessionStore
+from rxagent.session import (
+    Checkpoint,
+    DelegatingStore,
+    Fact,
+    LeaseLostError,
+    Projection,
+    SessionExistsError,
+    SessionStore,
+)
 from rxagent.state import SessionKey
+from tests.examples import run_examples
 
 from .conftest import FakeNow
 
@@ -208,3 +217,10 @@ async def test_only_the_newest_checkpoints_are_kept(store: SessionStore) -> None
     late_checkpoint, late = await store.load(("ada", "late"))
     assert late_checkpoint is not None
     assert (late_checkpoint.seq, [f.seq for f in late]) == (6, [7])
+
+
+def test_the_delegating_store_example_runs() -> None:
+    """The subclassing example in DelegatingStore's docstring (the store itself is one of the kinds above)."""
+    results = run_examples(DelegatingStore)
+    assert results.attempted > 0
+    assert results.failed == 0
