@@ -564,6 +564,25 @@ async def test_the_interrupt_button_ends_the_running_run(browser: Browser) -> No
         assert turns[-1]["runs"][-1]["reason"] == "INTERRUPTED"
 
 
+async def test_a_run_waiting_for_another_servers_lease_says_so(browser: Browser) -> None:
+    agent = ReActAgent(ScriptedModel([ScriptedResponse(text="Mine now.")]))
+    # Another server (another keeper on the same store) runs the session: it holds the lease.
+    elsewhere = await agent.store.acquire((None, "s"), "another-server", 60.0)
+    assert elsewhere is not None
+    async with serving(agent) as live, dashboard(browser, live) as dash:
+        await live.post("/api/sessions/s/runs", {"input": "go"})
+        await dash.open("s")
+        await dash.state_is("queued")
+        await dash.until(
+            "(want) => document.getElementById('status').textContent.endsWith(want)",
+            "waiting for another server's run to end",
+        )
+        await agent.store.release(elsewhere)
+        await dash.answer_is("Mine now.")
+        await dash.state_is("idle")
+        assert "another server" not in await dash.page.text_content("#status", timeout=MS)
+
+
 async def test_the_steer_box_reaches_the_next_model_request(browser: Browser) -> None:
     @tool
     def sign_off() -> str:
