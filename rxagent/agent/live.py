@@ -24,7 +24,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
@@ -393,7 +394,9 @@ class SessionHandle:
 
     # ---- watching -----------------------------------------------------------------------------------------
 
-    def watch(self, after: int = 0, *, policy: FeedPolicy = "catch_up") -> AsyncIterator[FeedItem | FeedGap]:
+    def watch(
+        self, after: int = 0, *, policy: FeedPolicy = "catch_up"
+    ) -> AsyncGenerator[FeedItem | FeedGap, None]:
         """The session's feed from sequence number ``after`` on, as an async iterator (on the loop): the
         log's facts up to now, then each new one as it comes (see :mod:`rxagent.session.feed`)."""
         return one_by_one(self.watch_batches(after, policy=policy))
@@ -404,8 +407,9 @@ class SessionHandle:
         """:meth:`watch`, in batches: everything new at each wake of the feed as one list (what a server
         writes to a client in one go; see :meth:`~rxagent.session.SessionFeed.watch_batches`)."""
         feed = await self.open_feed()
-        async for batch in feed.watch_batches(after, policy=policy):
-            yield batch
+        async with aclosing(feed.watch_batches(after, policy=policy)) as batches:  # closed with this one
+            async for batch in batches:
+                yield batch
 
     async def open_feed(self) -> SessionFeed:
         """The session's feed in this process, its head brought up to the log's first (a session this

@@ -57,7 +57,7 @@ import itertools
 import json
 import logging
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
@@ -219,6 +219,14 @@ class SessionFeed:
         self._synced = True
         self._wake()
 
+    def forget(self) -> None:
+        """Forget what the ring holds and where the log stands: the next read (a watcher's, or the
+        follower's) asks the log for its head first (a writer's items may never have become durable, and
+        the log could not be asked just now)."""
+        self._ring.clear()
+        self._synced = False
+        self._wake()
+
     def publish(self, items: Sequence[FeedItem]) -> None:
         """Add items (numbered right after the head, in order) and wake the watchers soon."""
         for item in items:
@@ -262,7 +270,9 @@ class SessionFeed:
         self._waiting.append(waiter)
         await waiter
 
-    def watch(self, after: int = 0, *, policy: FeedPolicy = "catch_up") -> AsyncIterator[FeedItem | FeedGap]:
+    def watch(
+        self, after: int = 0, *, policy: FeedPolicy = "catch_up"
+    ) -> AsyncGenerator[FeedItem | FeedGap, None]:
         """Every item after sequence ``after``, then the live ones as they come (see the module).
 
         Raises:
@@ -422,7 +432,7 @@ class _Follower:
 
 async def one_by_one(
     batches: AsyncGenerator[list[FeedItem] | FeedGap, None],
-) -> AsyncIterator[FeedItem | FeedGap]:
+) -> AsyncGenerator[FeedItem | FeedGap, None]:
     """The items of a :meth:`SessionFeed.watch_batches` stream one at a time, gaps where they fall (what
     :meth:`SessionFeed.watch` and :meth:`~rxagent.agent.SessionHandle.watch` emit)."""
     async with aclosing(batches):  # closing this closes the watch now, not when the collector finds it

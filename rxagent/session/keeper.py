@@ -226,14 +226,20 @@ class SessionKeeper:
         renewal, claim.renewal = claim.renewal, None  # the timer holds the claim: no cycle left
         if renewal is not None:
             renewal.cancel()
-        claim.recorder.close()
+        await claim.recorder.aclose()
         held = self._claims.get(claim.key) is claim
         if held:
             del self._claims[claim.key]
         feed = self._feeds.get(claim.key)
         try:
             if claim.broken and feed is not None:  # it numbered facts the log never got: the log is the truth
-                feed.reset(await self.store.head(claim.key))
+                try:
+                    feed.reset(await self.store.head(claim.key))
+                except Exception:  # the log cannot say where it stands: the feed asks it before going on
+                    feed.forget()
+                    _log.warning(
+                        "rxagent: session %r: reading the log's head failed", claim.key[1], exc_info=True
+                    )
             await self.store.release(claim.lease)
         finally:
             claim.turn.release()

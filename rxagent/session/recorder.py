@@ -138,6 +138,7 @@ class Recorder:
         self._answered: set[str] = set()
         self._snapshot = _Snapshot.of(projection)
         self._background: asyncio.Task[None] | None = None
+        self._closed = False
 
     def note(self, kind: FactKind, data: dict[str, JsonValue]) -> None:
         """Queue a fact that is not a state change, after the state's changes so far (so the log keeps
@@ -159,23 +160,31 @@ class Recorder:
 
     def _flush_due(self) -> None:
         self._timer = None
-        if self._queue:
+        if self._queue and not self._closed:
             self._flush_in_background()
 
-    def close(self) -> None:
-        """Stop flushing by itself (the run gave the session back: nothing more is queued)."""
+    async def aclose(self) -> None:
+        """Stop flushing by itself, and let a background flush under way end first: the run gave the
+        session back, and its own last flush decided what the log keeps (after a failed one, nothing
+        more is tried under a lease about to be released)."""
+        self._closed = True
         timer, self._timer = self._timer, None
         if timer is not None:
             timer.cancel()
+        background = self._background
+        if background is not None:
+            await asyncio.wait([background])  # it reports its own failures; waiting must not raise them
 
     async def _flush_queued(self) -> None:
         try:
-            await self.flush()
+            async with self._lock:
+                if not self._closed:  # closed while this waited for the run's own flush: that one decided
+                    await self._append_queued(())
         except Exception:  # the facts stay queued: the run's next flush tries them again, and raises
             _log.debug("rxagent: a background flush of the session log failed", exc_info=True)
         finally:
             self._background = None
-            if self._queue and self._timer is None and self.flush_interval is not None:
+            if self._queue and self._timer is None and self.flush_interval is not None and not self._closed:
                 # Queued while this flush was on its way (its timer found a flush going): not left behind.
                 self._timer = self.clock.call_later(self.flush_interval, self._flush_due)
 
@@ -190,7 +199,7 @@ class Recorder:
         first = self._next
         self._queue.extend(facts)
         self._next += len(facts)
-        if self._timer is None and self.flush_interval is not None:
+        if self._timer is None and self.flush_interval is not None and not self._closed:
             # One timer for everything queued until it fires (not one per fact): the oldest fact waits
             # at most flush_interval before others can read it.
             self._timer = self.clock.call_later(self.flush_interval, self._flush_due)
@@ -218,30 +227,34 @@ class Recorder:
             Exception: whatever the store raised (nothing was recorded as appended).
         """
         async with self._lock:
-            self._capture()
-            self._enqueue(facts)
-            batch = list(self._queue)
-            if not batch:
-                return
-            answered = set(self._answered)
-            seq = await self.store.append(self.lease, batch)
-            expected = self._next - (len(self._queue) - len(batch)) - 1
-            if seq != expected:  # someone else appended: the numbers the feed gave out are wrong
-                raise LeaseLostError(
-                    f"session {self.lease.key[1]!r}: the log's head is {seq}, not {expected}; another "
-                    "writer appended under this lease"
-                )
-            del self._queue[: len(batch)]  # facts queued while the append was on its way stay queued
-            if self.feed is not None:
-                self.feed.durable(seq)
-            self._answered -= answered
-            projection = self.projection
-            projection.seq = seq
-            projection.since_checkpoint += len(batch)
-            for written in batch:
-                projection.track(written)
-            for call_id in answered:  # a result in the log settles a dispatched call
-                projection.uncertain.pop(call_id, None)
+            await self._append_queued(facts)
+
+    async def _append_queued(self, facts: Sequence[Fact]) -> None:
+        """:meth:`flush`'s work, under its lock."""
+        self._capture()
+        self._enqueue(facts)
+        batch = list(self._queue)
+        if not batch:
+            return
+        answered = set(self._answered)
+        seq = await self.store.append(self.lease, batch)
+        expected = self._next - (len(self._queue) - len(batch)) - 1
+        if seq != expected:  # someone else appended: the numbers the feed gave out are wrong
+            raise LeaseLostError(
+                f"session {self.lease.key[1]!r}: the log's head is {seq}, not {expected}; another "
+                "writer appended under this lease"
+            )
+        del self._queue[: len(batch)]  # facts queued while the append was on its way stay queued
+        if self.feed is not None:
+            self.feed.durable(seq)
+        self._answered -= answered
+        projection = self.projection
+        projection.seq = seq
+        projection.since_checkpoint += len(batch)
+        for written in batch:
+            projection.track(written)
+        for call_id in answered:  # a result in the log settles a dispatched call
+            projection.uncertain.pop(call_id, None)
 
     # ---- the executor's journal -----------------------------------------------------------------------
 

@@ -14,7 +14,8 @@ Bad inputs tried: a database that cannot be reached (listening is tried again ev
 test moves), a notice for a session nobody follows, notices that name no session (not JSON, a number
 for a session id, no fields), the listening connection killed by the database, a watcher that leaves
 mid-follow, a local run that takes the session while the follower's read is on its way, a store that
-fails to read.
+fails to read, a store whose appends fail slowly while a run records (no background flush may outlive
+the run) and whose head cannot be read when the broken run gives the session back.
 """
 
 from __future__ import annotations
@@ -41,8 +42,9 @@ from rxagent.session import (
     SQLiteStore,
     StoredFact,
 )
+from rxagent.session.facts import Fact
 from rxagent.session.postgres import NOTIFY_CHANNEL, PostgresStore
-from rxagent.session.store import Listening, NotifyingStore
+from rxagent.session.store import Lease, Listening, NotifyingStore
 from rxagent.state import SessionKey
 from tests.serve.conftest import ValveModel
 
@@ -302,6 +304,101 @@ async def test_a_follower_that_cannot_read_keeps_trying_and_catches_up() -> None
     await watcher.until_result_of(second.run_id)
     same_as_log(watcher.items, await store.read(KEY))
     await watcher.stop()
+    await no_follower_left()
+
+
+# ---- what a run leaves behind ------------------------------------------------------------------------------
+
+
+class Outage(DelegatingStore):
+    """A store whose appends fail while ``down`` (and its heads while ``headless``), slowly, as a database
+    that went away: each append then waits until the test lets it fail, or, given a ``clock``, fails after
+    0.2 s on it. It counts the appends."""
+
+    def __init__(self, inner: MemoryStore, clock: VirtualClock | None = None) -> None:
+        super().__init__(inner)
+        self.clock = clock
+        self.down = False
+        self.headless = False
+        self.appends = 0
+        self.reached = asyncio.Event()
+        self.fail = asyncio.Event()
+
+    async def append(self, lease: Lease, facts: Sequence[Fact]) -> int:
+        self.appends += 1
+        if not self.down:
+            return await super().append(lease, facts)
+        self.reached.set()
+        if self.clock is not None:
+            await self.clock.sleep(0.2)
+        else:
+            await self.fail.wait()
+        raise OSError("database unavailable")
+
+    async def head(self, key: SessionKey) -> int:
+        if self.headless:
+            raise OSError("database unavailable")
+        return await super().head(key)
+
+
+async def test_a_run_whose_last_append_failed_leaves_no_flush_behind() -> None:
+    clock = VirtualClock()
+    store = Outage(MemoryStore(), clock)
+    agent = ReActAgent(ScriptedModel(["one", "two", "three"]), store=store, clock=clock)
+    await agent.call("first", CTX)
+    store.down = True
+    run = asyncio.ensure_future(agent.call("second", CTX))
+    await asyncio.wait_for(store.reached.wait(), WAIT)  # the run's own flush is on its way
+    # Time goes on in small steps: the background flush's timer fires while the run's flushes fail
+    # slowly, so background flushes wait behind them, the last one until the run gives the session back.
+    while not run.done():
+        await clock.advance(0.05)
+    with pytest.raises(OSError, match="database unavailable"):
+        await run
+    tried = store.appends
+    await clock.advance(5.0)  # still down: nothing tries again under the lease the run gave back
+    store.down = False
+    await clock.advance(5.0)  # back: nothing tries either
+    assert store.appends == tried
+    assert not [t for t in asyncio.all_tasks() if t.get_name() == "rxagent.record"]
+    # The session goes on from what the log has.
+    assert (await agent.call("third", CTX)).text == "three"
+
+
+async def test_a_broken_run_whose_log_cannot_be_asked_leaves_the_feed_to_ask_it_later() -> None:
+    store = Outage(MemoryStore())
+    agent = ReActAgent(ScriptedModel(["one", "two"]), store=store)
+    await agent.call("first", CTX)
+    durable = await store.head(KEY)
+    early = Watcher(agent.session(CTX))  # keeps the feed alive across the broken run
+    await early.until(lambda items: len(items) == durable)
+    store.down = True
+    store.fail.set()
+    run = asyncio.ensure_future(agent.call("second", CTX))
+    await asyncio.wait_for(store.reached.wait(), WAIT)
+    store.headless = True
+    with pytest.raises(OSError, match="database unavailable"):
+        await asyncio.wait_for(run, WAIT)  # its items reached the feed, never the log
+    store.down = store.headless = False
+    late = Watcher(agent.session(CTX))  # asks the log, not the ring the broken run left
+    await late.until(lambda items: len(items) >= durable)
+    assert (await agent.session(CTX).open_feed()).head == durable
+    same_as_log(late.items, await store.read(KEY))
+    await early.stop()
+    await late.stop()
+    await no_follower_left()
+
+
+async def test_closing_a_handles_watch_lets_go_of_the_feed_at_once() -> None:
+    agent = ReActAgent(ScriptedModel(["hi"]), store=MemoryStore())
+    await agent.call("hello", CTX)
+    handle = agent.session(CTX)
+    watching = handle.watch()
+    await anext(watching)
+    feed = await handle.open_feed()
+    assert (feed.watchers, feed.following) == (1, True)
+    await watching.aclose()
+    assert (feed.watchers, feed.following) == (0, False)  # not at the collector's leisure
     await no_follower_left()
 
 
