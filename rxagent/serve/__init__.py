@@ -85,8 +85,8 @@ The dashboard
     A page (HTML; inline script and style only, under a hash-only ``Content-Security-Policy``) that reads
     and drives the API above: sessions, the live answer, a timeline of model and tool calls, tokens per
     model call, approvals, interrupt, steer, new messages, replay from the log. ``GET /?token=<token>``
-    answers ``303`` to ``/`` and sets the token as an ``HttpOnly`` ``rxagent_token`` cookie, so the token
-    leaves the address bar. See :mod:`rxagent.serve.dashboard`.
+    answers ``303`` to ``/`` and sets the token as an ``HttpOnly`` ``rxagent_token_<port>`` cookie, so
+    the token leaves the address bar. See :mod:`rxagent.serve.dashboard`.
 
 AG-UI
 -----
@@ -100,7 +100,7 @@ Security
 --------
 Binds 127.0.0.1 by default; any other host needs a token (the server refuses to start without one).
 With a token every request carries it (``Authorization: Bearer <token>``; where a browser cannot set
-headers, a ``token`` query parameter or an ``rxagent_token`` cookie). Changes from another origin are
+headers, a ``token`` query parameter or an ``rxagent_token_<port>`` cookie). Changes from another origin are
 refused; bodies are limited; no response, event or log line carries a secret (API keys, the token). See
 :mod:`rxagent.serve.security`.
 

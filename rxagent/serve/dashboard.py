@@ -15,7 +15,7 @@ Routes, behind the same guard as the rest (:func:`rxagent.serve.security.guard`)
     (by hash) and connections to this server: even text that escaped the page's escaping could not run.
 ``GET /?token=<token>``
     With a server token, a browser opens this once: the guard checks the token, and the answer is a
-    ``303`` to ``/`` that sets the ``rxagent_token`` cookie (``HttpOnly``, ``SameSite=Lax``, ``Secure``
+    ``303`` to ``/`` that sets the ``rxagent_token_<port>`` cookie (``HttpOnly``, ``SameSite=Lax``, ``Secure``
     over HTTPS), so the token leaves the address bar and the history and no script of the page can read
     it; the page and its ``EventSource`` then authenticate with the cookie. The page itself never
     contains the token. (A server without a token redirects to ``/`` and sets nothing.)
@@ -26,13 +26,14 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
+import hmac
 import re
 from importlib import resources
 
 from aiohttp import web
 
 from rxagent.serve.hub import HUB
-from rxagent.serve.security import TOKEN_COOKIE, TOKEN_QUERY
+from rxagent.serve.security import TOKEN_QUERY, token_cookie
 
 __all__ = ["PAGE", "page", "routes"]
 
@@ -79,9 +80,16 @@ async def get_page(request: web.Request) -> web.Response:
     if TOKEN_QUERY in request.query:
         answer = web.Response(status=303, headers={**_HEADERS, "Location": "/", "Cache-Control": "no-store"})
         token = request.app[HUB].settings.token
-        if token is not None:  # the guard has compared the parameter with it: they are equal
+        given = request.query[TOKEN_QUERY]
+        # The guard let the request in, but by its header if it had one: the parameter is checked here.
+        if token is not None and hmac.compare_digest(given.encode(), token.encode()):
             answer.set_cookie(
-                TOKEN_COOKIE, token, path="/", httponly=True, samesite="Lax", secure=request.secure or None
+                token_cookie(request),
+                token,
+                path="/",
+                httponly=True,
+                samesite="Lax",
+                secure=request.secure or None,
             )
         return answer
     body, policy = page()

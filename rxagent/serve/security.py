@@ -7,8 +7,9 @@ Every request passes :func:`guard` before it reaches an endpoint (unknown paths 
    loopback name (``Host: 127.0.0.1:…``, ``localhost``, ``[::1]``) or to the host it was bound to: a page on
    another site cannot reach it through DNS rebinding (its requests carry that site's name). 421 otherwise.
 2. **Token.** With a token, every request carries it: ``Authorization: Bearer <token>``, or, where a
-   browser cannot set headers (``EventSource``, a page load), a ``token`` query parameter or an
-   ``rxagent_token`` cookie. Compared in constant time. 401 otherwise (the answer never repeats it).
+   browser cannot set headers (``EventSource``, a page load), a ``token`` query parameter or the
+   ``rxagent_token_<port>`` cookie (:func:`token_cookie`). Compared in constant time. 401 otherwise (the
+   answer never repeats it).
 3. **Origin.** A request that changes something (any method but GET, HEAD, OPTIONS) and comes from a
    browser page must come from the server's own origin: an ``Origin`` other than
    ``<scheme>://<Host>`` (``null`` included), or ``Sec-Fetch-Site: cross-site``, is refused with 403.
@@ -33,12 +34,12 @@ from aiohttp.abc import AbstractAccessLogger
 from rxagent.serve.http import ApiError, Handler
 from rxagent.serve.settings import ServeSettings, is_loopback
 
-__all__ = ["TOKEN_COOKIE", "TOKEN_QUERY", "RedactedAccessLogger", "guard"]
+__all__ = ["TOKEN_COOKIE", "TOKEN_QUERY", "RedactedAccessLogger", "guard", "token_cookie"]
 
 TOKEN_QUERY = "token"
 """The query parameter that may carry the token (for ``EventSource`` and page loads)."""
 TOKEN_COOKIE = "rxagent_token"
-"""The cookie that may carry the token."""
+"""The start of the name of the cookie that may carry the token (see :func:`token_cookie`)."""
 
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
@@ -84,9 +85,16 @@ def _carries(request: web.Request, token: bytes) -> bool:
         given = credentials.strip()
     elif TOKEN_QUERY in request.query:
         given = request.query[TOKEN_QUERY]
-    elif TOKEN_COOKIE in request.cookies:
-        given = request.cookies[TOKEN_COOKIE]
+    else:
+        given = request.cookies.get(token_cookie(request))
     return given is not None and hmac.compare_digest(given.encode(), token)
+
+
+def token_cookie(request: web.Request) -> str:
+    """The name of the cookie that carries this server's token: ``rxagent_token_<port>``, after the port the
+    request came to. Browsers keep one host's cookies for all its ports, so two servers on one host (the
+    scale-out set-up, with two tokens) would otherwise overwrite each other's cookie."""
+    return f"{TOKEN_COOKIE}_{request.url.port}"
 
 
 def _check_origin(request: web.Request) -> None:

@@ -32,7 +32,7 @@ class ServeSettings:
         host: the interface to bind; loopback by default. Any other needs ``token``.
         port: the port (``0``: a free one, see :attr:`~rxagent.serve.AgentServer.url`).
         token: when set, every request must carry it (``Authorization: Bearer …``, a ``token`` query
-            parameter, or an ``rxagent_token`` cookie).
+            parameter, or an ``rxagent_token_<port>`` cookie).
         heartbeat: seconds of silence after which an event stream sends a comment line (``: ping``), so
             proxies keep it open and a client that left is noticed.
         send_timeout: seconds an event stream waits for a client to take a write before it drops the

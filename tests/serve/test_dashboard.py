@@ -709,7 +709,7 @@ async def test_the_token_never_appears_in_the_page_or_any_response(
         assert response.request.redirected_from is not None
         (cookie,) = await dash.page.context.cookies()
         assert (cookie["name"], cookie["value"], cookie["httpOnly"], cookie["sameSite"]) == (
-            "rxagent_token",
+            "rxagent_token_" + live.url.rsplit(":", 1)[1],
             TOKEN,
             True,
             "Lax",

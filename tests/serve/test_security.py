@@ -116,12 +116,30 @@ async def test_every_route_needs_the_token(method: str, path: str, body: Any) ->
             assert response.status != 401
 
 
+async def test_the_page_sets_its_cookie_only_for_the_token_in_the_address() -> None:
+    async with serving(ReActAgent(ScriptedModel(["ok"])), token=TOKEN) as live:
+        # Let in by its header, with another token in the address: redirected, but no cookie of it.
+        async with live.http.get(
+            "/?token=not-the-token", headers={"Authorization": f"Bearer {TOKEN}"}, allow_redirects=False
+        ) as response:
+            assert response.status == 303
+            assert "Set-Cookie" not in response.headers
+        async with live.http.get(f"/?token={TOKEN}", allow_redirects=False) as response:
+            assert response.status == 303
+            port = live.url.rsplit(":", 1)[1]
+            assert response.cookies[f"rxagent_token_{port}"].value == TOKEN
+
+
 async def test_the_token_may_come_as_a_query_parameter_or_a_cookie() -> None:
     async with serving(ReActAgent(ScriptedModel(["ok"])), token=TOKEN) as live:
         assert (await live.get(f"/api/sessions?token={TOKEN}"))[0] == 200
         assert (await live.get("/api/sessions?token=nope"))[0] == 401
-        assert (await live.get("/api/sessions", cookies={"rxagent_token": TOKEN}))[0] == 200
-        assert (await live.get("/api/sessions", cookies={"rxagent_token": "nope"}))[0] == 401
+        port = live.url.rsplit(":", 1)[1]
+        assert (await live.get("/api/sessions", cookies={f"rxagent_token_{port}": TOKEN}))[0] == 200
+        assert (await live.get("/api/sessions", cookies={f"rxagent_token_{port}": "nope"}))[0] == 401
+        # Browsers share a host's cookies across its ports: another server's cookie is not this one's.
+        assert (await live.get("/api/sessions", cookies={"rxagent_token_1": TOKEN}))[0] == 401
+        assert (await live.get("/api/sessions", cookies={"rxagent_token": TOKEN}))[0] == 401
         status, _ = await live.post("/api/sessions/s/runs?token=" + TOKEN, {"input": "hi"})
         assert status == 202
         async with live.sse(f"/api/sessions/s/feed?token={TOKEN}") as feed:  # as EventSource would
