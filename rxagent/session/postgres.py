@@ -436,9 +436,8 @@ class PostgresStore:
         cannot be used afterwards (its methods raise ``RuntimeError``)."""
         self._closed = True
         self._stop_listening()
-        for task in list(self._listen_tasks):
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        if self._listen_tasks:  # they end cancelled; waiting does not swallow a cancel of this caller
+            await asyncio.wait(list(self._listen_tasks))
         writer = self._writer
         if writer is not None:
             await asyncio.shield(writer)  # the appends already queued commit first
