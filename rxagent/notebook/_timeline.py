@@ -20,6 +20,7 @@ Times are the events' wall-clock ``time`` fields, so events read back from JSON
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +55,25 @@ _COLOURS = {
     "unfinished": "#bab0ac",
 }
 _FONT = 'font-family="system-ui,-apple-system,Segoe UI,sans-serif" font-size="11"'
+
+
+class _Picture(ABC):
+    """What the pictures share: an SVG drawing, written to a file or shown by a notebook."""
+
+    __slots__ = ()
+
+    @abstractmethod
+    def svg(self, width: int = 860) -> str:
+        """The picture as an SVG document ``width`` pixels wide."""
+
+    def save(self, path: str | Path, width: int = 860) -> Path:
+        """Write :meth:`svg` to ``path`` (UTF-8) and return the path."""
+        target = Path(path)
+        target.write_text(self.svg(width), encoding="utf-8")
+        return target
+
+    def _repr_svg_(self) -> str:
+        return self.svg()
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +180,7 @@ def _seconds(value: float, step: float) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class Timeline:
+class Timeline(_Picture):
     """The model and tool calls of one or more runs on a time axis.
 
     Attributes:
@@ -392,15 +412,6 @@ class Timeline:
             f"<title>{esc(tip)}</title></rect>{label}"
         )
 
-    def save(self, path: str | Path, width: int = 860) -> Path:
-        """Write :meth:`svg` to ``path`` (UTF-8) and return the path."""
-        target = Path(path)
-        target.write_text(self.svg(width), encoding="utf-8")
-        return target
-
-    def _repr_svg_(self) -> str:
-        return self.svg()
-
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         printer.text(
             f"Timeline: {len(self.model_calls)} model call(s), {len(self.tool_calls)} tool call(s) over "
@@ -419,7 +430,7 @@ class StepUsage:
 
 
 @dataclass(frozen=True, slots=True)
-class UsageChart:
+class UsageChart(_Picture):
     """Input and output tokens of each model call, as stacked bars.
 
     Attributes:
@@ -504,15 +515,6 @@ class UsageChart:
             "model call</text></svg>"
         )
         return "".join(out)
-
-    def save(self, path: str | Path, width: int = 860) -> Path:
-        """Write :meth:`svg` to ``path`` (UTF-8) and return the path."""
-        target = Path(path)
-        target.write_text(self.svg(width), encoding="utf-8")
-        return target
-
-    def _repr_svg_(self) -> str:
-        return self.svg()
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         tokens_in = sum(s.usage.input_tokens for s in self.steps)
