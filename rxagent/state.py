@@ -12,10 +12,13 @@ from pydantic import BaseModel, Field, JsonValue
 
 from rxagent.messages import Msg, ToolResultBlock, ToolUseBlock
 
-__all__ = ["AgentState", "PendingCall", "SessionKey"]
+__all__ = ["DEFAULT_SESSION", "AgentState", "PendingCall", "SessionKey"]
 
 SessionKey = tuple[str | None, str]
 """``(user_id, session_id)``: what runs are serialised on and state is stored under."""
+
+DEFAULT_SESSION = "default"
+"""The session of a run whose context names none."""
 
 
 class PendingCall(BaseModel):

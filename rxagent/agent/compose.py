@@ -59,6 +59,7 @@ from rxagent.operators import (
     map_many,
     sync_of,
 )
+from rxagent.state import DEFAULT_SESSION
 from rxagent.tools import SchemaTool, Tool, ToolContext, ToolTraits
 
 if TYPE_CHECKING:
@@ -71,8 +72,6 @@ ChildSessions: TypeAlias = Literal["per_call", "shared"]
 
 RunContextFactory: TypeAlias = Callable[[int, AgentInput], RuntimeContext]
 """``(index, input) -> context`` of one run of :func:`map_runs`."""
-
-_DEFAULT_SESSION = "default"  # ReActAgent's session for a context without one
 
 
 # ---- an agent as a tool ----------------------------------------------------------------------------------
@@ -148,7 +147,7 @@ def agent_tool(
 def _child_context(context: ToolContext, tool_name: str, *, shared: bool) -> RuntimeContext:
     runtime = context.runtime
     parent_run = runtime.run_id if isinstance(runtime, RunContext) else None
-    session = f"{runtime.session_id or _DEFAULT_SESSION}/{tool_name}"
+    session = f"{runtime.session_id or DEFAULT_SESSION}/{tool_name}"
     if not shared:
         session += f"/{parent_run}/{context.call_id}" if parent_run else f"/{context.call_id}"
     return RuntimeContext(

@@ -69,12 +69,10 @@ from rxagent.session import (
     turns_of,
 )
 from rxagent.session.reconcile import Reconcile, UncertainToolCallsError, never_started, settle_uncertain
-from rxagent.state import AgentState, PendingCall, SessionKey
+from rxagent.state import DEFAULT_SESSION, AgentState, PendingCall, SessionKey
 from rxagent.tools import Permissions, Tool, ToolInterceptor, Toolkit
 
 __all__ = ["DEFAULT_SESSION", "ReActAgent", "default_steps"]
-
-DEFAULT_SESSION = "default"
 
 _log = logging.getLogger("rxagent")
 
@@ -240,9 +238,8 @@ class ReActAgent:
                 if turn_id is not None and not claim.projection.state.pending:  # nothing left to answer
                     recorder.note("turn_finished", {"turn_id": turn_id, "reason": reason})
                 try:
-                    await recorder.flush()
+                    await claim.flush()
                 except Exception as save_error:
-                    claim.broken = True
                     if failure is None:
                         raise
                     failure.add_note(f"recording the session after this error failed too: {save_error!r}")
@@ -299,9 +296,8 @@ class ReActAgent:
                         why = _describe(error) if error is not None else "it ended before its result"
                         claim.recorder.note("run_failed", {"run_id": run.run_id, "error": why})
                 try:  # what came after the run's ending was recorded (its result event, if recorded)
-                    await claim.recorder.flush()
+                    await claim.flush()
                 except Exception:
-                    claim.broken = True
                     if not held.saved:
                         raise
                     ids = {"trace_id": context.trace_id, "session_id": key[1]}
@@ -451,11 +447,7 @@ class ReActAgent:
         claim = await self._take(key)
         try:
             settle_uncertain(claim, outcomes)
-            try:
-                await claim.recorder.flush()
-            except Exception:
-                claim.broken = True
-                raise
+            await claim.flush()
         finally:
             await self.keeper.release(claim)
 
@@ -485,11 +477,7 @@ class ReActAgent:
         claim = await self._take(key)
         try:
             claim.projection.state.messages.extend(messages)
-            try:
-                await claim.recorder.flush()
-            except Exception:
-                claim.broken = True
-                raise
+            await claim.flush()
         finally:
             await self.keeper.release(claim)
 

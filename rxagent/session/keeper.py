@@ -60,6 +60,15 @@ class Claim:
     """Something failed to be recorded: the projection may be ahead of the log, so it is not kept."""
     extras: dict[str, object] = field(default_factory=lambda: {})
 
+    async def flush(self) -> None:
+        """Append what the recorder holds (see :meth:`Recorder.flush`); if that fails the claim is
+        ``broken`` (the log is the truth again when it is released), and the error is raised."""
+        try:
+            await self.recorder.flush()
+        except Exception:
+            self.broken = True
+            raise
+
 
 class SessionKeeper:
     """Hands sessions of one store to runs, one at a time per session, across processes.
