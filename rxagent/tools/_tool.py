@@ -21,6 +21,7 @@ from rxagent.model.types import ToolSchema
 from rxagent.tools.arguments import (
     ToolArgumentError,
     coerce_arguments,
+    path_arguments,
     problems_from_validation_error,
     validate_arguments,
 )
@@ -193,6 +194,7 @@ class Tool(ABC):
         self.description = description
         self.traits = traits or ToolTraits()
         self._validators: dict[frozenset[str], Draft202012Validator] = {}
+        self._path_arguments: frozenset[str] | None = None
 
     def validator(self, hidden: frozenset[str] = frozenset()) -> Draft202012Validator:
         """The JSON Schema validator of :meth:`schema` (built once per hidden set)."""
@@ -201,6 +203,18 @@ class Tool(ABC):
             validator = Draft202012Validator(dict(self.schema(hidden).parameters))
             self._validators[hidden] = validator
         return validator
+
+    @property
+    def path_arguments(self) -> frozenset[str]:
+        """Names of the arguments that name files, as the tool's schema says (``pathlib.Path``,
+        ``Path | None``, ``list[Path]``, or ``format: path`` in a hand-written or MCP schema).
+
+        The permission gate matches every rule on these arguments as a
+        :class:`~rxagent.tools.PathPattern`, on the path the value names rather than its text.
+        """
+        if self._path_arguments is None:
+            self._path_arguments = path_arguments(self.schema().parameters)
+        return self._path_arguments
 
     def prepare(
         self, arguments: Mapping[str, Any], presets: Mapping[str, Any] = _NO_PRESETS

@@ -10,6 +10,8 @@
 4. ``Tool.convert`` — pydantic turns the JSON into the annotated types (``list[Model]`` gives models).
 
 Any failure raises :class:`ToolArgumentError`, whose message is written for the model to correct itself.
+
+:func:`path_arguments` reads the same schema for the permission gate: which arguments name files.
 """
 
 from __future__ import annotations
@@ -26,10 +28,12 @@ from jsonschema.exceptions import ValidationError as ValidationErrorOfSchema
 from pydantic import ValidationError
 
 __all__ = [
+    "PATH_FORMATS",
     "ArgumentProblem",
     "ToolArgumentError",
     "coerce_arguments",
     "parse_arguments",
+    "path_arguments",
     "problems_from_validation_error",
     "validate_arguments",
 ]
@@ -211,6 +215,60 @@ def coerce_arguments(arguments: Mapping[str, Any], parameters: Mapping[str, Any]
                 continue  # "" for an optional non-nullable parameter: let its default apply
         result[name] = coerced
     return result
+
+
+# ---- what names a file -------------------------------------------------------------------------------
+
+PATH_FORMATS = frozenset({"path", "file-path", "directory-path"})
+"""The ``format`` values that say a string names a file or directory (pydantic writes them for ``Path``,
+``FilePath``, ``DirectoryPath`` and ``NewPath``)."""
+
+_MAX_ARRAY_DEPTH = 8
+
+
+def path_arguments(parameters: Mapping[str, Any]) -> frozenset[str]:
+    """The names of the arguments that name files, by the tool's own schema.
+
+    An argument names files when every value its schema admits, ``null`` aside, is a string of a path
+    ``format`` (:data:`PATH_FORMATS`) or an array of such values: ``Path``, ``Path | None``,
+    ``list[Path]``, ``tuple[Path, Path]``, ``list[Path] | None``, ``Path | list[Path]``, or a hand-written
+    ``{"type": "string", "format": "path"}``. An argument that may also be something else (``Path | str``,
+    ``Path | int``) is not one: its schema does not say the value names a file. Local ``$ref`` are followed.
+    """
+    properties = parameters.get("properties")
+    if not isinstance(properties, Mapping):
+        return frozenset()
+    schema = _Schema(parameters)
+    return frozenset(
+        name
+        for name, node in cast("Mapping[str, Any]", properties).items()
+        if isinstance(node, Mapping) and _names_paths(cast("Mapping[str, Any]", node), schema, 0)
+    )
+
+
+def _names_paths(node: Mapping[str, Any], schema: _Schema, depth: int) -> bool:
+    branches = [branch for branch in schema.branches(node) if branch.get("type") != "null"]
+    return bool(branches) and all(_path_branch(branch, schema, depth) for branch in branches)
+
+
+def _path_branch(branch: Mapping[str, Any], schema: _Schema, depth: int) -> bool:
+    declared = branch.get("type")
+    listed = cast("list[Any]", declared) if isinstance(declared, list) else [declared]
+    types = {kind for kind in listed if isinstance(kind, str)}
+    form = branch.get("format")
+    if isinstance(form, str) and form in PATH_FORMATS:
+        return not types or "string" in types
+    if "array" not in types or depth >= _MAX_ARRAY_DEPTH:
+        return False
+    prefix = branch.get("prefixItems")
+    elements: list[Any] = list(cast("list[Any]", prefix)) if isinstance(prefix, list) else []
+    items = branch.get("items")
+    if items is not None and items is not False:  # `false`: nothing after the prefix items
+        elements.append(items)
+    return bool(elements) and all(
+        isinstance(element, Mapping) and _names_paths(cast("Mapping[str, Any]", element), schema, depth + 1)
+        for element in elements
+    )
 
 
 # ---- validation ---------------------------------------------------------------------------------------

@@ -14,15 +14,30 @@ Decisions are data (:class:`PermissionDecision`: decision, the rule that made it
 layer can suspend the run, show the question to a person, and resume with their answer.
 
 **What an argument pattern guards.** A plain string pattern is a glob (``fnmatch``: ``*`` also matches
-``/``) on the argument's *text*. It guards values whose text is their meaning — ids, names, amounts — and
-nothing else: ``deny("read_file", path="/etc/*")`` does **not** stop ``/tmp/../etc/passwd``,
-``//etc/passwd``, ``/./etc/passwd`` or a symlink into ``/etc``, because their text differs. For an argument
-that names a file or directory, give a :class:`PathPattern` instead: the argument is canonicalised the way
-the operating system will resolve it (``..`` and ``.`` segments, repeated or leading slashes, symlinks, a
-trailing slash) before the glob is matched, so every spelling of one file meets the same rule::
+``/``). On an argument whose text is its meaning — ids, names, amounts — it matches the *text*, and guards
+nothing else: on a ``str`` argument, ``deny("read_file", path="/etc/*")`` does **not** stop
+``/tmp/../etc/passwd``, ``//etc/passwd``, ``/./etc/passwd`` or a symlink into ``/etc``, because their text
+differs. A :class:`PathPattern` matches the path the argument names instead: the argument is canonicalised
+the way the operating system will resolve it (``..`` and ``.`` segments, repeated or leading slashes,
+symlinks, a trailing slash) before the glob is matched, so every spelling of one file meets the same rule::
 
     Permissions().deny("read_file", path=PathPattern("/etc/*"))
     Permissions(mode="deny_all").allow("read_*", path=PathPattern("/tmp/*"))
+
+**Arguments the tool says are paths.** When the tool's own schema says an argument names files
+(:attr:`Tool.path_arguments <rxagent.tools.Tool.path_arguments>`: ``pathlib.Path``, ``Path | None``,
+``list[Path]``, ``format: path`` in a hand-written or MCP schema), *every* rule on it matches as a
+:class:`PathPattern`: a plain glob there is ``PathPattern(glob)`` made when the rule was made, so relative
+arguments and a relative glob are taken from the working directory of that moment (give a
+:class:`PathPattern` with its own ``root`` for a tool that resolves relative paths against another
+directory). A text glob that cannot be a path pattern (``.`` or ``..`` after a glob character) fails closed
+on such an argument. For these arguments, and for any argument a :class:`PathPattern` is given for:
+
+- a list of paths is matched path by path: a deny or ask rule matches when one of them does, an allow rule
+  only when there is at least one and it matches every one;
+- ``None`` (JSON ``null``) names no path: the rule does not match, as for a left-out argument;
+- a value that names no path (a number, an object, text with a NUL character) fails closed: a deny or ask
+  rule matches it, an allow rule does not.
 
 A rule looks only at the arguments the call gives: a tool's default for a left-out argument is the tool's
 to guard.
@@ -31,11 +46,11 @@ to guard.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from pathlib import PurePath
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias, cast
 
 from rxagent.context import RuntimeContext
 from rxagent.tools._tool import Tool
@@ -96,7 +111,10 @@ class PathPattern:
 
     Relative arguments and a relative pattern are taken from ``root`` (default: the working directory when
     the pattern is made); give the directory the tool resolves relative paths against, as
-    :class:`~rxagent.tools.demo.FileReader` does with its own.
+    :class:`~rxagent.tools.demo.FileReader` does with its own. An empty argument names ``root`` itself (as
+    ``Path("")`` is ``.``); ``~`` is an ordinary name (``pathlib`` does not expand it either). A pattern
+    that begins with ``*`` has no folder to start from and, since ``*`` also matches ``/``, it may start
+    anywhere: ``*.pem`` is a ``.pem`` file in any folder; write ``./*.pem`` for those below ``root``.
 
     A value that is not a path (not text, or text with a NUL character) fails closed: a ``deny`` or ``ask``
     rule matches it, an ``allow`` rule does not.
@@ -120,6 +138,8 @@ class PathPattern:
 
     def __init__(self, pattern: str, *, root: str | os.PathLike[str] | None = None) -> None:
         base: str = os.path.realpath(os.getcwd() if root is None else os.fspath(root))
+        if "\x00" in pattern:
+            raise ValueError(f"path pattern {pattern!r}: a path cannot contain a NUL character")
         parts = pattern.split("/")
         first_glob = next(
             (i for i, part in enumerate(parts) if _GLOB_CHARACTERS.intersection(part)), len(parts)
@@ -127,8 +147,13 @@ class PathPattern:
         literal, rest = "/".join(parts[:first_glob]), [part for part in parts[first_glob:] if part]
         if any(part in (".", "..") for part in rest):
             raise ValueError(f"path pattern {pattern!r}: '.' and '..' cannot follow a glob character")
-        prefix = canonical_path(literal or ("/" if pattern.startswith("/") else "."), base)
-        glob = prefix.rstrip("/") + "/" + "/".join(rest) if rest else prefix
+        if pattern.startswith("*"):
+            # Anchoring it at root would turn a text rule such as `deny(path="*.pem")` into "below the
+            # working directory" when it is made a path rule, and let every other .pem file through.
+            glob = "/".join(rest)
+        else:
+            prefix = canonical_path(literal or ("/" if pattern.startswith("/") else "."), base)
+            glob = prefix.rstrip("/") + "/" + "/".join(rest) if rest else prefix
         object.__setattr__(self, "pattern", pattern)
         object.__setattr__(self, "root", base)
         object.__setattr__(self, "glob", glob)
@@ -156,7 +181,8 @@ class PermissionRule:
         decision: what a match decides.
         tools: glob pattern for the tool name.
         arguments: patterns the given arguments must all match: a glob on the argument's text, or a
-            :class:`PathPattern` on the path it names (see the module's notes on what each guards).
+            :class:`PathPattern` on the path it names (see the module's notes on what each guards). On an
+            argument the tool says names files, a glob matches as ``PathPattern(glob)`` made with the rule.
         when: a predicate over the arguments and the run's context, for anything patterns cannot say.
         reason: why, shown in the decision (and to the model when a call is refused).
     """
@@ -166,24 +192,65 @@ class PermissionRule:
     arguments: Mapping[str, ArgumentPattern] = field(default_factory=lambda: {})
     when: Callable[[Mapping[str, Any], RuntimeContext], bool] | None = None
     reason: str = ""
+    # Each pattern as a path pattern, made once with the rule (None: a glob that cannot be one).
+    _as_paths: Mapping[str, PathPattern | None] = field(init=False, repr=False, compare=False)
 
-    def matches(self, tool_name: str, arguments: Mapping[str, Any], context: RuntimeContext) -> bool:
-        """True when this rule applies to the call."""
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_as_paths", {k: _as_path(v) for k, v in self.arguments.items()})
+
+    def matches(
+        self,
+        tool_name: str,
+        arguments: Mapping[str, Any],
+        context: RuntimeContext,
+        *,
+        paths: Collection[str] = frozenset(),
+    ) -> bool:
+        """True when this rule applies to the call.
+
+        Args:
+            tool_name: the called tool's name.
+            arguments: the call's arguments (with presets).
+            context: the run's context, for ``when``.
+            paths: the arguments that name files (:attr:`Tool.path_arguments
+                <rxagent.tools.Tool.path_arguments>`); every pattern on them matches as a path pattern.
+        """
         if not fnmatchcase(tool_name, self.tools):
             return False
         for name, pattern in self.arguments.items():
-            if name not in arguments or not self._argument_matches(pattern, arguments[name]):
+            if name not in arguments:
+                return False
+            value = arguments[name]
+            if isinstance(pattern, str) and name not in paths:
+                matched = fnmatchcase(_text(value), pattern)
+            else:
+                matched = value is not None and self._path_matches(self._as_paths[name], value)
+            if not matched:
                 return False
         return self.when is None or self.when(arguments, context)
 
-    def _argument_matches(self, pattern: ArgumentPattern, value: Any) -> bool:
-        if isinstance(pattern, str):
-            return fnmatchcase(_text(value), pattern)
+    def _path_matches(self, pattern: PathPattern | None, value: Any) -> bool:
+        # Fail closed: what names no path (or a glob that is no path pattern) is refused or asked about,
+        # never allowed by a path.
+        closed = self.decision != "allow"
+        if isinstance(value, list | tuple):
+            each = [self._path_matches(pattern, item) for item in cast("Sequence[Any]", value)]
+            return any(each) if closed else bool(each) and all(each)
+        if pattern is None:
+            return closed
         try:
             return pattern.matches(value)
         except (TypeError, ValueError):
-            # Fail closed: a value that names no path is refused or asked about, never allowed by a path.
-            return self.decision != "allow"
+            return closed
+
+
+def _as_path(pattern: ArgumentPattern) -> PathPattern | None:
+    if isinstance(pattern, PathPattern):
+        return pattern
+    try:
+        return PathPattern(pattern)
+    except (ValueError, OSError):  # OSError: the working directory is gone
+        return None
 
 
 def _text(value: Any) -> str:
@@ -257,10 +324,14 @@ class Permissions:
         return replace(self, mode=mode)
 
     def decide(self, tool: Tool, arguments: Mapping[str, Any], context: RuntimeContext) -> PermissionDecision:
-        """Decide one call: deny rules, ask rules, the tool's own check, allow rules, then the mode."""
+        """Decide one call: deny rules, ask rules, the tool's own check, allow rules, then the mode.
+
+        Rules on the tool's :attr:`~rxagent.tools.Tool.path_arguments` match the paths those name.
+        """
+        paths = tool.path_arguments
         for wanted in ("deny", "ask"):
             for rule in self.rules:
-                if rule.decision == wanted and rule.matches(tool.name, arguments, context):
+                if rule.decision == wanted and rule.matches(tool.name, arguments, context, paths=paths):
                     return PermissionDecision(
                         wanted, "rule", rule.reason or f"{wanted} rule for {rule.tools}", rule
                     )
@@ -270,7 +341,7 @@ class Permissions:
             if answer is not None:
                 return PermissionDecision(answer, "tool", f"tool {tool.name!r} decided {answer}")
         for rule in self.rules:
-            if rule.decision == "allow" and rule.matches(tool.name, arguments, context):
+            if rule.decision == "allow" and rule.matches(tool.name, arguments, context, paths=paths):
                 return PermissionDecision(
                     "allow", "rule", rule.reason or f"allow rule for {rule.tools}", rule
                 )

@@ -2,14 +2,32 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
+from reactivex import Observable
+from reactivex import operators as ops
 
 from rxagent.context import RuntimeContext
-from rxagent.tools import PathPattern, Permissions, tool
+from rxagent.messages import ToolUseBlock
+from rxagent.tools import (
+    PathPattern,
+    Permissions,
+    SchemaTool,
+    Tool,
+    ToolBatchFinished,
+    ToolCallNext,
+    ToolContext,
+    ToolEvent,
+    ToolExecutor,
+    ToolInvocation,
+    Toolkit,
+    tool,
+)
+from rxagent.tools.arguments import path_arguments
 from rxagent.tools.permissions import PermissionMode
 
 CTX = RuntimeContext(user_id="u1")
@@ -208,3 +226,302 @@ def test_bad_path_patterns_are_refused() -> None:
     # A rule on an argument the call leaves out does not match (the tool's default is the tool's to guard).
     gate = Permissions().deny("read_file", path=PathPattern("/etc/*"))
     assert gate.decide(read_file, {}, CTX).decision == "allow"
+
+
+# ---- arguments the tool says are paths -------------------------------------------------------------
+
+
+@tool
+def open_file(path: Path) -> str:
+    """Open a file."""
+    return str(path)
+
+
+@tool
+def open_files(paths: list[Path]) -> str:
+    """Open files."""
+    return ",".join(map(str, paths))
+
+
+@tool
+def maybe_open(path: Path | None = None, note: str = "") -> str:
+    """Open a file, or nothing."""
+    return f"{path} {note}"
+
+
+def _body(arguments: dict[str, Any], _: ToolContext) -> str:
+    return str(arguments)
+
+
+# As an MCP server (or anyone writing the schema by hand) describes a path: a string of format "path".
+fetch_file = SchemaTool(
+    "fetch_file",
+    "Read a file.",
+    {
+        "type": "object",
+        "properties": {"uri": {"type": "string", "format": "path"}, "label": {"type": "string"}},
+        "required": ["uri"],
+    },
+    _body,
+)
+
+# (tool, the argument that names one file) for every route by which a tool says "this is a path".
+ONE_PATH = [(open_file, "path"), (maybe_open, "path"), (fetch_file, "uri")]
+
+
+def test_the_tool_says_which_arguments_name_files() -> None:
+    assert open_file.schema().parameters["properties"] == {"path": {"type": "string", "format": "path"}}
+    assert open_file.path_arguments == {"path"}
+    assert open_files.path_arguments == {"paths"}
+    assert maybe_open.path_arguments == {"path"}  # not `note`, a plain string
+    assert fetch_file.path_arguments == {"uri"}
+    assert read_file.path_arguments == refund.path_arguments == frozenset()
+
+
+@pytest.mark.parametrize(
+    ("schema", "names_files"),
+    [
+        ({"type": "string", "format": "file-path"}, True),  # pydantic's FilePath
+        ({"type": "string", "format": "directory-path"}, True),  # DirectoryPath
+        ({"format": "path"}, True),
+        ({"type": ["string", "null"], "format": "path"}, True),
+        ({"anyOf": [{"type": "string", "format": "path"}, {"type": "null"}]}, True),  # Path | None
+        ({"type": "array", "items": {"type": "string", "format": "path"}}, True),  # list[Path]
+        ({"type": "array", "prefixItems": [{"format": "path"}, {"format": "path"}], "items": False}, True),
+        ({"type": "array", "items": {"type": "array", "items": {"format": "path"}}}, True),
+        ({"anyOf": [{"format": "path"}, {"type": "array", "items": {"format": "path"}}]}, True),
+        ({"$ref": "#/$defs/Where"}, True),
+        ({"type": "string"}, False),
+        ({"type": "string", "format": "uri"}, False),
+        ({"type": "integer", "format": "path"}, False),
+        ({"anyOf": [{"type": "string", "format": "path"}, {"type": "string"}]}, False),  # Path | str
+        ({"anyOf": [{"type": "string", "format": "path"}, {"type": "integer"}]}, False),  # Path | int
+        ({"type": "null"}, False),
+        ({"type": "array"}, False),  # any items
+        ({"type": "array", "prefixItems": [{"format": "path"}], "items": True}, False),
+        ({"type": "string", "format": ["path"]}, False),  # malformed: no crash, not a path
+    ],
+)
+def test_which_schemas_name_files(schema: dict[str, Any], names_files: bool) -> None:
+    parameters = {"type": "object", "properties": {"a": schema}, "$defs": {"Where": {"format": "path"}}}
+    assert path_arguments(parameters) == ({"a"} if names_files else set())
+    assert path_arguments({"type": "object"}) == path_arguments({"properties": "junk"}) == frozenset()
+
+
+@pytest.mark.parametrize(("target", "name"), ONE_PATH, ids=lambda x: getattr(x, "name", x))
+@pytest.mark.parametrize("spelling", ["/etc/passwd", "/tmp/../etc/passwd", "//etc/passwd", "/./etc/passwd"])
+def test_the_issue_examples_are_guarded_by_a_plain_glob_on_a_path_argument(
+    target: Tool, name: str, spelling: str
+) -> None:
+    denied = Permissions().deny(target.name, **{name: "/etc/*"})
+    assert denied.decide(target, {name: spelling}, CTX).decision == "deny"
+    allowed = Permissions(mode="deny_all").allow(target.name, **{name: "/tmp/*"})
+    assert allowed.decide(target, {name: spelling}, CTX).decision == "deny"
+    assert allowed.decide(target, {name: "/tmp/notes.txt"}, CTX).decision == "allow"
+
+
+@pytest.mark.parametrize(("target", "name"), ONE_PATH, ids=lambda x: getattr(x, "name", x))
+def test_a_plain_deny_glob_on_a_path_argument_catches_every_spelling(
+    tree: Path, target: Tool, name: str
+) -> None:
+    gate = Permissions().deny(target.name, reason="secret", **{name: f"{tree}/secret/*"})
+    for spelling in secret_spellings(tree):
+        decision = gate.decide(target, {name: spelling}, CTX)
+        assert (decision.decision, decision.reason) == ("deny", "secret"), spelling
+    for harmless in (f"{tree}/public/notes.txt", f"{tree}/secret-other/x", f"{tree}/public/sub/"):
+        assert gate.decide(target, {name: harmless}, CTX).decision == "allow", harmless
+
+
+@pytest.mark.parametrize(("target", "name"), ONE_PATH, ids=lambda x: getattr(x, "name", x))
+def test_a_plain_allow_glob_on_a_path_argument_lets_no_spelling_out(
+    tree: Path, target: Tool, name: str
+) -> None:
+    gate = Permissions(mode="deny_all").allow(target.name, **{name: f"{tree}/public/*"})
+    for spelling in secret_spellings(tree):
+        assert gate.decide(target, {name: spelling}, CTX).decision == "deny", spelling
+    for inside in (f"{tree}/public/notes.txt", f"{tree}//public/./sub/../notes.txt", f"{tree}/public/sub/"):
+        assert gate.decide(target, {name: inside}, CTX).decision == "allow", inside
+    # A preset (or an interceptor) may give a path object rather than text: it is the same path.
+    assert gate.decide(target, {name: tree / "public" / "dir_link" / "passwd"}, CTX).decision == "deny"
+    assert gate.decide(target, {name: tree / "public" / "notes.txt"}, CTX).decision == "allow"
+
+
+def test_an_ask_glob_on_a_path_argument_asks_for_every_spelling(tree: Path) -> None:
+    gate = Permissions().ask("open_file", path=f"{tree}/secret/*")
+    for spelling in secret_spellings(tree):
+        assert gate.decide(open_file, {"path": spelling}, CTX).decision == "ask", spelling
+
+
+def test_a_list_of_paths_is_matched_path_by_path(tree: Path) -> None:
+    notes, link = f"{tree}/public/notes.txt", f"{tree}/public/file_link"
+    denied = Permissions().deny("open_files", paths=f"{tree}/secret/*")
+    assert denied.decide(open_files, {"paths": [notes, link]}, CTX).decision == "deny"  # one is enough
+    assert denied.decide(open_files, {"paths": [notes, f"{tree}/public/sub/"]}, CTX).decision == "allow"
+    assert denied.decide(open_files, {"paths": []}, CTX).decision == "allow"  # names nothing denied
+    allowed = Permissions(mode="deny_all").allow("open_files", paths=f"{tree}/public/*")
+    assert allowed.decide(open_files, {"paths": [notes, f"{tree}/public/sub"]}, CTX).decision == "allow"
+    assert allowed.decide(open_files, {"paths": [notes, link]}, CTX).decision == "deny"  # every one
+    assert allowed.decide(open_files, {"paths": []}, CTX).decision == "deny"  # an allow vouches for a path
+    assert allowed.decide(open_files, {"paths": [[notes], [notes, link]]}, CTX).decision == "deny"  # nested
+    assert allowed.decide(open_files, {"paths": (notes,)}, CTX).decision == "allow"  # a preset's tuple
+
+
+def test_an_optional_path_set_to_null_names_no_path(tree: Path) -> None:
+    # null, like a left-out argument, leaves the tool to its own default: no path rule is about it.
+    denied = Permissions().deny("maybe_open", path=f"{tree}/secret/*")
+    assert denied.decide(maybe_open, {"path": None}, CTX).decision == "allow"
+    assert denied.decide(maybe_open, {"path": f"{tree}/public/file_link"}, CTX).decision == "deny"
+    allowed = Permissions(mode="deny_all").allow("maybe_open", path=f"{tree}/public/*")
+    assert allowed.decide(maybe_open, {"path": None}, CTX).decision == "deny"  # the mode, not the rule
+    assert allowed.decide(maybe_open, {"path": f"{tree}/public/notes.txt"}, CTX).decision == "allow"
+
+
+def test_a_string_argument_that_is_not_a_path_keeps_matching_its_text() -> None:
+    gate = Permissions().deny("maybe_open", note="/etc/*").deny("fetch_file", label="/etc/*")
+    assert gate.decide(maybe_open, {"note": "/etc/passwd"}, CTX).decision == "deny"
+    assert gate.decide(fetch_file, {"uri": "/tmp/x", "label": "/etc/passwd"}, CTX).decision == "deny"
+    for spelling in ("/tmp/../etc/passwd", "//etc/passwd", "/etc"):
+        assert gate.decide(maybe_open, {"note": spelling}, CTX).decision == "allow", spelling
+        labelled = {"uri": "/tmp/x", "label": spelling}
+        assert gate.decide(fetch_file, labelled, CTX).decision == "allow", spelling
+    # Text globs that could never be path patterns still work on text.
+    odd = Permissions().deny("maybe_open", note="*/../*")
+    assert odd.decide(maybe_open, {"note": "a/../b"}, CTX).decision == "deny"
+    assert odd.decide(maybe_open, {"note": "a/b"}, CTX).decision == "allow"
+
+
+def test_relative_paths_are_taken_from_the_working_directory_when_the_rule_was_made(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tree / "public")
+    gate = Permissions().deny("open_file", path="../secret/*")
+    monkeypatch.chdir(tree / "secret-other")  # later moves change nothing: the rule is fixed when made
+    for spelling in ("../secret/passwd", "file_link", "dir_link/", f"{tree}/secret/passwd"):
+        assert gate.decide(open_file, {"path": spelling}, CTX).decision == "deny", spelling
+    assert gate.decide(open_file, {"path": "notes.txt"}, CTX).decision == "allow"
+
+
+def test_empty_and_home_relative_arguments_are_what_pathlib_makes_of_them(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tree / "secret")
+    monkeypatch.setenv("HOME", str(tree / "public"))
+    gate = Permissions().deny("open_file", path=f"{tree}/secret/*")
+    # "" is Path("") == Path("."): the working directory, here the denied folder itself.
+    assert gate.decide(open_file, {"path": ""}, CTX).decision == "deny"
+    # "~" is not expanded (pathlib does not either): "~/x" is a folder named "~" below the working directory.
+    assert gate.decide(open_file, {"path": "~/x"}, CTX).decision == "deny"
+    home = Permissions().deny("open_file", path=f"{Path.home()}/*")
+    assert home.decide(open_file, {"path": "~/x"}, CTX).decision == "allow"
+    assert home.decide(open_file, {"path": f"{tree}/public/x"}, CTX).decision == "deny"
+
+
+def test_a_glob_that_begins_with_a_star_matches_anywhere(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tree / "secret" / "key.pem").write_text("-----BEGIN")
+    (tree / "public" / "innocent.txt").symlink_to(tree / "secret" / "key.pem")
+    monkeypatch.chdir(tree / "public")
+    gate = Permissions().deny("open_file", path="*.pem")  # as a text rule it meant "any .pem file"
+    for spelling in (
+        f"{tree}/secret/key.pem",
+        f"{tree}/secret/key.pem/",
+        "../secret/key.pem",
+        "innocent.txt",
+        "/elsewhere/x.pem",
+    ):
+        assert gate.decide(open_file, {"path": spelling}, CTX).decision == "deny", spelling
+    assert gate.decide(open_file, {"path": "notes.txt"}, CTX).decision == "allow"
+    assert PathPattern("*.pem").glob == "*.pem"
+    below = PathPattern("./*.pem")  # anchored at the root (here the working directory)
+    assert below.glob == f"{(tree / 'public').resolve()}/*.pem"
+    assert not below.matches(f"{tree}/secret/key.pem")
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        (42, "a number"),
+        (True, "a boolean"),
+        ({"path": "/tmp/x"}, "an object"),
+        ("/tmp/x\x00/../../etc/passwd", "a NUL character"),
+        (b"/tmp/x", "bytes (an interceptor's)"),
+        (["/tmp/x", 42], "a list with a number in it"),
+    ],
+)
+def test_a_value_of_a_path_argument_that_names_no_path_fails_closed(value: object, why: str) -> None:
+    for target, name in ONE_PATH:
+        denied = Permissions().deny(target.name, **{name: "/etc/*"})
+        assert denied.decide(target, {name: value}, CTX).decision == "deny", why
+        asked = Permissions().ask(target.name, **{name: "/etc/*"})
+        assert asked.decide(target, {name: value}, CTX).decision == "ask", why
+        allowed = Permissions(mode="deny_all").allow(target.name, **{name: "/tmp/*"})
+        assert allowed.decide(target, {name: value}, CTX).decision == "deny", why
+
+
+def test_very_long_paths_are_canonicalised_too() -> None:
+    denied = Permissions().deny("open_file", path="/etc/*")
+    climb = "/tmp/" + "../" * 20_000 + "etc/passwd"
+    assert denied.decide(open_file, {"path": climb}, CTX).decision == "deny"
+    long_name = "/etc/" + "a" * 100_000  # longer than any file name: still below /etc
+    assert denied.decide(open_file, {"path": long_name}, CTX).decision == "deny"
+    allowed = Permissions(mode="deny_all").allow("open_file", path="/tmp/*")
+    assert allowed.decide(open_file, {"path": climb}, CTX).decision == "deny"
+    assert allowed.decide(open_file, {"path": "/tmp/" + "a/" * 5_000}, CTX).decision == "allow"
+
+
+def test_a_text_glob_that_is_no_path_pattern_fails_closed_on_a_path_argument() -> None:
+    # ".." after a "*" cannot be resolved before the match: on a path it refuses or asks, never allows.
+    denied = Permissions().deny("open_file", path="*/../x")
+    assert denied.decide(open_file, {"path": "/tmp/y"}, CTX).decision == "deny"
+    allowed = Permissions(mode="deny_all").allow("open_file", path="/tmp/*/../x")
+    assert allowed.decide(open_file, {"path": "/tmp/x"}, CTX).decision == "deny"
+    nul = Permissions().ask("open_file", path="/etc/\x00*")
+    assert nul.decide(open_file, {"path": "/tmp/y"}, CTX).decision == "ask"
+
+
+def test_a_rule_set_whose_working_directory_is_gone_still_matches_text(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    gate = Permissions().deny("maybe_open", note="x*").deny("open_file", path="/etc/*")
+    assert gate.decide(maybe_open, {"note": "xy"}, CTX).decision == "deny"
+    assert gate.decide(open_file, {"path": "/tmp/a"}, CTX).decision == "deny"  # no root: fails closed
+
+
+async def test_the_executor_refuses_a_path_argument_by_the_path_it_names(tree: Path) -> None:
+    opened: list[Path] = []
+
+    @tool
+    def show(path: Path) -> str:
+        """Show a file."""
+        opened.append(path)
+        return path.read_text()
+
+    def to_secret(call: ToolInvocation, _: RuntimeContext, next_: ToolCallNext) -> Observable[ToolEvent]:
+        if call.call.id == "rewritten":
+            return next_(call.with_arguments({"path": f"{tree}/public/dir_link/passwd"}))
+        return next_(call)
+
+    gate = Permissions().deny("show", path=f"{tree}/secret/*", reason="secret")
+    executor = ToolExecutor(permissions=gate, interceptors=[to_secret])
+    calls = [
+        ToolUseBlock(id=id_, name="show", input={"path": path}, raw_arguments=json.dumps({"path": path}))
+        for id_, path in [
+            ("link", f"{tree}/public/file_link"),
+            ("dots", f"{tree}/public/../secret/passwd"),
+            ("rewritten", f"{tree}/public/notes.txt"),
+            ("fine", f"{tree}/public/notes.txt"),
+        ]
+    ]
+    events = await executor.execute(calls, Toolkit([show]).view()).pipe(ops.to_list())
+    finished = events[-1]
+    assert isinstance(finished, ToolBatchFinished)
+    assert [(r.tool_use_id, r.status) for r in finished.results] == [
+        ("link", "denied"),
+        ("dots", "denied"),
+        ("rewritten", "denied"),
+        ("fine", "ok"),
+    ]
+    assert opened == [tree / "public" / "notes.txt"]
