@@ -112,9 +112,9 @@ class PathPattern:
     Relative arguments and a relative pattern are taken from ``root`` (default: the working directory when
     the pattern is made); give the directory the tool resolves relative paths against, as
     :class:`~rxagent.tools.demo.FileReader` does with its own. An empty argument names ``root`` itself (as
-    ``Path("")`` is ``.``); ``~`` is an ordinary name (``pathlib`` does not expand it either). A pattern
-    that begins with ``*`` has no folder to start from and, since ``*`` also matches ``/``, it may start
-    anywhere: ``*.pem`` is a ``.pem`` file in any folder; write ``./*.pem`` for those below ``root``.
+    ``Path("")`` is ``.``); ``~`` is an ordinary name (``pathlib`` does not expand it either). A relative
+    pattern is anchored at ``root``: ``PathPattern("*.pem")`` is a ``.pem`` file below it (``*`` also
+    matches ``/``); ``PathPattern("/*.pem")`` is one anywhere.
 
     A value that is not a path (not text, or text with a NUL character) fails closed: a ``deny`` or ``ask``
     rule matches it, an ``allow`` rule does not.
@@ -147,13 +147,8 @@ class PathPattern:
         literal, rest = "/".join(parts[:first_glob]), [part for part in parts[first_glob:] if part]
         if any(part in (".", "..") for part in rest):
             raise ValueError(f"path pattern {pattern!r}: '.' and '..' cannot follow a glob character")
-        if pattern.startswith("*"):
-            # Anchoring it at root would turn a text rule such as `deny(path="*.pem")` into "below the
-            # working directory" when it is made a path rule, and let every other .pem file through.
-            glob = "/".join(rest)
-        else:
-            prefix = canonical_path(literal or ("/" if pattern.startswith("/") else "."), base)
-            glob = prefix.rstrip("/") + "/" + "/".join(rest) if rest else prefix
+        prefix = canonical_path(literal or ("/" if pattern.startswith("/") else "."), base)
+        glob = prefix.rstrip("/") + "/" + "/".join(rest) if rest else prefix
         object.__setattr__(self, "pattern", pattern)
         object.__setattr__(self, "root", base)
         object.__setattr__(self, "glob", glob)
@@ -248,7 +243,9 @@ def _as_path(pattern: ArgumentPattern) -> PathPattern | None:
     if isinstance(pattern, PathPattern):
         return pattern
     try:
-        return PathPattern(pattern)
+        # A text glob that begins with `*` meant "in any folder" (`deny(path="*.pem")`): anchored at the
+        # working directory it would let every other .pem file through, so it is anchored at `/`.
+        return PathPattern("/" + pattern if pattern.startswith("*") else pattern)
     except (ValueError, OSError):  # OSError: the working directory is gone
         return None
 

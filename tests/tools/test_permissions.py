@@ -430,10 +430,11 @@ def test_a_glob_that_begins_with_a_star_matches_anywhere(tree: Path, monkeypatch
     ):
         assert gate.decide(open_file, {"path": spelling}, CTX).decision == "deny", spelling
     assert gate.decide(open_file, {"path": "notes.txt"}, CTX).decision == "allow"
-    assert PathPattern("*.pem").glob == "*.pem"
-    below = PathPattern("./*.pem")  # anchored at the root (here the working directory)
+    # An explicit PathPattern stays anchored at its root: as an allow rule it never allows more than that.
+    below = PathPattern("*.pem")
     assert below.glob == f"{(tree / 'public').resolve()}/*.pem"
     assert not below.matches(f"{tree}/secret/key.pem")
+    assert PathPattern("/*.pem").matches(f"{tree}/secret/key.pem")
 
 
 @pytest.mark.parametrize(
