@@ -1,33 +1,86 @@
 """The notebooks run, top to bottom, on a real kernel: they are documentation that cannot rot.
 
-Their outputs are checked, not only produced: cells the tests read are tagged (cell metadata ``tags``).
-Only what rxagent guarantees is asserted about the embedded model's runs, never what it answers.
+Each runs without the embedded model (a stand-in ``llama_cpp`` that fails to import, as on a machine
+where llama.cpp cannot load): everything but the cells that need the model runs, and those say why they
+were skipped. The two notebooks that use the model run again with it (``llm``). Their outputs are
+checked, not only produced: cells the tests read are tagged (cell metadata ``tags``). Only what rxagent
+guarantees is asserted about the embedded model's runs, never what it answers.
+
+The notebooks are committed with their outputs (``bash scripts/notebooks.sh`` writes them, through
+``tests/notebook_runner.py``): each run here also checks that the committed copy shows what the run
+showed, and the committed files are checked for what a run leaves that is not the notebook's.
 """
 
 from __future__ import annotations
 
+import copy
+import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
+from nbformat import NotebookNode
+from nbformat.v4 import new_code_cell, new_notebook
 
-NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+from tests.notebook_runner import (
+    NOTEBOOKS,
+    ROOT,
+    dumps,
+    execute,
+    main,
+    names,
+    normalise,
+    python_path,
+    skipped,
+    without_llama,
+)
+from tests.test_scripts import Project
+
 SVG = "{http://www.w3.org/2000/svg}"
+WITHOUT_MODEL = (
+    "skipped: needs the embedded model (install rxagent[local]) — RuntimeError: llama.cpp's library does "
+    "not load here (a stand-in llama_cpp, as on a machine where llama.cpp cannot load)"
+)
+"""What a cell that needs the embedded model prints when run without it."""
 
 
-def execute(name: str) -> Any:
-    notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
-    NotebookClient(
-        notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}
-    ).execute()
-    errors = [o for c in notebook.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
-    assert not errors, errors
-    return notebook
+def without_model(notebook: NotebookNode, *tags: str) -> None:
+    """The cells tagged ``tags`` printed why they were skipped, and nothing else."""
+    for tag in tags:
+        assert [o.get("text") for o in tagged(notebook, tag)] == [WITHOUT_MODEL + "\n"], tag
+
+
+def code_cells(notebook: NotebookNode) -> list[NotebookNode]:
+    return [cell for cell in notebook.cells if cell.cell_type == "code"]
+
+
+def kinds(cell: NotebookNode) -> list[tuple[str, Any]]:
+    """What a cell shows, by kind: a stream's name, or a display's formats."""
+    return [
+        (o.output_type, o.name if o.output_type == "stream" else sorted(o.get("data", {})))
+        for o in cell.outputs
+    ]
+
+
+def committed_as_run(name: str, run: NotebookNode) -> None:
+    """The committed ``notebooks/NAME`` shows what ``run`` showed: the same kinds of output in each cell,
+    and, in the cells that ``run`` skipped for want of the embedded model, what the model did."""
+    committed = nbformat.read(NOTEBOOKS / name, as_version=4)
+    ran = code_cells(normalise(copy.deepcopy(run)))
+    for cell, kept in zip(ran, code_cells(committed), strict=True):
+        where = f"{name}, cell {kept.id}: its committed outputs are stale; run bash scripts/notebooks.sh"
+        if skipped(cell):
+            assert kept.outputs, where
+            assert not skipped(kept), where
+        else:
+            assert kinds(kept) == kinds(cell), where
 
 
 def tagged(notebook: Any, tag: str) -> list[Any]:
@@ -80,9 +133,8 @@ def bars(svg: str, kind: str) -> list[ET.Element]:
     return [e for e in root.iter(f"{SVG}rect") if e.get("class") == "rxa-bar" and e.get("data-kind") == kind]
 
 
-@pytest.mark.llm
-def test_quickstart_notebook_runs_with_the_scripted_and_the_embedded_model() -> None:
-    notebook = execute("01_quickstart.ipynb")
+def quickstart_scripted(notebook: NotebookNode) -> None:
+    """The scripted half of 01_quickstart: the live view, the result, the transcript, the approval."""
     # the live view drew each run into one output area, updated in place to the final frame
     [live] = tagged(notebook, "live-scripted")
     assert live["output_type"] == "display_data"
@@ -108,6 +160,19 @@ def test_quickstart_notebook_runs_with_the_scripted_and_the_embedded_model() -> 
     approved = plain(notebook, "approved")
     assert approved.startswith("AgentResult MODEL_STOP")
     assert "Bergen: 14 °C, light rain — take an umbrella." in approved
+
+
+def test_quickstart_notebook_runs_its_scripted_half_without_the_embedded_model(tmp_path: Path) -> None:
+    notebook = execute("01_quickstart.ipynb", tmp_path, embedded=False)
+    quickstart_scripted(notebook)
+    without_model(notebook, "live-local", "local-answer")
+    committed_as_run("01_quickstart.ipynb", notebook)
+
+
+@pytest.mark.llm
+def test_quickstart_notebook_runs_with_the_embedded_model(tmp_path: Path) -> None:
+    notebook = execute("01_quickstart.ipynb", tmp_path, embedded=True)
+    quickstart_scripted(notebook)
     # The embedded model: its forced first step calls the tool (first_tool_choice="required"); what it does
     # next is its own choice (answer, call again, or say nothing), so any ending reason will do.
     [local] = tagged(notebook, "live-local")
@@ -115,22 +180,19 @@ def test_quickstart_notebook_runs_with_the_scripted_and_the_embedded_model() -> 
     assert local_final.startswith("✓ finished · ")
     assert "⚙ add(" in local_final
     assert re.search(r"AgentResult (MODEL_STOP|MAX_ITERATIONS|NO_ANSWER) · \d+ iteration", local_final)
+    reason, _ = plain(notebook, "local-answer").rstrip("\n").split(" | ", 1)
+    assert reason in {"MODEL_STOP", "MAX_ITERATIONS", "NO_ANSWER"}
 
 
-@pytest.mark.llm
-def test_timelines_notebook_draws_one_bar_per_call_and_saves_the_pictures() -> None:
-    notebook = execute("05_timelines.ipynb")
+def timelines_scripted(notebook: NotebookNode, scratch: Path) -> None:
+    """The scripted half of 05_timelines: the pictures of a run with parallel tools, and their files."""
     # the scripted run: two steps of tools (three fetches at once, then one summary), three model calls
     scripted = svg_of(notebook, "scripted-timeline")
     assert len(bars(scripted, "model")) == 3
     tool_bars = bars(scripted, "tool")
     assert len(tool_bars) == 4
-    assert sorted(int(bar.get("data-lane") or -1) for bar in tool_bars) == [
-        0,
-        0,
-        1,
-        2,
-    ]  # the fetches overlapped
+    lanes = sorted(int(bar.get("data-lane") or -1) for bar in tool_bars)
+    assert lanes == [0, 0, 1, 2]  # the fetches overlapped
     assert "model calls: 3 | tool calls: 4" in plain(notebook, "scripted-spans")
     steps = [
         g
@@ -140,15 +202,32 @@ def test_timelines_notebook_draws_one_bar_per_call_and_saves_the_pictures() -> N
     assert len(steps) == 3
     transcript = plain(notebook, "scripted-transcript")
     assert transcript.rstrip().endswith("assistant: The three pages are all about rxagent.")
-    # the pictures were saved: the file holds the picture shown inline
+    # the pictures were saved (in the kernel's temporary folder): the file holds the picture shown inline
     saved = Path(plain(notebook, "saved").strip())
-    try:
-        assert saved.read_text(encoding="utf-8") == scripted
-        assert (saved.parent / "parallel-tools-tokens.svg").read_text(encoding="utf-8") == svg_of(
-            notebook, "scripted-usage"
-        )
-    finally:
-        shutil.rmtree(saved.parent)
+    assert saved.is_relative_to(scratch)
+    assert saved.read_text(encoding="utf-8") == scripted
+    tokens = saved.parent / "parallel-tools-tokens.svg"
+    assert tokens.read_text(encoding="utf-8") == svg_of(notebook, "scripted-usage")
+
+
+LOCAL_TIMELINE_CELLS = ("local-answer", "local-timeline", "local-counts", "local-usage", "local-transcript")
+
+
+def test_timelines_notebook_draws_the_scripted_run_without_the_embedded_model(tmp_path: Path) -> None:
+    notebook = execute("05_timelines.ipynb", tmp_path, embedded=False)
+    timelines_scripted(notebook, tmp_path)
+    without_model(notebook, *LOCAL_TIMELINE_CELLS)
+    committed_as_run("05_timelines.ipynb", notebook)
+    # the committed copy carries the embedded model's pictures too
+    committed = nbformat.read(NOTEBOOKS / "05_timelines.ipynb", as_version=4)
+    for tag in ("local-timeline", "local-usage"):
+        assert ET.fromstring(svg_of(committed, tag)).tag == f"{SVG}svg"
+
+
+@pytest.mark.llm
+def test_timelines_notebook_draws_one_bar_per_call_of_the_embedded_model(tmp_path: Path) -> None:
+    notebook = execute("05_timelines.ipynb", tmp_path, embedded=True)
+    timelines_scripted(notebook, tmp_path)
     # the embedded model: one bar per call it made, whatever it chose to do
     counts = re.search(r"model calls: (\d+) \| tool calls: (\d+)", plain(notebook, "local-counts"))
     assert counts is not None
@@ -166,8 +245,10 @@ def test_timelines_notebook_draws_one_bar_per_call_and_saves_the_pictures() -> N
     assert answer in local_transcript
 
 
-def test_custom_pipelines_notebook_shows_each_operator_recipe_fan_out_and_nested_agent() -> None:
-    notebook = execute("02_custom_pipelines.ipynb")
+def test_custom_pipelines_notebook_shows_each_operator_recipe_fan_out_and_nested_agent(
+    tmp_path: Path,
+) -> None:
+    notebook = execute("02_custom_pipelines.ipynb", tmp_path, embedded=False)
     # operators outside an agent: folded, read chunk by chunk, as snapshots, retried, timed out
     assert plain(notebook, "fold") == 'assistant: Let me look that up.\n  ⚙ weather({"city": "Oslo"})'
     pieces, finish, usage = plain(notebook, "chunks").strip().split("\n")
@@ -235,9 +316,11 @@ def test_custom_pipelines_notebook_shows_each_operator_recipe_fan_out_and_nested
     assert "the lead's result: 4 model calls (2 its own), 740 + 57 tokens" in usage  # 200+260+120+160
     assert "AgentResult MODEL_STOP · 2 iteration(s) · 4 model call(s) · 797 tokens (740 in, 57 out)" in usage
 
+    committed_as_run("02_custom_pipelines.ipynb", notebook)
 
-def test_live_sessions_notebook_starts_watches_steers_and_approves_a_run() -> None:
-    notebook = execute("03_live_sessions.ipynb")
+
+def test_live_sessions_notebook_starts_watches_steers_and_approves_a_run(tmp_path: Path) -> None:
+    notebook = execute("03_live_sessions.ipynb", tmp_path, embedded=False)
     assert plain(notebook, "start").splitlines() == [
         "run: running · place in the session's queue: 0",
         "session: running",
@@ -287,9 +370,13 @@ def test_live_sessions_notebook_starts_watches_steers_and_approves_a_run() -> No
     assert re.fullmatch(r"(\d+) facts, numbered 1 to \1 without a gap: True", numbers[0])
     assert numbers[1] == "the late watcher's result is the last run's: True"
 
+    committed_as_run("03_live_sessions.ipynb", notebook)
 
-def test_sessions_and_recovery_notebook_continues_after_a_restart_and_reconciles_a_killed_call() -> None:
-    notebook = execute("04_sessions_and_recovery.ipynb")
+
+def test_sessions_and_recovery_notebook_continues_after_a_restart_and_reconciles_a_killed_call(
+    tmp_path: Path,
+) -> None:
+    notebook = execute("04_sessions_and_recovery.ipynb", tmp_path, embedded=False)
     # a new agent on the same SQLite file carries the conversation on: its model was sent the earlier turn
     assert plain(notebook, "restart").strip() == (
         "agent: From our earlier conversation (2 messages) — user: Hi, I'm Ada. My order is A-1.; "
@@ -329,3 +416,156 @@ def test_sessions_and_recovery_notebook_continues_after_a_restart_and_reconciles
     assert transcript[-1] == (
         "assistant: Your refund of 25.00 for order A-1 went through; it was confirmed in our ledger."
     )
+    committed_as_run("04_sessions_and_recovery.ipynb", notebook)
+
+
+# ---- the committed notebooks, and what writes them ------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", names())
+def test_the_committed_notebook_carries_its_outputs_and_nothing_run_specific(name: str) -> None:
+    text = (NOTEBOOKS / name).read_text(encoding="utf-8")
+    notebook = nbformat.reads(text, as_version=4)
+    nbformat.validate(notebook)
+    code = code_cells(notebook)
+    # one run, top to bottom, every cell of it (which cells print nothing, the runs above check)
+    assert [cell.execution_count for cell in code] == list(range(1, len(code) + 1))
+    assert any(cell.outputs for cell in code)
+    assert not [o for cell in code for o in cell.outputs if o.output_type == "error"]
+    # written by a run with the embedded model
+    assert not [skipped(cell) for cell in code if skipped(cell)]
+    # nothing that changes from run to run without telling the reader anything: no timings, no
+    # interpreter version, no random widget ids, no split printed text; the file is as the runner writes it
+    assert not [cell.id for cell in notebook.cells if "execution" in cell.metadata]
+    assert "version" not in notebook.metadata.get("language_info", {})
+    assert dumps(normalise(copy.deepcopy(notebook))) == text
+
+
+def run_runner(*args: str, pythonpath: str | None = None) -> subprocess.CompletedProcess[str]:
+    """``python -m tests.notebook_runner ARGS``, as scripts/notebooks.sh runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "tests.notebook_runner", *args],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": pythonpath or python_path(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+def test_the_runner_writes_a_notebook_back_with_its_outputs(tmp_path: Path) -> None:
+    done = run_runner("--into", str(tmp_path), "02_custom_pipelines.ipynb")
+
+    assert done.returncode == 0, done.stderr
+    written = tmp_path / "02_custom_pipelines.ipynb"
+    assert done.stdout.startswith(f"wrote {written} in ")
+    assert [p.name for p in tmp_path.iterdir()] == ["02_custom_pipelines.ipynb"]
+    text = written.read_text(encoding="utf-8")
+    notebook = nbformat.reads(text, as_version=4)
+    assert dumps(normalise(copy.deepcopy(notebook))) == text  # already as plain as it gets
+    code = code_cells(notebook)
+    assert [cell.execution_count for cell in code] == list(range(1, len(code) + 1))
+    assert not [cell.id for cell in notebook.cells if "execution" in cell.metadata]
+    # the progress bar's widgets, numbered in the order they were made, in the state and in the output
+    state = notebook.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+    assert list(state) == [f"{n:032x}" for n in range(1, len(state) + 1)]
+    [box, *_] = widgets(notebook, "fan-out")
+    assert box["model_name"] == "HBoxModel"
+    committed = nbformat.read(NOTEBOOKS / "02_custom_pipelines.ipynb", as_version=4)
+    assert [kinds(cell) for cell in code] == [kinds(cell) for cell in code_cells(committed)]
+
+
+def test_the_runner_writes_nothing_when_the_embedded_model_cannot_run(tmp_path: Path) -> None:
+    into = tmp_path / "out"
+    into.mkdir()
+    done = run_runner(
+        "--into", str(into), "01_quickstart.ipynb", pythonpath=python_path(without_llama(tmp_path), ROOT)
+    )
+
+    assert done.returncode == 1
+    assert done.stderr.endswith(  # after what the kernel said on its stderr
+        "01_quickstart.ipynb: the embedded model cannot run here, so the notebook was not written "
+        f"(the committed notebooks carry its outputs): {WITHOUT_MODEL}\n"
+    )
+    assert list(into.iterdir()) == []
+
+
+def test_the_runner_leaves_a_notebook_whose_cell_fails_as_it_was(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    cells = [new_code_cell("print('before')"), new_code_cell("1 / 0"), new_code_cell("print('after')")]
+    failing = folder / "failing.ipynb"
+    text = dumps(new_notebook(cells=cells))
+    failing.write_text(text, encoding="utf-8")
+
+    assert main(["failing.ipynb"], folder=folder) == 1
+
+    said = capsys.readouterr()
+    assert said.err.startswith("failing.ipynb: a cell failed, the notebook was not written:\n")
+    assert "ZeroDivisionError" in said.err
+    assert said.out == ""
+    assert failing.read_text(encoding="utf-8") == text
+    assert [p.name for p in folder.iterdir()] == ["failing.ipynb"]
+
+
+def test_a_python3_kernel_of_another_environment_is_refused_with_the_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = tmp_path / "kernels" / "python3" / "kernel.json"
+    spec.parent.mkdir(parents=True)
+    argv = ["/opt/elsewhere/bin/python", "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    spec.write_text(json.dumps({"argv": argv, "display_name": "Python 3", "language": "python"}))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path))  # found before the environment's own spec
+
+    with pytest.raises(RuntimeError) as refused:
+        execute("02_custom_pipelines.ipynb", tmp_path, embedded=False)
+    assert str(refused.value) == (
+        f"the 'python3' kernel runs /opt/elsewhere/bin/python, not {sys.executable}: "
+        f"run {sys.executable} -m ipykernel install --user --name python3"
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["nope.ipynb"], "no such notebook: nope.ipynb (there are: 01_quickstart.ipynb, "),
+        (["../README.md"], "no such notebook: ../README.md"),
+        (["--into", "/nonexistent/folder"], "--into /nonexistent/folder: not a folder"),
+    ],
+)
+def test_the_runner_refuses_what_it_cannot_run_before_running_anything(args: list[str], said: str) -> None:
+    done = run_runner(*args)
+    assert done.returncode == 2
+    assert said in done.stderr
+    assert done.stdout == ""
+
+
+def test_notebooks_sh_sets_up_the_test_environment_then_runs_the_runner(tmp_path: Path) -> None:
+    # In a scratch project whose .venv/bin/python is a stand-in that logs how it is called (see
+    # tests/test_scripts.py): the script installs the `test` extras, then hands its arguments on.
+    project = Project(tmp_path)
+    shutil.copy(ROOT / "scripts" / "notebooks.sh", tmp_path / "scripts" / "notebooks.sh")
+    python = tmp_path / ".venv" / "bin" / "python"
+    done = subprocess.run(
+        ["bash", str(tmp_path / "scripts" / "notebooks.sh"), "--into", "out", "05_timelines.ipynb"],
+        cwd=tmp_path.parent,  # the script finds its project from where it is, not from where it is run
+        env={
+            **os.environ,
+            "LOG": str(project.log),
+            "RELEASE": str(project.release_fifo),
+            "CACHED_WHEEL": "1",  # no compile
+            "RXAGENT_CHROMIUM": str(python),  # "installed": nothing to do
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert done.returncode == 0, done.stderr
+    calls = project.calls()
+    assert "-m pip install -q -e .[test]" in calls
+    assert calls[-1] == "-m tests.notebook_runner --into out 05_timelines.ipynb"

