@@ -5,6 +5,10 @@
 # 2 cores. Then this says so before it starts, prints the elapsed time (and the build step reached) every
 # $RXAGENT_PROGRESS_EVERY seconds (default 30), and keeps pip's whole output in .venv/pip-install.log.
 # Later installs find the wheel in pip's cache and stay quiet.
+#
+# Once installed, llama.cpp is checked once (a stamp file remembers it): the embedded model generates one
+# token in a child process. A wheel that crashes there, or was compiled for one kind of CPU, is removed
+# from pip's cache and compiled again with the portable flags below (see _rxagent_check_llama).
 set -euo pipefail
 extras="${1:-test}"
 python=${PYTHON:-python3}
@@ -13,18 +17,45 @@ if [ ! -x .venv/bin/python ]; then
   "$python" -m venv .venv
   .venv/bin/python -m pip install -q --upgrade pip
 fi
+# How llama.cpp is compiled. Its default (GGML_NATIVE) is `-march=native`: every instruction set of the
+# build machine's CPU. Such a wheel crashed elsewhere: on an AMX Xeon its AMX weight-repacking path faulted
+# (ggml-org/llama.cpp#20824), and a build on an AVX-512 machine dies with SIGILL on an AVX2-only one. pip's
+# cache then hands the wheel it built to every later install of that version, whatever the flags or CPU.
+# So the build does not depend on this CPU: on x86-64 a stated baseline, x86-64-v3 (AVX2, FMA, F16C, BMI2:
+# Intel since 2013, AMD since 2015), with AVX-512, AVX-VNNI and AMX off; elsewhere (aarch64) only
+# GGML_NATIVE=OFF, the compiler's baseline for the architecture (the x86 options mean nothing there).
 # Skipping llama.cpp's examples, tests, tools and server halves the build.
-export CMAKE_ARGS="${CMAKE_ARGS:--DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF}"
+# Your own CMAKE_ARGS are added after these, and cmake keeps the last value of an option, so yours win
+# (e.g. CMAKE_ARGS=-DGGML_NATIVE=ON for a build tuned to this machine, which the check then accepts). They
+# take effect only when llama.cpp is compiled: run `.venv/bin/python -m pip cache remove llama_cpp_python`
+# and `.venv/bin/python -m pip uninstall -y llama-cpp-python` first, or pip reinstalls the cached wheel.
+_rxagent_llama_cmake_args="-DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF"
+_rxagent_llama_cmake_args+=" -DLLAMA_BUILD_SERVER=OFF -DGGML_NATIVE=OFF"
+case "$(uname -m)" in
+  x86_64 | amd64)
+    _rxagent_llama_cmake_args+=" -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
+    _rxagent_llama_cmake_args+=" -DGGML_BMI2=ON -DGGML_AVX512=OFF -DGGML_AVX_VNNI=OFF -DGGML_AMX_TILE=OFF"
+    _rxagent_llama_cmake_args+=" -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
+    ;;
+esac
+_rxagent_user_cmake_args="${CMAKE_ARGS:-}"
+export CMAKE_ARGS="$_rxagent_llama_cmake_args${_rxagent_user_cmake_args:+ $_rxagent_user_cmake_args}"
 stamp_prefix=".venv/.rxagent-installed-$(sha256sum pyproject.toml | cut -c1-16)"
 stamp="$stamp_prefix-${extras//,/-}"
 if [ "$extras" = local ] && [ -f "$stamp_prefix-test" ]; then
   stamp="$stamp_prefix-test"
 fi
+# Written once the installed llama.cpp has run the embedded model on this CPU (see _rxagent_check_llama).
+checked="$stamp_prefix-llama-checked"
+
+_rxagent_wants_llama() {
+  case ",$extras," in *,local,* | *,test,*) return 0 ;; *) return 1 ;; esac
+}
 
 _rxagent_compiles_llama() {
   # True when this install will build llama.cpp: the extras need it, it is not installed, and pip's cache
   # holds no wheel built earlier.
-  case ",$extras," in *,local,* | *,test,*) ;; *) return 1 ;; esac
+  _rxagent_wants_llama || return 1
   if .venv/bin/python -c "import llama_cpp" >/dev/null 2>&1; then return 1; fi
   [ -z "$(.venv/bin/python -m pip cache list 'llama_cpp_python*' --format=abspath 2>/dev/null)" ]
 }
@@ -61,6 +92,64 @@ _rxagent_install_with_progress() {
   echo "installed in $((($(date +%s) - started) / 60)) min $((($(date +%s) - started) % 60)) s" >&2
 }
 
+_rxagent_judge_llama() {
+  # Runs the check (one token on the embedded model) in a child process, so that a crash cannot take the
+  # set-up with it; the command substitution also keeps bash from printing its own "Segmentation fault".
+  # Sets llama_verdict (runs | rebuild | broken) and llama_said (what to tell: one line or clause).
+  local status=0 signal
+  llama_said=$(.venv/bin/python -m rxagent.model.llama_check 2>.venv/llama-check.log) || status=$?
+  llama_verdict=rebuild
+  if [ "$status" -gt 128 ]; then
+    signal=SIG$(kill -l "$((status - 128))" 2>/dev/null) || signal="signal $((status - 128))"
+    llama_said="llama.cpp crashed ($signal) running the embedded model on this CPU"
+  elif [ "$status" -eq 3 ]; then
+    llama_said="$llama_said (details in .venv/llama-check.log)"
+  elif [ "$status" -eq 0 ]; then
+    llama_verdict=runs
+  elif [ "$status" -eq 4 ]; then
+    # Compiled for one kind of CPU (an older set-up's -march=native): it runs here, but pip's cache would
+    # hand it to every later install. Kept when your own CMAKE_ARGS asked for it, or after a rebuild.
+    if [ -n "$_rxagent_user_cmake_args" ] || [ "$1" = rebuilt ]; then llama_verdict=runs; fi
+  else
+    llama_verdict=broken
+    llama_said="the set-up's check of the embedded model could not run (exit status $status): $llama_said"
+  fi
+}
+
+_rxagent_check_llama() {
+  # The installed llama.cpp must run here: a wheel compiled for another CPU otherwise ends `rxagent run` in
+  # a bare segfault. Rebuilt once, with the flags above and pip's cached wheel removed (pip keeps the first
+  # wheel it built, whatever its flags); if that fails too, say what to run and stop.
+  local attempt again
+  for attempt in first rebuilt; do
+    _rxagent_judge_llama "$attempt"
+    case "$llama_verdict" in
+      runs) echo "$llama_said" >&2 && return 0 ;;
+      broken) cat .venv/llama-check.log >&2 && echo "$llama_said" >&2 && return 1 ;;
+    esac
+    [ "$attempt" = first ] || break
+    echo "$llama_said: removing pip's cached llama-cpp-python wheel and compiling it again with portable flags." >&2
+    .venv/bin/python -m pip cache remove llama_cpp_python >/dev/null 2>&1 || true # none cached, or no cache
+    .venv/bin/python -m pip uninstall -qq -y llama-cpp-python >&2
+    _rxagent_install_with_progress
+  done
+  case ",$extras," in *,test,*) again="bash scripts/test.sh" ;; *) again="bash scripts/main.sh" ;; esac
+  {
+    echo "$llama_said, even compiled with portable flags."
+    echo "To see where: .venv/bin/python -X faulthandler -m rxagent.model.llama_check"
+    if [ -n "$_rxagent_user_cmake_args" ]; then
+      echo "Your CMAKE_ARGS ($_rxagent_user_cmake_args) were part of that build; without them: env -u CMAKE_ARGS $again"
+    fi
+    case "$(uname -m)" in
+      x86_64 | amd64)
+        echo "If this CPU lacks AVX2 (older than Intel Haswell or AMD Excavator), compile for x86-64-v2:"
+        echo "  CMAKE_ARGS='-DGGML_AVX=OFF -DGGML_AVX2=OFF -DGGML_FMA=OFF -DGGML_F16C=OFF -DGGML_BMI2=OFF' $again"
+        ;;
+    esac
+  } >&2
+  return 1
+}
+
 if [ ! -f "$stamp" ]; then
   if _rxagent_compiles_llama; then
     _rxagent_install_with_progress
@@ -69,6 +158,10 @@ if [ ! -f "$stamp" ]; then
     .venv/bin/python -m pip install -q -e ".[$extras]"
   fi
   touch "$stamp"
+fi
+if _rxagent_wants_llama && [ ! -f "$checked" ]; then
+  _rxagent_check_llama
+  touch "$checked"
 fi
 
 _rxagent_install_chromium() {

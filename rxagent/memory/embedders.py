@@ -23,6 +23,7 @@ from rxagent.clock import SYSTEM_CLOCK, Clock
 from rxagent.model._endpoint import HttpEndpoint, Timeouts
 from rxagent.model.errors import ModelConnectionError, ModelError, ModelHTTPError
 from rxagent.model.gguf import default_gguf_path
+from rxagent.model.llama_runtime import extra_bufts_wanted, import_llama, load_llama
 
 if TYPE_CHECKING:
     import llama_cpp
@@ -37,24 +38,24 @@ class EmbeddingResponseError(ModelError):
 
 # ---- llama.cpp ------------------------------------------------------------------------------------------
 
-_LLAMAS: dict[tuple[str, int], tuple[llama_cpp.Llama, threading.Lock]] = {}
+_LLAMAS: dict[tuple[str, int, bool], tuple[llama_cpp.Llama, threading.Lock]] = {}
 _LLAMAS_LOCK = threading.Lock()
 
 
-def _shared_llama(path: Path, n_ctx: int) -> tuple[llama_cpp.Llama, threading.Lock]:
-    # One model per file and context size per process: loading costs memory and time, and a llama.cpp
-    # context is not thread-safe, so each comes with the lock its calls are serialised on.
-    key = (str(path), n_ctx)
+def _shared_llama(path: Path, n_ctx: int, use_extra_bufts: bool) -> tuple[llama_cpp.Llama, threading.Lock]:
+    # One model per file, context size and load setting per process: loading costs memory and time, and a
+    # llama.cpp context is not thread-safe, so each comes with the lock its calls are serialised on.
+    key = (str(path), n_ctx, use_extra_bufts)
     with _LLAMAS_LOCK:
         found = _LLAMAS.get(key)
         if found is None:
-            import llama_cpp
-
-            model = llama_cpp.Llama(
-                model_path=str(path),
+            bindings = import_llama()
+            model = load_llama(
+                str(path),
+                use_extra_bufts=use_extra_bufts,
                 embedding=True,
                 # Decoder models (SmolLM2) pool nothing by default: ask for one mean vector per text.
-                pooling_type=llama_cpp.LLAMA_POOLING_TYPE_MEAN,
+                pooling_type=bindings.LLAMA_POOLING_TYPE_MEAN,
                 n_ctx=n_ctx,
                 n_batch=n_ctx,
                 verbose=False,
@@ -84,16 +85,26 @@ class LlamaCppEmbedder:
     Args:
         model_path: a GGUF file (default: :func:`~rxagent.model.gguf.default_gguf_path`).
         n_ctx: the longest text embedded, in tokens.
+        use_extra_bufts: load the weights into llama.cpp's extra buffer types; ``None`` (default):
+            ``$RXAGENT_LLAMA_EXTRA_BUFTS``, else off (as :class:`~rxagent.model.llama_cpp.LlamaCppModel`).
 
     Raises:
         MissingModelError: no model file was found (at construction).
+        ValueError: ``n_ctx`` below 8, or ``$RXAGENT_LLAMA_EXTRA_BUFTS`` neither on nor off.
     """
 
-    def __init__(self, model_path: str | os.PathLike[str] | None = None, *, n_ctx: int = 512) -> None:
+    def __init__(
+        self,
+        model_path: str | os.PathLike[str] | None = None,
+        *,
+        n_ctx: int = 512,
+        use_extra_bufts: bool | None = None,
+    ) -> None:
         if n_ctx < 8:
             raise ValueError("n_ctx must be at least 8")
         self.path = default_gguf_path(model_path)
         self.n_ctx = n_ctx
+        self.use_extra_bufts = extra_bufts_wanted(use_extra_bufts)
 
     def __repr__(self) -> str:
         return f"LlamaCppEmbedder({str(self.path)!r}, n_ctx={self.n_ctx})"
@@ -114,7 +125,7 @@ class LlamaCppEmbedder:
 
     def embed_blocking(self, texts: Sequence[str]) -> list[list[float]]:
         """:meth:`embed` on the calling thread (it blocks)."""
-        model, lock = _shared_llama(self.path, self.n_ctx)
+        model, lock = _shared_llama(self.path, self.n_ctx, self.use_extra_bufts)
         # An empty text has no token to pool: embed a space instead.
         inputs = [text if text.strip() else " " for text in texts]
         with lock:

@@ -38,6 +38,7 @@ from reactivex.disposable import Disposable
 from rxagent.messages import Msg, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock, new_id
 from rxagent.model.errors import ModelError
 from rxagent.model.gguf import default_gguf_path
+from rxagent.model.llama_runtime import extra_bufts_wanted, import_llama, load_llama
 from rxagent.model.types import (
     ChatChunk,
     ChatRequest,
@@ -62,16 +63,6 @@ _TOOL_PROMPT = (
 )
 
 
-def _import_llama() -> Any:
-    try:
-        import llama_cpp
-    except ModuleNotFoundError:
-        raise ModuleNotFoundError(
-            "the embedded model needs llama-cpp-python: pip install 'rxagent[local]'"
-        ) from None
-    return llama_cpp
-
-
 @dataclass(frozen=True, slots=True)
 class _Loaded:
     llama: Llama
@@ -80,25 +71,24 @@ class _Loaded:
     stop: tuple[str, ...]
 
 
-_loaded: dict[tuple[str, int, int | None], _Loaded] = {}
+_loaded: dict[tuple[str, int, int | None, bool], _Loaded] = {}
 _loading = threading.Lock()
 
 
-def _load(path: Path, n_ctx: int, n_threads: int | None) -> _Loaded:
-    key = (str(path), n_ctx, n_threads)
+def _load(path: Path, n_ctx: int, n_threads: int | None, use_extra_bufts: bool) -> _Loaded:
+    key = (str(path), n_ctx, n_threads, use_extra_bufts)
     with _loading:
         found = _loaded.get(key)
         if found is not None:
             return found
-        llama_cpp = _import_llama()
         from llama_cpp import llama_chat_format
 
         # verbose=False would make llama-cpp-python point file descriptors 1 and 2 at /dev/null while it
         # loads: process-wide, so whatever another thread (the asyncio loop printing events) writes
         # meanwhile is lost. Loading "verbose" with only Python's stderr captured loses nothing.
         with contextlib.redirect_stderr(io.StringIO()):
-            llama: Llama = llama_cpp.Llama(
-                model_path=str(path), n_ctx=n_ctx, n_threads=n_threads, verbose=True
+            llama = load_llama(
+                str(path), use_extra_bufts=use_extra_bufts, n_ctx=n_ctx, n_threads=n_threads, verbose=True
             )
         llama.verbose = False
         logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)
@@ -216,10 +206,16 @@ class LlamaCppModel:
         max_tokens: answer limit when the request gives none.
         temperature: sampling temperature when the request gives none (0: greedy, reproducible).
         string_max_length: ``maxLength`` given to free strings in grammars.
+        use_extra_bufts: load the weights into llama.cpp's extra buffer types (CPU-specific repacked
+            layouts such as Intel's AMX tiles; faster on some CPUs, and the path that crashed on an AMX
+            Xeon). ``None`` (default): ``$RXAGENT_LLAMA_EXTRA_BUFTS`` (``1`` turns them on), else off.
+            The loaded model's ``llama.model_params.use_extra_bufts`` says which was used.
 
     Raises:
         MissingModelError: no model file (the message says how to get one).
         ModuleNotFoundError: the ``local`` extra is not installed.
+        ValueError: ``$RXAGENT_LLAMA_EXTRA_BUFTS`` is neither on nor off (``1``/``0``, ``true``/``false``,
+            ``yes``/``no``, ``on``/``off``).
 
     Example:
         >>> model = LlamaCppModel()  # doctest: +SKIP
@@ -239,9 +235,11 @@ class LlamaCppModel:
         max_tokens: int = 256,
         temperature: float = 0.0,
         string_max_length: int = 200,
+        use_extra_bufts: bool | None = None,
     ) -> None:
         self._path = default_gguf_path(model_path)
-        _import_llama()
+        import_llama()
+        self._use_extra_bufts = extra_bufts_wanted(use_extra_bufts)
         self._n_ctx = n_ctx
         self._n_threads = n_threads
         self._max_tokens = max_tokens
@@ -268,7 +266,7 @@ class LlamaCppModel:
         return self._model().llama
 
     def _model(self) -> _Loaded:
-        return _load(self._path, self._n_ctx, self._n_threads)
+        return _load(self._path, self._n_ctx, self._n_threads, self._use_extra_bufts)
 
     # ---- token counting (exact: the model's own tokenizer) -------------------------------------------
 
