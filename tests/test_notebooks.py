@@ -548,17 +548,11 @@ def test_notebooks_sh_sets_up_the_test_environment_then_runs_the_runner(tmp_path
     # tests/test_scripts.py): the script installs the `test` extras, then hands its arguments on.
     project = Project(tmp_path)
     shutil.copy(ROOT / "scripts" / "notebooks.sh", tmp_path / "scripts" / "notebooks.sh")
-    python = tmp_path / ".venv" / "bin" / "python"
     done = subprocess.run(
         ["bash", str(tmp_path / "scripts" / "notebooks.sh"), "--into", "out", "05_timelines.ipynb"],
         cwd=tmp_path.parent,  # the script finds its project from where it is, not from where it is run
-        env={
-            **os.environ,
-            "LOG": str(project.log),
-            "RELEASE": str(project.release_fifo),
-            "CACHED_WHEEL": "1",  # no compile
-            "RXAGENT_CHROMIUM": str(python),  # "installed": nothing to do
-        },
+        env=project.env(CACHED_WHEEL="1"),  # a cached wheel: no compile
+        stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
         timeout=60,
