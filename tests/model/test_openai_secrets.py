@@ -21,7 +21,7 @@ from pydantic import SecretStr
 from yarl import URL
 
 from rxagent.clock import VirtualClock
-from rxagent.model.errors import ModelHTTPError
+from rxagent.model.errors import ModelConnectionError, ModelHTTPError
 from rxagent.model.openai import OpenAIChatModel, Timeouts
 from rxagent.redaction import MASK
 from rxagent.retry import RetryExhausted, RetryPolicy
@@ -247,7 +247,9 @@ async def test_connection_failures_show_the_url_masked(
             )
             async with model:
                 seen = await clock.run(expect(model.stream(ask())))
-            assert seen.error is not None
+            # A connection error, retried until the policy gave up: the request was made.
+            assert isinstance(seen.error, RetryExhausted)
+            assert isinstance(seen.error.__cause__, ModelConnectionError)
             assert_key_hidden(seen.error)
     assert_no_secret(client_log(caplog))
 
