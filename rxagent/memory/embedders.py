@@ -147,11 +147,14 @@ class OpenAIEmbedder(HttpEndpoint):
     One ``aiohttp.ClientSession`` per embedder, created on first use on the running loop and closed by
     :meth:`aclose` or by leaving ``async with``. Texts go in batches of ``batch_size`` per request. The
     API key lives in a :class:`pydantic.SecretStr` and only in the ``Authorization`` header; server text
-    quoted in errors has it masked. Calls are not retried.
+    quoted in errors has it masked. Credentials in ``base_url`` are sent as Basic credentials and never
+    shown, as for :class:`~rxagent.model.OpenAIChatModel`. Calls are not retried.
 
     Args:
         model: the embedding model's name on the server.
-        base_url: the API root (requests go to ``{base_url}/embeddings``).
+        base_url: the API root (requests go to ``{base_url}/embeddings``, with its query kept; credentials
+            in it, ``http://user:password@host/v1``, go in ``Authorization``, or in ``Proxy-Authorization``
+            when the key fills ``Authorization``).
         api_key: sent as ``Authorization: Bearer …``; ``None`` reads ``api_key_env`` (no key: no header).
         api_key_env: environment variable holding the key (``None``: don't read one).
         dimensions: ask for vectors of this size (models that support it).
@@ -204,7 +207,8 @@ class OpenAIEmbedder(HttpEndpoint):
         self._batch_size = batch_size
 
     def __repr__(self) -> str:
-        return f"OpenAIEmbedder(model={self._model!r}, url={self._url!r}, api_key={self._masked_key()})"
+        shown = self._shown_url
+        return f"OpenAIEmbedder(model={self._model!r}, url={shown!r}, api_key={self._masked_key()})"
 
     @property
     def name(self) -> str:
@@ -233,7 +237,7 @@ class OpenAIEmbedder(HttpEndpoint):
             async with (
                 timer.deadline,
                 session.post(
-                    self._url,
+                    self._url.get_secret_value(),
                     data=json.dumps(body),
                     headers=headers,
                     allow_redirects=False,
@@ -244,7 +248,7 @@ class OpenAIEmbedder(HttpEndpoint):
                 if not 200 <= response.status < 300:
                     raw = await timer.read_body(response.content, _ERROR_BODY_LIMIT)
                     text = self._redact(raw[:_ERROR_BODY_LIMIT].decode("utf-8", "replace"))
-                    raise ModelHTTPError(response.status, text, url=self._url)
+                    raise ModelHTTPError(response.status, text, url=self._shown_url)
                 payload = await timer.read_body(response.content)
         except ModelError:
             raise
@@ -266,7 +270,7 @@ class OpenAIEmbedder(HttpEndpoint):
     def _vectors(self, payload: bytes, expected: int) -> list[list[float]]:
         def bad(why: str) -> EmbeddingResponseError:
             snippet = self._redact(payload[:200].decode("utf-8", "replace"))
-            return EmbeddingResponseError(f"{why} from {self._url}: {snippet!r}")
+            return EmbeddingResponseError(f"{why} from {self._shown_url}: {snippet!r}")
 
         try:
             decoded: object = json.loads(payload)

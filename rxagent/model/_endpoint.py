@@ -4,6 +4,21 @@
 so the key handling (held as a :class:`pydantic.SecretStr`, sent only in the ``Authorization`` header,
 masked in reprs and in server text quoted by errors), the session lifecycle and the timeouts exist once.
 
+Credentials in the base URL (``http://user:password@host/v1``, for an authenticating proxy in front of the
+server) are taken out of the URL and sent as HTTP Basic credentials (RFC 7617; the user name and password
+percent-decoded, as UTF-8):
+
+* in ``Authorization`` when nothing else fills it — what curl, browsers and aiohttp do with such a URL;
+* in ``Proxy-Authorization`` when ``Authorization`` already carries the server's own credentials (the API
+  key's ``Bearer``, or an ``Authorization`` in ``headers``): one header cannot carry two credentials, and
+  ``Proxy-Authorization`` is where a gateway in front of an application reads its own (Google's IAP does
+  this, so that ``Authorization`` reaches the application). A proxy that reads only ``Authorization``
+  cannot be combined with a server that wants a key there, by any client.
+
+The URL's credentials and query secrets (Azure's ``?api-key=``) are masked wherever the URL is shown, by
+:func:`rxagent.redaction.mask_url`; the objects here hold the URL to send and the credentials as
+:class:`pydantic.Secret` values, so not even ``vars()`` of a client shows them.
+
 Every timeout runs on the endpoint's :class:`~rxagent.clock.Clock`, none inside aiohttp, so that a test
 on a :class:`~rxagent.clock.VirtualClock` controls all of them. Per request, one :class:`Deadline` moves
 through the phases: only the total while the request waits for a free pooled connection, ``connect``
@@ -17,25 +32,25 @@ all its attempts) and is checked on every read, so it also ends a call whose con
 from __future__ import annotations
 
 import asyncio
+import base64
 import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import SimpleNamespace, TracebackType
 from typing import TYPE_CHECKING, Literal, Self
-from urllib.parse import urlsplit
 
-from pydantic import SecretStr
+from pydantic import Secret, SecretStr
+from yarl import URL
 
 from rxagent.clock import SYSTEM_CLOCK, Clock, Deadline
 from rxagent.model.errors import ModelTimeoutError
+from rxagent.redaction import MASK, mask_url, redact, url_secrets
 
 if TYPE_CHECKING:
     import aiohttp
 
 __all__ = ["HttpEndpoint", "RequestTimer", "Timeouts"]
-
-_MASK = "**********"
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,15 +185,23 @@ class HttpEndpoint:
     on, and closed by :meth:`aclose` or by leaving ``async with``.
 
     Args:
-        base_url: the API root, e.g. ``"http://127.0.0.1:8000/v1"``.
+        base_url: the API root, e.g. ``"http://127.0.0.1:8000/v1"``. A query (``?api-version=…``) is kept
+            on every request; credentials (``http://user:password@host/v1``) are sent as Basic credentials,
+            as the module describes, and never shown.
         path: the endpoint under it (``"chat/completions"``, ``"embeddings"``).
-        api_key: sent as ``Authorization: Bearer …``; ``None`` reads ``api_key_env`` (no key: no header).
+        api_key: sent as ``Authorization: Bearer …``; ``None`` reads ``api_key_env`` (no key, or an empty
+            one: no header).
         api_key_env: environment variable holding the key (``None``: don't read one).
         timeouts: connect, idle-read and total timeouts.
         headers: extra HTTP headers sent with every request.
         connection_limit: most simultaneous connections to the server.
         clock: where the timeouts (and a retrying client's waits) run: the loop's by default, a
             :class:`~rxagent.clock.VirtualClock` in tests.
+
+    Raises:
+        ValueError: ``base_url`` is not an absolute http(s) URL; its user name holds a ``:`` (Basic
+            credentials cannot carry one); its credentials belong in ``Proxy-Authorization`` and
+            ``headers`` sets that header too. The message shows the URL masked.
     """
 
     _kind = "client"
@@ -198,21 +221,64 @@ class HttpEndpoint:
     ) -> None:
         if connection_limit < 1:
             raise ValueError("connection_limit must be at least 1")
-        parts = urlsplit(base_url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ValueError(f"base_url must be an absolute http(s) URL, got {base_url!r}")
+        try:
+            given = URL(base_url)
+        except ValueError:
+            given = None
+        if given is None or given.scheme not in ("http", "https") or not given.host:
+            raise ValueError(f"base_url must be an absolute http(s) URL, got {mask_url(base_url)!r}")
         if api_key is None and api_key_env:
             api_key = os.environ.get(api_key_env) or None
-        self._base_url = base_url.rstrip("/")
-        self._url = f"{self._base_url}/{path}"
-        self._api_key: SecretStr | None = SecretStr(api_key) if isinstance(api_key, str) else api_key
-        self._timeouts = timeouts or Timeouts()
+        if isinstance(api_key, str):
+            api_key = SecretStr(api_key)
+        # An empty key is no key, as an empty variable is: "Bearer " with nothing after it is no credential.
+        self._api_key: SecretStr | None = api_key if api_key and api_key.get_secret_value() else None
         self._headers = dict(headers or {})
+        self._url_auth = self._url_credentials(given)
+        # `path` goes under the URL's path; its query stays on every request (Azure's api-version).
+        full = given.with_path(f"{given.raw_path.rstrip('/')}/{path}", encoded=True, keep_query=True)
+        self._url: Secret[URL] = Secret(full.with_user(None))
+        """Where requests go: no credentials (they travel in a header), but maybe secrets in the query."""
+        self._shown_url = mask_url(full)
+        """The request URL as messages show it."""
+        self._shown_base_url = mask_url(base_url.rstrip("/"))
+        """``base_url`` as the repr shows it."""
+        secrets = [*url_secrets(given)]
+        if self._api_key is not None:
+            secrets.append(self._api_key.get_secret_value())
+        if self._url_auth is not None:
+            secrets.append(self._url_auth[1].get_secret_value().removeprefix("Basic "))
+        self._secrets: tuple[SecretStr, ...] = tuple(SecretStr(s) for s in secrets if s)
+        """What :meth:`_redact` masks in server text: the key, the URL's secrets, the Basic token."""
+        self._timeouts = timeouts or Timeouts()
         self._connection_limit = connection_limit
         self._clock = clock
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
+
+    def _url_credentials(self, url: URL) -> tuple[str, SecretStr] | None:
+        """The header and value (``Basic …``) that carry the URL's credentials; ``None`` if it has none."""
+        if url.user is None and url.password is None:
+            return None
+        user, password = url.user or "", url.password or ""
+        shown = mask_url(url)
+        if ":" in user:
+            raise ValueError(
+                f"the user name in base_url {shown!r} holds a ':', which Basic credentials cannot carry"
+            )
+        taken = {name.lower() for name in self._headers}
+        header = "Authorization"
+        if self._api_key is not None or "authorization" in taken:
+            header = "Proxy-Authorization"
+            if "proxy-authorization" in taken:
+                raise ValueError(
+                    f"base_url {shown!r} carries credentials, which go in the Proxy-Authorization header "
+                    "(Authorization holds the server's), but headers set Proxy-Authorization too: "
+                    "give the proxy's credentials one way"
+                )
+        token = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+        return header, SecretStr(f"Basic {token}")
 
     @property
     def timeouts(self) -> Timeouts:
@@ -235,20 +301,19 @@ class HttpEndpoint:
 
     def _masked_key(self) -> str:
         """The key as a repr shows it."""
-        return f"'{_MASK}'" if self._api_key is not None else "None"
+        return f"'{MASK}'" if self._api_key is not None else "None"
 
     def _redact(self, text: str) -> str:
-        """``text`` with the API key masked (servers sometimes quote the key in an error)."""
-        if self._api_key is not None:
-            secret = self._api_key.get_secret_value()
-            if secret and secret in text:
-                return text.replace(secret, _MASK)
-        return text
+        """``text`` with the key and the URL's secrets masked (servers sometimes quote them in an error)."""
+        return redact(text, (secret.get_secret_value() for secret in self._secrets))
 
     def _request_headers(self, accept: str) -> dict[str, str]:
         headers = {"Content-Type": "application/json", "Accept": accept, **self._headers}
         if self._api_key is not None:
             headers["Authorization"] = f"Bearer {self._api_key.get_secret_value()}"
+        if self._url_auth is not None:
+            name, value = self._url_auth
+            headers[name] = value.get_secret_value()
         return headers
 
     def _check_open(self) -> None:

@@ -2,12 +2,15 @@
 
 Every error says whether a new attempt may succeed (``retryable``) and, when the server said so, how long
 to wait first (``retry_after``). None of them ever holds request headers, so an API key cannot leak
-through an error message, a traceback or a repr.
+through an error message, a traceback or a repr; a URL in a message is shown through
+:func:`~rxagent.redaction.mask_url`, so neither can the credentials or query secrets it carries.
 """
 
 from __future__ import annotations
 
 from typing import Literal
+
+from rxagent.redaction import mask_url
 
 __all__ = [
     "MalformedStreamError",
@@ -29,11 +32,18 @@ class ModelError(Exception):
 
 
 class ModelHTTPError(ModelError):
-    """The server answered with an error status. 408, 409, 429 and 5xx are retryable; other 4xx are not."""
+    """The server answered with an error status. 408, 409, 429 and 5xx are retryable; other 4xx are not.
+
+    Args:
+        status: the HTTP status.
+        body: the start of the response body (the caller masks secrets the server quoted in it).
+        retry_after: seconds the server asked to wait before a retry.
+        url: the URL the request went to; the message shows it masked (its password and query secrets).
+    """
 
     def __init__(self, status: int, body: str, *, retry_after: float | None = None, url: str = "") -> None:
         snippet = body if len(body) <= 500 else body[:500] + "…"
-        super().__init__(f"HTTP {status} from {url or 'the model server'}: {snippet}")
+        super().__init__(f"HTTP {status} from {mask_url(url) if url else 'the model server'}: {snippet}")
         self.status = status
         self.body = snippet
         self.retry_after = retry_after

@@ -19,7 +19,9 @@ ends with neither ``[DONE]`` nor a finish reason is an error, never a silently s
 The API key is held as a :class:`pydantic.SecretStr`; it is put into the ``Authorization`` header of each
 request and nowhere else. No error raised here holds request headers: aiohttp's ``ClientResponseError``
 (which does, through ``request_info``) is never chained, and server text quoted in errors has the key
-masked.
+masked. Credentials and query secrets in ``base_url`` are handled as :mod:`rxagent.model._endpoint`
+describes: sent, never shown (errors, reprs and logs show the URL through
+:func:`rxagent.redaction.mask_url`).
 """
 
 from __future__ import annotations
@@ -103,7 +105,11 @@ class OpenAIChatModel(HttpEndpoint):
     Args:
         model: the model name the server knows.
         base_url: the API root, e.g. ``"http://127.0.0.1:8000/v1"``; requests go to
-            ``{base_url}/chat/completions``.
+            ``{base_url}/chat/completions``, with its query (``?api-version=…``) kept. Credentials in it
+            (``http://user:password@proxy/v1``, for an authenticating proxy) are sent as Basic
+            credentials: in ``Authorization``, or in ``Proxy-Authorization`` when the API key fills
+            ``Authorization`` (see :mod:`rxagent.model._endpoint`). Reprs, errors and logs show it masked
+            (:func:`rxagent.redaction.mask_url`).
         api_key: the key sent as ``Authorization: Bearer …``; ``None`` reads ``api_key_env``.
         api_key_env: environment variable to read the key from when ``api_key`` is ``None``
             (``None``: don't). A missing key sends no ``Authorization`` header (local servers).
@@ -121,6 +127,11 @@ class OpenAIChatModel(HttpEndpoint):
         >>> model = OpenAIChatModel("gpt-4o-mini", base_url="http://127.0.0.1:8000/v1", api_key="sk-secret")
         >>> model
         OpenAIChatModel(model='gpt-4o-mini', base_url='http://127.0.0.1:8000/v1', api_key='**********')
+        >>> OpenAIChatModel("m", base_url="http://me:hunter2@127.0.0.1:8000/v1", api_key_env=None)
+        OpenAIChatModel(model='m', base_url='http://me:**********@127.0.0.1:8000/v1', api_key=None)
+
+    Raises:
+        ValueError: a bad ``base_url`` (see :class:`~rxagent.model._endpoint.HttpEndpoint`).
     """
 
     _kind = "model"
@@ -162,7 +173,8 @@ class OpenAIChatModel(HttpEndpoint):
 
     def __repr__(self) -> str:
         key = self._masked_key()
-        return f"{type(self).__name__}(model={self._model!r}, base_url={self._base_url!r}, api_key={key})"
+        shown = self._shown_base_url
+        return f"{type(self).__name__}(model={self._model!r}, base_url={shown!r}, api_key={key})"
 
     # ---- the ChatModel protocol ---------------------------------------------------------------------
 
@@ -270,7 +282,7 @@ class OpenAIChatModel(HttpEndpoint):
             async with (
                 timer.deadline,
                 session.post(
-                    self._url,
+                    self._url.get_secret_value(),
                     data=body,
                     headers=self._request_headers("text/event-stream" if streaming else "application/json"),
                     allow_redirects=False,
@@ -371,4 +383,4 @@ class OpenAIChatModel(HttpEndpoint):
         if retry_after is None:
             retry_after = parse_retry_after(headers.get("Retry-After"))
         text = self._redact(body.decode("utf-8", "replace"))
-        return ModelHTTPError(response.status, text, retry_after=retry_after, url=self._url)
+        return ModelHTTPError(response.status, text, retry_after=retry_after, url=self._shown_url)

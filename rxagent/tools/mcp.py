@@ -60,6 +60,7 @@ from typing import Any, cast
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
+from rxagent.redaction import mask_url
 from rxagent.tools._tool import SchemaTool, ToolContext, ToolSystemError, ToolTraits
 from rxagent.tools.toolkit import Toolkit
 
@@ -124,8 +125,9 @@ class HttpServer:
     """An MCP server reached over streamable HTTP.
 
     Attributes:
-        url: the MCP endpoint (``http://127.0.0.1:8000/mcp``).
-        headers: sent with every request (``{"Authorization": "Bearer …"}``).
+        url: the MCP endpoint (``http://127.0.0.1:8000/mcp``). Messages, logs and the repr show it through
+            :func:`~rxagent.redaction.mask_url` (credentials and query secrets masked).
+        headers: sent with every request (``{"Authorization": "Bearer …"}``); the repr shows their names.
     """
 
     url: str
@@ -133,12 +135,16 @@ class HttpServer:
 
     def __post_init__(self) -> None:
         if not self.url.startswith(("http://", "https://")):
-            raise ValueError(f"HttpServer url must be http:// or https://, got {self.url!r}")
+            raise ValueError(f"HttpServer url must be http:// or https://, got {mask_url(self.url)!r}")
+
+    def __repr__(self) -> str:
+        # The URL masked, and only the names of the headers: their values are often credentials.
+        return f"HttpServer(url={mask_url(self.url)!r}, headers={sorted(self.headers)!r})"
 
     @property
     def label(self) -> str:
-        """How messages name this server before it has told its own name."""
-        return self.url
+        """How messages name this server before it has told its own name: its URL, masked."""
+        return mask_url(self.url)
 
 
 class MCPToolError(Exception):

@@ -1,10 +1,16 @@
-"""Embedders: an OpenAI-compatible endpoint on loopback, and the embedded llama.cpp model (``*_llama``)."""
+"""Embedders: an OpenAI-compatible endpoint on loopback, and the embedded llama.cpp model (``*_llama``).
+
+Bad inputs tried: a base URL that is not absolute, one with a bad port and a password in it, zero batch
+size and dimensions, malformed answers, error bodies quoting the key, the URL's password and its query key.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import math
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -13,6 +19,7 @@ from typing import Any, Self
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from yarl import URL
 
 from rxagent.clock import VirtualClock
 from rxagent.events import MemoriesRecalled
@@ -53,6 +60,8 @@ class EmbeddingServer:
     stall: bool = False
     """Never answer (until the client goes away)."""
     requests: list[tuple[dict[str, str], dict[str, Any]]] = field(default_factory=lambda: [])
+    queries: list[str] = field(default_factory=lambda: [])
+    """Each request's query string, as sent."""
 
     def __post_init__(self) -> None:
         app = web.Application()
@@ -75,6 +84,7 @@ class EmbeddingServer:
     async def _handle(self, request: web.Request) -> web.Response:
         body = json.loads(await request.read())
         self.requests.append((dict(request.headers), body))
+        self.queries.append(request.raw_path.partition("?")[2])
         if self.stall:
             await asyncio.Event().wait()  # cancelled when the client disconnects
         return self.handler(body)
@@ -182,9 +192,61 @@ async def test_a_silent_server_times_out_by_the_first_limit(
     assert clock.now() == at
 
 
+PASSWORD = "pw-embed-DO-NOT-LEAK"
+QUERY_KEY = "qk-embed-DO-NOT-LEAK"
+
+
+def with_credentials(base_url: str) -> str:
+    """``base_url`` with a proxy's user and password, and a key in its query."""
+    url = URL(base_url).with_user("proxy").with_password(PASSWORD)
+    return str(url.with_query({"api-version": "1", "api-key": QUERY_KEY}))
+
+
+def assert_no_secret(text: str) -> None:
+    for secret in (API_KEY, PASSWORD, QUERY_KEY):
+        assert secret not in text
+
+
+async def test_url_credentials_are_sent_beside_the_key_and_never_shown() -> None:
+    def refuse(body: dict[str, Any]) -> web.Response:
+        return web.json_response({"error": f"bad password {PASSWORD} for api-key={QUERY_KEY}"}, status=401)
+
+    async with EmbeddingServer() as good, EmbeddingServer(refuse) as bad:
+        async with OpenAIEmbedder("m", base_url=with_credentials(good.base_url), api_key=API_KEY) as embedder:
+            assert await embedder.embed(["red apple"]) == [bag_of_words("red apple")]
+            assert_no_secret(repr(embedder))
+            assert_no_secret(repr(vars(embedder)))
+            assert repr(embedder).startswith(
+                "OpenAIEmbedder(model='m', url='http://proxy:**********@127.0.0.1:"
+            )
+        headers, _ = good.requests[0]
+        assert headers["Authorization"] == f"Bearer {API_KEY}"
+        assert (
+            headers["Proxy-Authorization"]
+            == "Basic " + base64.b64encode(f"proxy:{PASSWORD}".encode()).decode()
+        )
+        assert good.queries == [f"api-version=1&api-key={QUERY_KEY}"]
+
+        async with OpenAIEmbedder("m", base_url=with_credentials(bad.base_url), api_key=API_KEY) as embedder:
+            with pytest.raises(ModelHTTPError) as refused:
+                await embedder.embed(["x"])
+        closed = with_credentials(bad.base_url)
+    assert_no_secret(str(refused.value))
+    assert "HTTP 401 from http://proxy:**********@127.0.0.1:" in str(refused.value)
+    assert "/v1/embeddings?api-version=1&api-key=**********" in str(refused.value)
+
+    async with OpenAIEmbedder("m", base_url=closed, api_key=API_KEY) as embedder:  # nothing listens now
+        with pytest.raises(ModelConnectionError) as unreachable:
+            await embedder.embed(["x"])
+    assert_no_secret("".join(traceback.format_exception(unreachable.value)))
+
+
 def test_bad_embedder_settings_are_refused() -> None:
     with pytest.raises(ValueError, match="absolute"):
         OpenAIEmbedder("m", base_url="localhost:8000")
+    with pytest.raises(ValueError, match="absolute") as caught:
+        OpenAIEmbedder("m", base_url=f"http://proxy:{PASSWORD}@127.0.0.1:99999/v1")
+    assert PASSWORD not in str(caught.value)
     with pytest.raises(ValueError, match="batch_size"):
         OpenAIEmbedder("m", base_url="http://127.0.0.1:1/v1", batch_size=0)
     with pytest.raises(ValueError, match="dimensions"):

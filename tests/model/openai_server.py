@@ -4,7 +4,7 @@ Each test scripts the replies, one per request, in order: a status, headers, and
 list of frames — raw byte frames (each one ``write``; :class:`Pause` between two frames makes the
 client read them separately), :class:`Hold` (send nothing more until the test opens a gate),
 :class:`Stall` (send nothing more until the client goes away) and :class:`Cut` (drop the connection
-mid-body). The server records every request (path, headers, JSON body)
+mid-body). The server records every request (path, query, headers, JSON body)
 and notices when a client disconnects in the middle of a reply (the handler is cancelled). Pauses and the
 request times are on the server's ``clock``: give it the client's :class:`~rxagent.clock.VirtualClock`
 and both sides wait on the same virtual time.
@@ -13,6 +13,7 @@ and both sides wait on the same virtual time.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
@@ -21,8 +22,10 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self
 
+import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+from yarl import URL
 
 from rxagent.clock import SYSTEM_CLOCK, Clock
 from rxagent.messages import Msg
@@ -32,8 +35,13 @@ from rxagent.retry import RetryPolicy
 
 __all__ = [
     "API_KEY",
+    "BASIC",
     "DONE",
     "FAST_RETRY",
+    "PASSWORD",
+    "PROXY_USER",
+    "QUERY_KEY",
+    "SECRETS",
     "Cut",
     "Frame",
     "Hold",
@@ -43,13 +51,16 @@ __all__ = [
     "Reply",
     "Stall",
     "ask",
+    "assert_no_secret",
     "chunk",
+    "client_log",
     "event",
     "finish_chunk",
     "make_model",
     "text_chunk",
     "tool_chunk",
     "usage_chunk",
+    "with_credentials",
 ]
 
 DONE = b"data: [DONE]\n\n"
@@ -122,6 +133,8 @@ class RecordedRequest:
     """The server's clock at the request."""
     client_port: int
     """The client's port: the same port on two requests means the connection was reused."""
+    query: str = ""
+    """The query string as sent (still percent-encoded)."""
 
 
 def event(data: str) -> bytes:
@@ -230,6 +243,7 @@ class OpenAIServer:
                 json.loads(raw) if raw else {},
                 self.clock.now(),
                 request.transport.get_extra_info("peername")[1] if request.transport else -1,
+                query=request.raw_path.partition("?")[2],
             )
         )
         reply = self.replies.popleft() if self.replies else Reply.error(500, "no reply scripted")
@@ -265,6 +279,37 @@ class OpenAIServer:
 
 API_KEY = "sk-test-3f9a1c-DO-NOT-LEAK"
 """The key the test models send; no error, repr or traceback may contain it."""
+
+PROXY_USER = "proxy-user"
+PASSWORD = "pw-7c1e-DO-NOT-LEAK"
+"""The proxy's password in a credentialed base URL (:func:`with_credentials`)."""
+QUERY_KEY = "qk-5d2b-DO-NOT-LEAK"
+"""The key in a credentialed base URL's query, as Azure takes it."""
+BASIC = base64.b64encode(f"{PROXY_USER}:{PASSWORD}".encode()).decode()
+"""The Basic token of the URL's credentials: a secret too (it decodes to the password)."""
+SECRETS = (API_KEY, PASSWORD, QUERY_KEY, BASIC)
+"""What no error, event, log line or repr may contain."""
+
+
+def with_credentials(base_url: str) -> str:
+    """``base_url`` with a proxy's user and password, and an Azure-style API version and key in its query."""
+    url = URL(base_url).with_user(PROXY_USER).with_password(PASSWORD)
+    return str(url.with_query({"api-version": "2024-06-01", "api-key": QUERY_KEY}))
+
+
+def assert_no_secret(text: str) -> None:
+    """None of :data:`SECRETS` is in ``text``."""
+    for secret in SECRETS:
+        assert secret not in text
+
+
+def client_log(caplog: pytest.LogCaptureFixture) -> str:
+    """What our side logged: all but the loopback model server's own access log, which is the far side's
+    (it writes the request line, query included, as any server would)."""
+    return "\n".join(
+        caplog.handler.format(record) for record in caplog.records if record.name != "aiohttp.access"
+    )
+
 
 FAST_RETRY = RetryPolicy(max_attempts=3, base_delay=0.01, jitter=0)
 

@@ -586,6 +586,27 @@ async def test_servers_that_cannot_be_reached_raise_connection_error(tmp_path: P
             assert toolkit.names == ()
 
 
+async def test_a_credentialed_url_never_shows_in_errors_or_reprs() -> None:
+    password = "pw-mcp-DO-NOT-LEAK"
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        closed_port = unused.getsockname()[1]
+    server = HttpServer(
+        f"http://agent:{password}@127.0.0.1:{closed_port}/mcp?token={password}",
+        headers={"Authorization": f"Bearer {password}"},
+    )
+    assert server.label == f"http://agent:**********@127.0.0.1:{closed_port}/mcp?token=**********"
+    assert repr(server) == f"HttpServer(url={server.label!r}, headers=['Authorization'])"
+    async with Toolkit() as toolkit:
+        with pytest.raises(ConnectionError, match="could not connect to MCP server") as caught:
+            await add_mcp_server(toolkit, server)
+    assert server.label in str(caught.value)
+    assert password not in str(caught.value)
+    with pytest.raises(ValueError, match="http:// or https://") as refused:
+        HttpServer(f"ftp://agent:{password}@127.0.0.1/mcp")
+    assert password not in str(refused.value)
+
+
 async def test_a_wrong_http_path_raises_connection_error(http_server: HttpServer) -> None:
     async with Toolkit() as toolkit:
         with pytest.raises(ConnectionError):
