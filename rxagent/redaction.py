@@ -18,6 +18,21 @@ text for people — error messages, events, log lines, reprs, command-line outpu
 :func:`url_secrets` gives the same secrets as the strings a server might quote back, so that
 :func:`redact` can mask them in server text (an error body that repeats the request's query, say).
 
+A URL's credentials are best not sent in the URL at all, since every library that logs or raises about a
+request shows its URL: :func:`split_credentials` takes them out and gives the header that carries them
+instead, as HTTP Basic credentials (RFC 7617; user name and password percent-decoded, as UTF-8):
+
+* in ``Authorization`` when nothing else fills it — what curl, browsers, aiohttp and httpx do with such
+  a URL;
+* in ``Proxy-Authorization`` when ``Authorization`` already carries the server's own credentials (an API
+  key's ``Bearer``, a header the user set): one header cannot carry two credentials, and
+  ``Proxy-Authorization`` is where a gateway in front of an application reads its own (Google's IAP does
+  this, so that ``Authorization`` reaches the application). A proxy that reads only ``Authorization``
+  cannot be combined with a server that wants its own credentials there, by any client.
+
+Query secrets cannot be moved: the server reads them from the URL. Where a library logs the URLs it
+requests, :class:`RedactingFilter` masks them (and any other held secret) in the log records.
+
 Example:
     >>> mask_url("http://proxy-user:hunter2@127.0.0.1:8000/v1?api-version=1&api-key=abc")
     'http://proxy-user:**********@127.0.0.1:8000/v1?api-version=1&api-key=**********'
@@ -29,13 +44,29 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Final
+import base64
+import logging
+import threading
+import traceback
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Final, Literal, NamedTuple
+
+from pydantic import SecretStr
 
 if TYPE_CHECKING:
     from yarl import URL
 
-__all__ = ["MASK", "mask_url", "redact", "url_secrets"]
+__all__ = [
+    "MASK",
+    "BasicAuthHeader",
+    "RedactingFilter",
+    "header_secrets",
+    "mask_url",
+    "redact",
+    "split_credentials",
+    "url_secrets",
+]
 
 MASK: Final = "**********"
 """What a secret is shown as."""
@@ -116,6 +147,18 @@ def url_secrets(url: str | URL) -> tuple[str, ...]:
     return tuple(dict.fromkeys(secret for secret in found if secret))
 
 
+def header_secrets(headers: Mapping[str, str]) -> tuple[str, ...]:
+    """The secrets among HTTP ``headers``: the values of those named like credentials (as query parameters
+    are: ``Authorization``, ``X-Api-Key``…), and of a ``<scheme> <credentials>`` value the credentials
+    alone too, as a server would quote them (``t0k3n`` of ``Bearer t0k3n``).
+    """
+    found: list[str] = []
+    for name, value in headers.items():
+        if _is_secret_name(name):
+            found += [value, value.strip().partition(" ")[2].strip()]
+    return tuple(dict.fromkeys(secret for secret in found if secret))
+
+
 def redact(text: str, secrets: Iterable[str]) -> str:
     """``text`` with every occurrence of each (non-empty) secret replaced by :data:`MASK`.
 
@@ -125,3 +168,138 @@ def redact(text: str, secrets: Iterable[str]) -> str:
         if secret and secret in text:
             text = text.replace(secret, MASK)
     return text
+
+
+class BasicAuthHeader(NamedTuple):
+    """The header that carries a URL's credentials as HTTP Basic credentials, and its value.
+
+    Attributes:
+        name: ``Authorization``, or ``Proxy-Authorization`` when ``Authorization`` holds other credentials.
+        value: ``Basic <token>``, held as a :class:`pydantic.SecretStr` so that no repr shows it.
+    """
+
+    name: Literal["Authorization", "Proxy-Authorization"]
+    value: SecretStr
+
+    @property
+    def token(self) -> str:
+        """The base64 token alone: a secret too (it decodes to the password), to mask where it is quoted."""
+        return self.value.get_secret_value().removeprefix("Basic ")
+
+
+def split_credentials(
+    url: URL, *, taken: Iterable[str] = (), what: str = "the URL"
+) -> tuple[URL, BasicAuthHeader | None]:
+    """``url`` without its user name and password, and the header that carries them (see the module).
+
+    Args:
+        url: the URL as given, maybe with ``user:password@`` (or a lone ``user@``, sent with an empty
+            password).
+        taken: the names (any case) of the headers the requests already carry. ``Authorization`` among
+            them sends the credentials in ``Proxy-Authorization``.
+        what: how error messages name the URL (``"base_url"``).
+
+    Returns:
+        The URL to send requests to (its query and fragment kept), and the header; ``None`` for a URL
+        without credentials.
+
+    Raises:
+        ValueError: the user name holds a ``:`` (Basic credentials cannot carry one); the credentials
+            belong in ``Proxy-Authorization`` and ``taken`` holds that header too. The message shows the
+            URL masked.
+
+    Example:
+        >>> from yarl import URL
+        >>> url, header = split_credentials(URL("http://ana:pw@host/mcp?x=1"), taken=["Authorization"])
+        >>> str(url), header.name, header.value.get_secret_value()
+        ('http://host/mcp?x=1', 'Proxy-Authorization', 'Basic YW5hOnB3')
+    """
+    if url.user is None and url.password is None:
+        return url, None
+    user, password = url.user or "", url.password or ""
+    shown = mask_url(url)
+    if ":" in user:
+        raise ValueError(
+            f"the user name in {what} {shown!r} holds a ':', which Basic credentials cannot carry"
+        )
+    taken_names = {name.lower() for name in taken}
+    name: Literal["Authorization", "Proxy-Authorization"] = "Authorization"
+    if "authorization" in taken_names:
+        name = "Proxy-Authorization"
+        if "proxy-authorization" in taken_names:
+            raise ValueError(
+                f"{what} {shown!r} carries credentials, which go in the Proxy-Authorization header "
+                "(Authorization holds the server's), but headers set Proxy-Authorization too: "
+                "give the proxy's credentials one way"
+            )
+    token = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+    return url.with_user(None), BasicAuthHeader(name, SecretStr(f"Basic {token}"))
+
+
+class RedactingFilter(logging.Filter):
+    """A logging filter that masks the secrets it holds in each record: its message, exception and stack.
+
+    Attach it to the loggers of a library that logs what it was given (the URLs it requests, say);
+    a filter on a logger sees only the records logged to that very logger, not those its children pass
+    up, so it goes on each of them. It never drops a record. The message becomes the formatted message,
+    masked; an exception whose text holds a secret is replaced by its traceback text, masked (in
+    ``exc_text``, which formatters print when there is no ``exc_info``), so that no handler can format
+    the original.
+
+    Secrets are counted: each :meth:`hold` is undone by one :meth:`release` of the same secrets, so two
+    owners of one secret do not release it for each other. Safe to use from several threads.
+
+    Example:
+        >>> mask = RedactingFilter()
+        >>> mask.hold(["s3cret"])
+        >>> record = logging.LogRecord("x", logging.INFO, "f.py", 1, "GET /?token=%s", ("s3cret",), None)
+        >>> mask.filter(record), record.getMessage()
+        (True, 'GET /?token=**********')
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+        self._counts: Counter[str] = Counter()
+        self._secrets: tuple[str, ...] = ()
+        """What :meth:`filter` masks; replaced whole on every change, so a reader needs no lock."""
+
+    def hold(self, secrets: Iterable[str]) -> None:
+        """Mask ``secrets`` (empty strings are ignored) until they are released."""
+        with self._lock:
+            self._counts.update(secret for secret in secrets if secret)
+            self._secrets = tuple(self._counts)
+
+    def release(self, secrets: Iterable[str]) -> None:
+        """Undo one :meth:`hold` of ``secrets``; a secret no longer held is no longer masked."""
+        with self._lock:
+            self._counts.subtract(secret for secret in secrets if secret)
+            self._counts = +self._counts  # drops the secrets whose count fell to zero
+            self._secrets = tuple(self._counts)
+
+    @property
+    def held(self) -> tuple[str, ...]:
+        """The secrets masked now."""
+        return self._secrets
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Mask the held secrets in ``record`` (in place); always True: the record is kept."""
+        secrets = self._secrets
+        if not secrets:
+            return True
+        try:
+            message = record.getMessage()
+        except Exception:  # a bad format: logging would later print msg and args as they are
+            message = f"{record.msg!s} % {record.args!r}"
+        masked = redact(message, secrets)
+        if masked != message:
+            record.msg, record.args = masked, None
+        if record.exc_info is not None and record.exc_info[1] is not None:
+            text = "".join(traceback.format_exception(*record.exc_info)).rstrip("\n")
+            if redact(text, secrets) != text:
+                record.exc_info, record.exc_text = None, redact(text, secrets)
+        if record.exc_text:
+            record.exc_text = redact(record.exc_text, secrets)
+        if record.stack_info:
+            record.stack_info = redact(record.stack_info, secrets)
+        return True

@@ -5,15 +5,9 @@ so the key handling (held as a :class:`pydantic.SecretStr`, sent only in the ``A
 masked in reprs and in server text quoted by errors), the session lifecycle and the timeouts exist once.
 
 Credentials in the base URL (``http://user:password@host/v1``, for an authenticating proxy in front of the
-server) are taken out of the URL and sent as HTTP Basic credentials (RFC 7617; the user name and password
-percent-decoded, as UTF-8):
-
-* in ``Authorization`` when nothing else fills it — what curl, browsers and aiohttp do with such a URL;
-* in ``Proxy-Authorization`` when ``Authorization`` already carries the server's own credentials (the API
-  key's ``Bearer``, or an ``Authorization`` in ``headers``): one header cannot carry two credentials, and
-  ``Proxy-Authorization`` is where a gateway in front of an application reads its own (Google's IAP does
-  this, so that ``Authorization`` reaches the application). A proxy that reads only ``Authorization``
-  cannot be combined with a server that wants a key there, by any client.
+server) are taken out of the URL and sent as HTTP Basic credentials by
+:func:`rxagent.redaction.split_credentials`: in ``Authorization``, or in ``Proxy-Authorization`` when the
+API key's ``Bearer`` (or an ``Authorization`` in ``headers``) already fills ``Authorization``.
 
 The URL's credentials and query secrets (Azure's ``?api-key=``) are masked wherever the URL is shown, by
 :func:`rxagent.redaction.mask_url`; the objects here hold the URL to send and the credentials as
@@ -32,7 +26,6 @@ all its attempts) and is checked on every read, so it also ends a call whose con
 from __future__ import annotations
 
 import asyncio
-import base64
 import math
 import os
 from collections.abc import Mapping
@@ -45,7 +38,7 @@ from yarl import URL
 
 from rxagent.clock import SYSTEM_CLOCK, Clock, Deadline
 from rxagent.model.errors import ModelTimeoutError
-from rxagent.redaction import MASK, mask_url, redact, url_secrets
+from rxagent.redaction import MASK, mask_url, redact, split_credentials, url_secrets
 
 if TYPE_CHECKING:
     import aiohttp
@@ -234,10 +227,12 @@ class HttpEndpoint:
         # An empty key is no key, as an empty variable is: "Bearer " with nothing after it is no credential.
         self._api_key: SecretStr | None = api_key if api_key and api_key.get_secret_value() else None
         self._headers = dict(headers or {})
-        self._url_auth = self._url_credentials(given)
+        taken = [*self._headers, *(["Authorization"] if self._api_key is not None else [])]
+        bare, self._url_auth = split_credentials(given, taken=taken, what="base_url")
         # `path` goes under the URL's path; its query stays on every request (Azure's api-version).
-        full = given.with_path(f"{given.raw_path.rstrip('/')}/{path}", encoded=True, keep_query=True)
-        self._url: Secret[URL] = Secret(full.with_user(None))
+        under = f"{given.raw_path.rstrip('/')}/{path}"
+        full = given.with_path(under, encoded=True, keep_query=True)
+        self._url: Secret[URL] = Secret(bare.with_path(under, encoded=True, keep_query=True))
         """Where requests go: no credentials (they travel in a header), but maybe secrets in the query."""
         self._shown_url = mask_url(full)
         """The request URL as messages show it."""
@@ -247,7 +242,7 @@ class HttpEndpoint:
         if self._api_key is not None:
             secrets.append(self._api_key.get_secret_value())
         if self._url_auth is not None:
-            secrets.append(self._url_auth[1].get_secret_value().removeprefix("Basic "))
+            secrets.append(self._url_auth.token)
         self._secrets: tuple[SecretStr, ...] = tuple(SecretStr(s) for s in secrets if s)
         """What :meth:`_redact` masks in server text: the key, the URL's secrets, the Basic token."""
         self._timeouts = timeouts or Timeouts()
@@ -256,29 +251,6 @@ class HttpEndpoint:
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
-
-    def _url_credentials(self, url: URL) -> tuple[str, SecretStr] | None:
-        """The header and value (``Basic …``) that carry the URL's credentials; ``None`` if it has none."""
-        if url.user is None and url.password is None:
-            return None
-        user, password = url.user or "", url.password or ""
-        shown = mask_url(url)
-        if ":" in user:
-            raise ValueError(
-                f"the user name in base_url {shown!r} holds a ':', which Basic credentials cannot carry"
-            )
-        taken = {name.lower() for name in self._headers}
-        header = "Authorization"
-        if self._api_key is not None or "authorization" in taken:
-            header = "Proxy-Authorization"
-            if "proxy-authorization" in taken:
-                raise ValueError(
-                    f"base_url {shown!r} carries credentials, which go in the Proxy-Authorization header "
-                    "(Authorization holds the server's), but headers set Proxy-Authorization too: "
-                    "give the proxy's credentials one way"
-                )
-        token = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
-        return header, SecretStr(f"Basic {token}")
 
     @property
     def timeouts(self) -> Timeouts:

@@ -33,6 +33,20 @@ Cancellation:
     HTTP sessions, by closing the request's response stream) and drops the late response. The session
     stays open for the next call.
 
+Secrets of an HTTP server's URL:
+    Its user name and password (``http://user:password@host/mcp``) never reach the SDK: the SDK is given
+    the URL without them and they travel as HTTP Basic credentials in a header, by
+    :func:`rxagent.redaction.split_credentials` as the model client sends its own (``Authorization``,
+    or ``Proxy-Authorization`` when ``headers`` hold an ``Authorization``). A query secret
+    (``?token=…``) cannot be moved out of the URL, and the SDK and its HTTP library log the URL (at DEBUG
+    and INFO: ``Connecting to StreamableHTTP endpoint: …``, ``HTTP Request: POST …``), the server's
+    redirects and messages (a ``Location``, an error quoting what it refused), and the exceptions they
+    carry: while a session is open, a :class:`~rxagent.redaction.RedactingFilter` on the loggers of the
+    SDK (``mcp.*`` and its session's ``client``) and of its HTTP library (``httpx2``, ``httpcore2``)
+    masks the URL's secrets, the Basic token and the credentials in ``headers`` in their records. The
+    same secrets are masked in the errors raised here, whose cause is left out when its traceback would
+    show one.
+
 Also:
     Progress notifications of a call become :class:`~rxagent.tools.ToolCallProgress` events. The tool
     list is read once, at connect (``notifications/tools/list_changed`` is not followed). Requests from
@@ -51,6 +65,7 @@ import json
 import logging
 import os
 import re
+import traceback
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -59,8 +74,16 @@ from typing import Any, cast
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
+from yarl import URL
 
-from rxagent.redaction import mask_url
+from rxagent.redaction import (
+    RedactingFilter,
+    header_secrets,
+    mask_url,
+    redact,
+    split_credentials,
+    url_secrets,
+)
 from rxagent.tools._tool import SchemaTool, ToolContext, ToolSystemError, ToolTraits
 from rxagent.tools.toolkit import Toolkit
 
@@ -85,6 +108,12 @@ _MAX_PAGES = 1000
 
 _TRANSPORT_ERRORS = (OSError, httpx2.TransportError, anyio.BrokenResourceError, anyio.ClosedResourceError)
 """Failures below the protocol (a pipe or socket gone): the connection is lost, not the call wrong."""
+
+_SDK_LOGGER_FAMILIES = frozenset({"mcp", "httpx2", "httpcore2", "client"})
+"""Where the SDK's HTTP client logs: ``mcp.*``, its session's ``client``, and its HTTP library's loggers."""
+
+_LOG_MASK = RedactingFilter()
+"""Masks the secrets of the open HTTP sessions in the records of the SDK's loggers (see the module)."""
 
 _NAME = re.compile(r"[A-Za-z0-9_-]+")
 _NOT_A_NAME_CHARACTER = re.compile(r"[^A-Za-z0-9_-]")
@@ -125,17 +154,23 @@ class HttpServer:
     """An MCP server reached over streamable HTTP.
 
     Attributes:
-        url: the MCP endpoint (``http://127.0.0.1:8000/mcp``). Messages, logs and the repr show it through
-            :func:`~rxagent.redaction.mask_url` (credentials and query secrets masked).
+        url: the MCP endpoint (``http://127.0.0.1:8000/mcp``). Credentials in it
+            (``http://user:password@host/mcp``) are sent as Basic credentials, never in the URL; messages,
+            logs and the repr show it through :func:`~rxagent.redaction.mask_url` (credentials and query
+            secrets masked). See the module.
         headers: sent with every request (``{"Authorization": "Bearer …"}``); the repr shows their names.
+
+    Raises:
+        ValueError: ``url`` is not an absolute http(s) URL; its user name holds a ``:``; its credentials
+            belong in ``Proxy-Authorization`` (``headers`` hold an ``Authorization``) and ``headers`` set
+            that header too. The message shows the URL masked.
     """
 
     url: str
     headers: Mapping[str, str] = field(default_factory=lambda: {})
 
     def __post_init__(self) -> None:
-        if not self.url.startswith(("http://", "https://")):
-            raise ValueError(f"HttpServer url must be http:// or https://, got {mask_url(self.url)!r}")
+        _http_request(self)  # refuses a bad URL now rather than at connect
 
     def __repr__(self) -> str:
         # The URL masked, and only the names of the headers: their values are often credentials.
@@ -145,6 +180,44 @@ class HttpServer:
     def label(self) -> str:
         """How messages name this server before it has told its own name: its URL, masked."""
         return mask_url(self.url)
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class _HttpRequest:
+    """What an :class:`HttpServer` becomes on the wire: its URL has no credentials, its headers carry them."""
+
+    url: str
+    headers: dict[str, str]
+    secrets: tuple[str, ...]
+    """What is masked in logs and errors: the URL's secrets, the Basic token, credentials in headers."""
+
+    def __repr__(self) -> str:
+        # Held by a connection, so shown by repr(vars(connection)): masked as the server's own repr is.
+        return f"_HttpRequest(url={mask_url(self.url)!r}, headers={sorted(self.headers)!r})"
+
+
+def _http_request(server: HttpServer) -> _HttpRequest:
+    """The URL, headers and secrets of requests to ``server``.
+
+    Raises:
+        ValueError: see :class:`HttpServer`.
+    """
+    try:
+        given = URL(server.url)
+    except ValueError:
+        given = None
+    if given is None or given.scheme not in ("http", "https") or not given.host:
+        raise ValueError(
+            f"HttpServer url must be an absolute http:// or https:// URL, got {mask_url(server.url)!r}"
+        )
+    bare, credentials = split_credentials(given, taken=server.headers, what="HttpServer url")
+    headers = dict(server.headers)
+    secrets = [*url_secrets(given), *header_secrets(server.headers)]
+    if credentials is None:
+        return _HttpRequest(server.url, headers, tuple(secrets))
+    headers[credentials.name] = credentials.value.get_secret_value()
+    secrets.append(credentials.token)
+    return _HttpRequest(str(bare), headers, tuple(dict.fromkeys(secrets)))
 
 
 class MCPToolError(Exception):
@@ -180,6 +253,8 @@ class MCPConnection:
         self._task: asyncio.Task[None] | None = None
         self._closed_here = False
         self._lost: BaseException | None = None
+        self._target = _http_request(server) if isinstance(server, HttpServer) else server
+        """What the transport is opened with: the stdio server, or the HTTP server as requests go out."""
 
     @property
     def protocol_version(self) -> str | None:
@@ -235,8 +310,10 @@ class MCPConnection:
             raise
         except Exception as error:
             await asyncio.wait({self._task})
-            reason = _reason(error)
-            raise ConnectionError(f"could not connect to MCP server {self.name!r}: {reason}") from error
+            reason = self._reason(error)
+            raise ConnectionError(
+                f"could not connect to MCP server {self.name!r}: {reason}"
+            ) from self._cause(error)
         self._client = client
         self._protocol_version = client.protocol_version
         info = client.server_info
@@ -256,11 +333,12 @@ class MCPConnection:
 
     async def _own(self, connected: asyncio.Future[Client]) -> None:
         """Enter the transport and the session, hand the client over, wait for stop, exit them."""
+        _LOG_MASK.hold(self._secrets)  # from the first log line of the transport to its last
         try:
             with anyio.CancelScope() as abort:
                 self._abort = abort
                 async with AsyncExitStack() as stack:
-                    client = await _open_client(stack, self.server)
+                    client = await _open_client(stack, self._target)
                     if connected.done():  # the opener went away meanwhile
                         return
                     connected.set_result(client)
@@ -270,8 +348,9 @@ class MCPConnection:
                 connected.set_exception(error)
             else:
                 self._lost = self._lost or error
-                _log.warning("MCP session with %r ended: %s", self.name, _reason(error))
+                _log.warning("MCP session with %r ended: %s", self.name, self._reason(error))
         finally:
+            _LOG_MASK.release(self._secrets)
             self._abort = None
             if not connected.done():
                 connected.cancel()
@@ -293,8 +372,8 @@ class MCPConnection:
             try:
                 page = await client.list_tools(cursor=cursor)
             except (MCPError, *_TRANSPORT_ERRORS) as error:
-                message = f"MCP server {self.name!r} could not list its tools: {_reason(error)}"
-                raise ConnectionError(message) from error
+                message = f"MCP server {self.name!r} could not list its tools: {self._reason(error)}"
+                raise ConnectionError(message) from self._cause(error)
             listed.extend(page.tools)
             cursor = page.next_cursor
             if cursor is None:
@@ -362,14 +441,15 @@ class MCPConnection:
             result = await client.call_tool(remote_name, arguments, progress_callback=on_progress)
         except MCPError as error:
             if error.code == types.CONNECTION_CLOSED:
-                raise ToolSystemError(self._lose(error)) from error
+                raise ToolSystemError(self._lose(error)) from self._cause(error)
             # An error response to this call (unknown tool, invalid params, a crash in the server's
             # handler): an answer about the call, which the model may be able to act on.
+            message = redact(error.message, self._secrets)
             raise MCPToolError(
-                f"the MCP server failed the call (error {error.code}): {error.message}"
-            ) from error
+                f"the MCP server failed the call (error {error.code}): {message}"
+            ) from self._cause(error)
         except _TRANSPORT_ERRORS as error:
-            raise ToolSystemError(self._lose(error)) from error
+            raise ToolSystemError(self._lose(error)) from self._cause(error)
         text = _result_text(result)
         if result.is_error:
             raise MCPToolError(text or "the MCP tool reported an error without a message")
@@ -385,8 +465,28 @@ class MCPConnection:
     def _gone(self) -> str:
         if self._closed_here:
             return f"the connection to MCP server {self.name!r} is closed"
-        detail = f": {_reason(self._lost)}" if self._lost is not None else ""
+        detail = f": {self._reason(self._lost)}" if self._lost is not None else ""
         return f"the connection to MCP server {self.name!r} was lost{detail}"
+
+    @property
+    def _secrets(self) -> tuple[str, ...]:
+        """What this connection masks in its errors and, while open, in the SDK's logs."""
+        return self._target.secrets if isinstance(self._target, _HttpRequest) else ()
+
+    def _reason(self, error: BaseException) -> str:
+        """What went wrong, for a message: the innermost readable cause, this server's secrets masked."""
+        return redact(_reason(error), self._secrets)
+
+    def _cause(self, error: BaseException) -> BaseException | None:
+        """``error``, to chain to the error raised for it; ``None`` if its traceback would show a secret.
+
+        The SDK's exceptions carry what the server said (an error quoting the credentials it refused) and
+        the HTTP library's the URL: such a cause is left out, its reason being in the message, masked.
+        """
+        if not self._secrets:
+            return error
+        text = "".join(traceback.format_exception(error))
+        return None if redact(text, self._secrets) != text else error
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
@@ -468,7 +568,7 @@ async def add_mcp_server(
     return connection
 
 
-async def _open_client(stack: AsyncExitStack, server: StdioServer | HttpServer) -> Client:
+async def _open_client(stack: AsyncExitStack, server: StdioServer | _HttpRequest) -> Client:
     """Enter the transport and the SDK client for ``server`` on ``stack`` (in the calling task)."""
     if isinstance(server, StdioServer):
         parameters = StdioServerParameters(
@@ -480,11 +580,25 @@ async def _open_client(stack: AsyncExitStack, server: StdioServer | HttpServer) 
         transport = stdio_client(parameters)
     else:
         http = await stack.enter_async_context(
-            httpx2.AsyncClient(headers=dict(server.headers), timeout=httpx2.Timeout(30.0, read=300.0))
+            httpx2.AsyncClient(headers=server.headers, timeout=httpx2.Timeout(30.0, read=300.0))
         )
+        _mask_sdk_logs()
         transport = streamable_http_client(server.url, http_client=http)
     client = Client(transport, cache=None, client_info=_client_info())
     return await stack.enter_async_context(client)
+
+
+def _mask_sdk_logs() -> None:
+    """Put :data:`_LOG_MASK` on every logger of :data:`_SDK_LOGGER_FAMILIES` that exists now.
+
+    A filter on a logger sees only the records logged to that very logger, not those its children pass
+    up, so it goes on each. Called once the HTTP client exists, since making it imports the modules of
+    the HTTP library (and creates their loggers); again at each connect, for loggers made since (an
+    HTTP/2 or SOCKS module imported later). Adding a filter twice keeps one.
+    """
+    for name, logger in list(logging.Logger.manager.loggerDict.items()):
+        if isinstance(logger, logging.Logger) and name.partition(".")[0] in _SDK_LOGGER_FAMILIES:
+            logger.addFilter(_LOG_MASK)
 
 
 def _client_info() -> types.Implementation:

@@ -5,6 +5,10 @@ Run it over stdio (``python tests/tools/mcp_server.py stdio``) or streamable HTT
 speak only the 2025-era protocol (clients then fall back to the ``initialize`` handshake), as most
 deployed servers do.
 
+``--basic USER:PASSWORD`` (HTTP only) puts the server behind Basic authentication, as behind an
+authenticating proxy: a request without ``Authorization: Basic`` and those credentials is refused with
+401 and a JSON-RPC error that quotes the credentials it got (servers do quote what they refuse).
+
 In HTTP mode the listening socket is bound before anything else happens and the line
 ``listening on 127.0.0.1:PORT`` is printed then, so a client may connect as soon as it has read it.
 
@@ -30,6 +34,7 @@ The tool schemas are written out by hand so that the tests know exactly what the
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import socket
@@ -259,7 +264,35 @@ def _refusing_the_2026_protocol(app: ASGIApp) -> ASGIApp:
     return guarded
 
 
-async def _serve_http(port: int, legacy: bool) -> None:
+def _behind_basic_auth(app: ASGIApp, credentials: str) -> ASGIApp:
+    """Refuse, with 401, every request whose ``Authorization`` is not Basic ``credentials``."""
+    expected = f"Basic {base64.b64encode(credentials.encode()).decode()}"
+
+    async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        given = dict(scope.get("headers", [])).get(b"authorization", b"").decode()
+        if given == expected:
+            await app(scope, receive, send)
+            return
+        token = given.removeprefix("Basic ")
+        quoted = base64.b64decode(token).decode() if token else "none"
+        error = {"code": types.INVALID_REQUEST, "message": f"credentials {quoted} ({token}) refused"}
+        body = json.dumps({"jsonrpc": "2.0", "id": None, "error": error}).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 401,
+                "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Basic")],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+    return guarded
+
+
+async def _serve_http(port: int, legacy: bool, basic: str | None) -> None:
     import uvicorn
 
     # Bind first: once the port is printed, connections queue in the backlog until uvicorn accepts them.
@@ -271,14 +304,21 @@ async def _serve_http(port: int, legacy: bool) -> None:
     app: ASGIApp = build_server().streamable_http_app()
     if legacy:
         app = _refusing_the_2026_protocol(app)
+    if basic is not None:
+        app = _behind_basic_auth(app, basic)
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
     await uvicorn.Server(config).serve(sockets=[listener])
 
 
 def main(argv: list[str]) -> None:
-    """Entry point: ``stdio [--legacy]`` or ``http PORT [--legacy]``."""
+    """Entry point: ``stdio [--legacy]`` or ``http PORT [--legacy] [--basic USER:PASSWORD]``."""
     legacy = "--legacy" in argv
     argv = [arg for arg in argv if arg != "--legacy"]
+    basic = None
+    if "--basic" in argv[:-1]:
+        at = argv.index("--basic")
+        basic = argv[at + 1]
+        del argv[at : at + 2]
     pid_file = os.environ.get("MCP_TEST_PID_FILE")
     if pid_file:  # lets a test find a server it never got a connection to
         with open(pid_file, "w") as file:
@@ -286,9 +326,10 @@ def main(argv: list[str]) -> None:
     if argv == ["stdio"]:
         anyio.run(_serve_stdio, legacy)
     elif argv[:1] == ["http"] and len(argv) == 2:
-        anyio.run(_serve_http, int(argv[1]), legacy)
+        anyio.run(_serve_http, int(argv[1]), legacy, basic)
     else:
-        print("usage: mcp_server.py stdio [--legacy] | http PORT [--legacy]", file=sys.stderr)
+        usage = "usage: mcp_server.py stdio [--legacy] | http PORT [--legacy] [--basic USER:PASSWORD]"
+        print(usage, file=sys.stderr)
         raise SystemExit(2)
 
 

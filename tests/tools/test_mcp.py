@@ -11,18 +11,28 @@ progress notification, and the server's ``cancelled`` tool waits until it has se
 Starting a server process costs most of a second, so the tests that only call tools share one connection per
 transport and era (opened on first use, closed at the end of the module; the module runs in one event loop).
 Tests that change a connection (flags, closing, killing the server) open their own.
+
+Secrets of a server's URL (its password, a ``?token=``, the Basic token made of them) are checked in
+every log record of every logger at DEBUG, in the errors and their tracebacks, and in the reprs, while a
+server behind Basic authentication (``--basic``) answers, refuses with 401 (quoting the credentials it
+got), is not there, or goes away mid-session. Bad inputs tried there: a wrong password, a user name
+holding ``:``, credentials bound for ``Proxy-Authorization`` when ``headers`` set it too, URLs that are
+not absolute http(s) URLs or cannot be parsed (each with a password in it).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
+import logging
 import os
 import select
 import signal
 import socket
 import subprocess
 import sys
+import traceback
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,10 +43,12 @@ import pytest_asyncio
 from mcp.types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from reactivex import Observable
 from reactivex import operators as ops
+from yarl import URL
 
 from rxagent.clock import VirtualClock
 from rxagent.context import RuntimeContext
 from rxagent.messages import ToolResultBlock, ToolUseBlock
+from rxagent.redaction import MASK
 from rxagent.tools import (
     Permissions,
     ToolBatchFinished,
@@ -73,8 +85,9 @@ def stdio(*, legacy: bool = False, env: dict[str, str] | None = None) -> StdioSe
 class HttpServerProcess:
     """The test server on a free port of 127.0.0.1, as a subprocess; ready once constructed."""
 
-    def __init__(self, *, legacy: bool = False) -> None:
+    def __init__(self, *, legacy: bool = False, basic: str | None = None) -> None:
         command = [sys.executable, str(SCRIPT), "http", "0", *(["--legacy"] if legacy else [])]
+        command += ["--basic", basic] if basic is not None else []
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
         try:
             self.port = self._announced_port()
@@ -132,6 +145,66 @@ def own_http_server() -> Iterator[HttpServerProcess]:
     server = HttpServerProcess()
     yield server
     server.stop()
+
+
+USER = "agent"
+PASSWORD = "pw-3f9a-DO-NOT-LEAK"
+"""The password of the server behind Basic authentication."""
+WRONG_PASSWORD = "wrong-pw-81c4-DO-NOT-LEAK"
+QUERY_TOKEN = "qt-6e0b-DO-NOT-LEAK"
+"""A secret in the URL's query, which has to travel in the URL."""
+
+
+def basic_token(password: str) -> str:
+    return base64.b64encode(f"{USER}:{password}".encode()).decode()
+
+
+SECRETS = (PASSWORD, WRONG_PASSWORD, QUERY_TOKEN, basic_token(PASSWORD), basic_token(WRONG_PASSWORD))
+"""What no log record, error or repr may contain."""
+
+
+def credentialed(port: int, password: str = PASSWORD) -> str:
+    return f"http://{USER}:{password}@127.0.0.1:{port}/mcp?token={QUERY_TOKEN}"
+
+
+@pytest.fixture
+def basic_http_server() -> Iterator[HttpServerProcess]:
+    """A server behind Basic authentication (``USER``, ``PASSWORD``), of its own."""
+    server = HttpServerProcess(basic=f"{USER}:{PASSWORD}")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def every_log(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+    """Every record of every logger, from DEBUG up (the SDK's and its HTTP library's among them)."""
+    caplog.set_level(logging.DEBUG)
+    return caplog
+
+
+def assert_hidden(text: str) -> None:
+    for secret in SECRETS:
+        assert secret not in text
+
+
+def assert_logs_hidden(caplog: pytest.LogCaptureFixture) -> None:
+    """No record shows a secret: not its formatted line, nor its exception (however a handler formats it)."""
+    assert caplog.records  # the SDK did log (at DEBUG it logs every request)
+    for record in caplog.records:
+        assert_hidden(caplog.handler.format(record))
+        assert_hidden(record.getMessage())
+        if record.exc_info is not None and record.exc_info[1] is not None:
+            assert_hidden("".join(traceback.format_exception(record.exc_info[1])))
+
+
+def assert_error_hidden(error: BaseException) -> None:
+    """Neither ``error`` nor any exception of its traceback shows a secret."""
+    assert_hidden("".join(traceback.format_exception(error)))
+    link: BaseException | None = error
+    while link is not None:
+        assert_hidden(str(link))
+        assert_hidden(repr(link))
+        link = link.__cause__
 
 
 KINDS = ("stdio", "http", "stdio-legacy", "http-legacy")
@@ -605,6 +678,130 @@ async def test_a_credentialed_url_never_shows_in_errors_or_reprs() -> None:
     with pytest.raises(ValueError, match="http:// or https://") as refused:
         HttpServer(f"ftp://agent:{password}@127.0.0.1/mcp")
     assert password not in str(refused.value)
+
+
+# ---- secrets in the URL ------------------------------------------------------------------------------
+
+
+async def test_url_credentials_travel_as_basic_auth_and_no_log_shows_a_secret(
+    basic_http_server: HttpServerProcess, every_log: pytest.LogCaptureFixture
+) -> None:
+    port = basic_http_server.port
+    server = HttpServer(credentialed(port))
+    async with Toolkit() as toolkit:
+        connection = await add_mcp_server(toolkit, server)  # the server refuses anything but the password
+
+        assert await text_of(toolkit, "header", name="authorization") == f"Basic {basic_token(PASSWORD)}"
+        no_header = await text_of(toolkit, "header", name="proxy-authorization")
+        assert no_header == "(no output)"  # the tool's empty answer: the header was not sent
+        events = await run(toolkit, call("add", a=2, b=3), call("divide", a=1, b=0))
+        assert [r.status for r in results(events)] == ["ok", "error"]
+        shown = (repr(connection), str(connection), repr(vars(connection)), repr(server), connection.name)
+        for text in (*shown, *map(repr, events)):
+            assert_hidden(text)
+
+    assert_logs_hidden(every_log)
+    # The SDK and its HTTP library were given the URL without the credentials, and its query secret is
+    # masked in what they logged.
+    masked = f"http://127.0.0.1:{port}/mcp?token={MASK}"
+    sdk_log = [r.getMessage() for r in every_log.records if r.name == "mcp.client.streamable_http"]
+    assert f"Connecting to StreamableHTTP endpoint: {masked}" in sdk_log
+    http_log = [r.getMessage() for r in every_log.records if r.name == "httpx2"]
+    assert f'HTTP Request: POST {masked} "HTTP/1.1 200 OK"' in http_log
+    every_log.clear()
+    logging.getLogger("httpx2").debug("after %s", QUERY_TOKEN)
+    assert every_log.records[-1].getMessage() == f"after {QUERY_TOKEN}"  # released with the session
+
+
+async def test_url_credentials_go_to_proxy_authorization_beside_an_authorization_header(
+    http_server: HttpServer, every_log: pytest.LogCaptureFixture
+) -> None:
+    port = URL(http_server.url).port
+    assert port is not None
+    headers = {"Authorization": "Bearer t0k3n"}
+    async with Toolkit() as toolkit:
+        await add_mcp_server(toolkit, HttpServer(credentialed(port), headers=headers))
+
+        # One header cannot carry two credentials: the server's keep Authorization.
+        assert await text_of(toolkit, "header", name="authorization") == "Bearer t0k3n"
+        proxy = await text_of(toolkit, "header", name="proxy-authorization")
+        assert proxy == f"Basic {basic_token(PASSWORD)}"
+    assert_logs_hidden(every_log)
+
+
+async def test_connection_failures_show_no_secret(
+    basic_http_server: HttpServerProcess, every_log: pytest.LogCaptureFixture
+) -> None:
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        closed_port = unused.getsockname()[1]
+    refused = HttpServer(credentialed(basic_http_server.port, WRONG_PASSWORD))
+    nobody = HttpServer(credentialed(closed_port))
+
+    errors: list[ConnectionError] = []
+    for server in (refused, nobody):
+        async with Toolkit() as toolkit:
+            with pytest.raises(ConnectionError, match="could not connect to MCP server") as caught:
+                await add_mcp_server(toolkit, server)
+            assert toolkit.names == ()
+        errors.append(caught.value)
+
+    # The 401's JSON-RPC error quoted the credentials it got: the message keeps the rest of its text.
+    assert str(errors[0]) == (
+        f"could not connect to MCP server 'http://{USER}:{MASK}@127.0.0.1:{basic_http_server.port}"
+        f"/mcp?token={MASK}': MCPError: credentials {USER}:{MASK} ({MASK}) refused"
+    )
+    assert f"http://{USER}:{MASK}@127.0.0.1:{closed_port}/mcp?token={MASK}" in str(errors[1])
+    for error in errors:
+        assert_error_hidden(error)
+    assert_logs_hidden(every_log)
+
+
+async def test_a_server_gone_mid_session_shows_no_secret(every_log: pytest.LogCaptureFixture) -> None:
+    process = HttpServerProcess(basic=f"{USER}:{PASSWORD}")
+    try:
+        async with Toolkit() as toolkit:
+            connection = await add_mcp_server(toolkit, HttpServer(credentialed(process.port)))
+            assert await text_of(toolkit, "add", a=1, b=2) == "3"
+            process.stop()
+
+            seen = await expect(ToolExecutor().execute([call("add", a=1, b=2)], toolkit.view()))
+
+            assert isinstance(seen.error, ToolSystemError)
+            assert "the connection to MCP server 'rxagent-test' was lost" in str(seen.error)
+            assert connection.closed
+            assert_error_hidden(seen.error)
+    finally:
+        process.stop()
+    assert_logs_hidden(every_log)
+
+
+@pytest.mark.parametrize(
+    ("url", "headers", "message"),
+    [
+        (
+            f"http://a%3Ab:{PASSWORD}@127.0.0.1:1/mcp",
+            {},
+            "the user name in HttpServer url .* holds a ':', which Basic credentials cannot carry",
+        ),
+        (
+            f"http://{USER}:{PASSWORD}@127.0.0.1:1/mcp",
+            {"Authorization": "Bearer t", "proxy-authorization": "Basic other"},
+            "headers set Proxy-Authorization too",
+        ),
+        (f"ftp://{USER}:{PASSWORD}@127.0.0.1/mcp", {}, "absolute http:// or https:// URL"),
+        (f"http://{USER}:{PASSWORD}@/mcp", {}, "absolute http:// or https:// URL"),
+        (f"http://{USER}:{PASSWORD}@127.0.0.1:99999/mcp", {}, "absolute http:// or https:// URL"),
+        (f"http://{USER}:{PASSWORD}@[::1/mcp", {}, "absolute http:// or https:// URL"),
+    ],
+    ids=["colon_in_user", "proxy_header_twice", "ftp", "no_host", "bad_port", "bad_ipv6"],
+)
+async def test_a_bad_credentialed_url_is_refused_without_showing_the_password(
+    url: str, headers: dict[str, str], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message) as caught:
+        HttpServer(url, headers=headers)
+    assert_error_hidden(caught.value)
 
 
 async def test_a_wrong_http_path_raises_connection_error(http_server: HttpServer) -> None:
