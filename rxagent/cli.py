@@ -69,6 +69,7 @@ from rxagent.events import (
 from rxagent.messages import ToolUseBlock
 from rxagent.model.types import ChatModel
 from rxagent.operators import to_async_iterator
+from rxagent.redaction import mask_url
 from rxagent.session import MemoryStore
 from rxagent.session.open import default_db_path, store_name
 from rxagent.state import PendingCall
@@ -747,7 +748,7 @@ async def _on_session(args: argparse.Namespace, agent: ReActAgent, output: _Outp
 
 def _agent_options(args: argparse.Namespace) -> list[str]:
     """The options of this command that ``rxagent respond`` needs to run the same agent on the same store:
-    those not at their defaults, as command-line words."""
+    those not at their defaults, as command-line words (a URL's credentials masked: they are never shown)."""
     defaults = vars(_parser().parse_args(["respond", "-", "--deny", "-"]))
     words: list[str] = []
     for dest, default in defaults.items():
@@ -760,6 +761,10 @@ def _agent_options(args: argparse.Namespace) -> list[str]:
         elif isinstance(value, list):
             for item in value:  # pyright: ignore[reportUnknownVariableType]
                 words.extend((flag, str(item)))  # pyright: ignore[reportUnknownArgumentType]
+        elif dest == "db":
+            words.extend((flag, store_name(str(value))))
+        elif dest == "base_url":
+            words.extend((flag, mask_url(str(value))))
         else:
             words.extend((flag, str(value)))
     return words

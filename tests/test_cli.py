@@ -4,6 +4,13 @@ Most tests run the real command (``python -m rxagent``) in a subprocess against 
 OpenAI-compatible server (tests/model/openai_server.py), scripted to answer with text or with a tool
 call, so what the command does with a tool call does not depend on what a model chooses. The ``llm`` tests
 run it on the embedded model and check only what rxagent guarantees.
+
+Every test has its own ``$XDG_DATA_HOME`` (tests/conftest.py), where the command keeps its sessions by
+default: no command a test starts writes into the real home. Bad inputs tried on ``respond`` and
+``sessions``: an unknown session (and a store file that does not exist), an unknown call id, a call answered
+already, two answers for one call, ``--result`` for a call that asks, ``--approve`` for an external call,
+``--args`` that is not JSON, not an object, misplaced or given twice, or refused by the tool's schema, an
+approval of a tool the command was not given, and no answer at all.
 """
 
 from __future__ import annotations
@@ -858,7 +865,9 @@ async def test_serve_keeps_sessions_in_the_default_file_and_says_so(server: Open
 
 def test_a_postgresql_store_is_named_without_its_password() -> None:
     url = "postgresql://ada:s3cret@db.example:5433/agents?sslmode=require&password=s3cret"
-    assert store_name(url) == "postgresql://db.example:5433/agents"
+    assert store_name(url) == (
+        "postgresql://ada:**********@db.example:5433/agents?sslmode=require&password=**********"
+    )
     assert (store_name(":memory:"), store_name("sqlite:////tmp/s.db")) == ("memory", "/tmp/s.db")
 
 
@@ -910,6 +919,18 @@ async def test_respond_approve_runs_the_call_and_carries_the_run_on(server: Open
     shown = await rxagent("sessions", session)
     assert f"session {session!r}: idle · 4 message(s)" in shown.stdout
     assert "waiting:" not in shown.stdout
+
+
+async def test_the_command_it_names_never_shows_a_password(server: OpenAIServer) -> None:
+    server.script(call_reply("calculator", {"expression": "2 + 2"}))
+    base_url = server.base_url.replace("http://", "http://ada:hunter2@")
+
+    waiting = await rxagent("run", "2 + 2?", *ASK, "--base-url", base_url, "--model", "test-model")
+
+    assert waiting.code == ExitCode.WAITING, waiting.stderr
+    assert "hunter2" not in waiting.stderr
+    command = advised(waiting.stderr)
+    assert command[command.index("--base-url") + 1] == base_url.replace("hunter2", "**********")
 
 
 async def test_respond_deny_never_runs_the_call(server: OpenAIServer) -> None:
@@ -1088,6 +1109,42 @@ async def test_chat_in_a_terminal_asks_about_waiting_calls_first(server: OpenAIS
         os.close(controller)
     assert code == 0
     assert server.requests[-1].body["messages"][-1]["content"] == "4"
+
+
+async def test_a_chat_says_its_session_and_chat_session_goes_on_with_it(server: OpenAIServer) -> None:
+    server.script(text_reply("Hello, Ada."), text_reply("You are Ada."))
+    controller, terminal_end = pty.openpty()
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "rxagent", *on(server, "chat", "--tools", "none"),
+        stdin=terminal_end, stdout=terminal_end, stderr=terminal_end, env=command_env(TERM="dumb"),
+    )  # fmt: skip
+    os.close(terminal_end)
+    terminal = Terminal(controller)
+    try:
+        await asyncio.to_thread(terminal.read_until, "you> ")
+        terminal.type("I am Ada.\n")
+        await asyncio.to_thread(terminal.read_until, "you> ")
+        terminal.type("\x04")  # end of input
+        said = await asyncio.to_thread(terminal.read_until, "goes on with it")
+        code = await asyncio.wait_for(process.wait(), RUN_TIMEOUT_S)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        os.close(controller)
+    assert code == 0
+    found = re.search(r"this chat is session '([^']+)': `rxagent chat --session (\S+)` goes on with it", said)
+    assert found, said
+    assert found.group(1) == found.group(2)
+
+    done = await rxagent(
+        *on(server, "chat", "--tools", "none", "--session", found.group(1)), stdin="Who am I?\n"
+    )
+
+    assert done.code == 0, done.stderr
+    assert "goes on with it" not in done.stderr  # a named session needs no reminder, and a pipe none
+    sent = [m["content"] for m in server.requests[1].body["messages"] if m["role"] != "system"]
+    assert sent == ["I am Ada.", "Hello, Ada.", "Who am I?"]
 
 
 async def test_wrong_answers_are_refused_with_a_sentence_and_record_nothing(

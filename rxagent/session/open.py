@@ -10,8 +10,8 @@ import importlib
 import os
 from pathlib import Path
 from typing import cast
-from urllib.parse import urlsplit, urlunsplit
 
+from rxagent.redaction import mask_url
 from rxagent.session.memory import MemoryStore
 from rxagent.session.store import SessionStore
 
@@ -52,23 +52,19 @@ def store_file(where: str) -> Path | None:
 
 
 def store_name(where: str) -> str:
-    """``where`` as a person reads it: a file's path, ``memory``, or a PostgreSQL URL without its user,
-    password and parameters (a log line must not carry a password).
+    """``where`` as a person reads it: a file's path, ``memory``, or a PostgreSQL URL with its password and
+    secret parameters masked (:func:`~rxagent.redaction.mask_url`: a log line must not carry a password).
 
     Example:
         >>> store_name("postgresql://ada:s3cret@db.example:5433/agents?sslmode=require")
-        'postgresql://db.example:5433/agents'
+        'postgresql://ada:**********@db.example:5433/agents?sslmode=require'
     """
     path = store_file(where)
     if path is not None:
         return str(path)
     if where.strip() in _MEMORY:
         return "memory"
-    parts = urlsplit(where.strip())
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host += f":{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+    return mask_url(where.strip())
 
 
 def open_store(where: str) -> SessionStore:
