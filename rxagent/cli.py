@@ -635,7 +635,8 @@ async def _chat(
 ) -> ExitCode:
     """Runs over the lines of stdin on one session. Calls the session already waits on come first: a
     person on a terminal is asked about them; piped input (meant for the model) is not read as answers,
-    so the chat says what answers them and ends with :attr:`ExitCode.WAITING`."""
+    and an external call's result is not typed here, so then the chat says what answers them and ends with
+    :attr:`ExitCode.WAITING`."""
     prompter = _Prompter(json_lines)
     code = ExitCode.ANSWER
     waiting = waiting_calls(await agent.state(ctx))

@@ -307,7 +307,8 @@ class SessionSummary:
         return first.text.strip().split("\n", 1)[0] if first is not None else ""
 
     def json(self, *, full: bool) -> dict[str, JsonValue]:
-        """The summary as JSON; ``full`` adds the waiting calls and the messages."""
+        """The summary as JSON: counts of its messages and waiting calls, or with ``full`` the waiting calls
+        (each a :class:`~rxagent.state.PendingCall`'s JSON) and the messages themselves."""
         value: dict[str, JsonValue] = {
             "session_id": self.name,
             "state": self.condition,
