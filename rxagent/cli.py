@@ -5,6 +5,12 @@
 ``--json`` prints the event stream as JSON lines for other programs, and nothing else on standard output.
 ``python -m rxagent`` is the same command.
 
+Sessions live in one SQLite file in the user's data folder (:func:`~rxagent.session.default_db_path`;
+``--db`` picks another store, ``--db :memory:`` none that outlives the command). ``run`` and ``chat`` start
+a new session unless given ``--session NAME``; ``rxagent sessions`` lists and shows them, and a run that
+stops for an approval or an external result says which ``rxagent respond`` command answers it (see
+:mod:`rxagent.cli_sessions`).
+
 What a model or a tool wrote is printed as plain text: never read as markup, and with terminal control
 sequences removed (:func:`terminal_safe`), so a file the agent reads cannot style, relink or clear the
 terminal. The exit code says how the run ended (:class:`ExitCode`).
@@ -32,6 +38,20 @@ from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
 from rxagent.agent import AgentInput, AgentOptions, AnyMiddleware, ReActAgent, RunControl, ToolDecision
+from rxagent.agent.react import session_key
+from rxagent.cli_sessions import (
+    DENIED,
+    add_answer_options,
+    answer_advice,
+    list_sessions,
+    make_default_folder,
+    missing_file,
+    new_session_name,
+    refuse_answers,
+    show_session,
+    unknown_session,
+    waiting_calls,
+)
 from rxagent.context import RuntimeContext
 from rxagent.events import (
     AgentEvent,
@@ -49,6 +69,10 @@ from rxagent.events import (
 from rxagent.messages import ToolUseBlock
 from rxagent.model.types import ChatModel
 from rxagent.operators import to_async_iterator
+from rxagent.redaction import mask_url
+from rxagent.session import MemoryStore
+from rxagent.session.open import default_db_path, store_name
+from rxagent.state import PendingCall
 from rxagent.tools.demo import demo_tools
 from rxagent.tools.permissions import Permissions
 from rxagent.tools.toolkit import Toolkit
@@ -181,7 +205,16 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=_HelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    common = argparse.ArgumentParser(add_help=False)
+    storage = argparse.ArgumentParser(add_help=False)
+    storage.add_argument(
+        "--db",
+        default=os.environ.get("RXAGENT_DB") or str(default_db_path()),
+        metavar="PATH_OR_URL",
+        help="where sessions live: a SQLite file (created if missing), postgresql://…, or :memory: (kept "
+        "only while the command runs); the default is $RXAGENT_DB, else sessions.db in the user's data "
+        "folder ($XDG_DATA_HOME/rxagent, else ~/.local/share/rxagent)",
+    )
+    common = argparse.ArgumentParser(add_help=False, parents=[storage])
     common.add_argument(
         "--model", default="local", help="'local' (the embedded GGUF) or a model name on --base-url"
     )
@@ -221,19 +254,15 @@ def _parser() -> argparse.ArgumentParser:
         default=False,
         help="make the first step call a tool",
     )
-    common.add_argument(
-        "--db",
-        default=os.environ.get("RXAGENT_DB") or None,
-        metavar="PATH_OR_URL",
-        help="where sessions live: a SQLite file (created if missing) or postgresql://… "
-        "(default: $RXAGENT_DB, else memory, which forgets the session when the command ends)",
-    )
-    one_session = argparse.ArgumentParser(add_help=False)
-    one_session.add_argument(
+    events_json = argparse.ArgumentParser(add_help=False)
+    events_json.add_argument(
         "--json", action="store_true", help="print every event as a JSON line, and nothing else, on stdout"
     )
+    one_session = argparse.ArgumentParser(add_help=False, parents=[events_json])
     one_session.add_argument(
-        "--session", default="cli", help="the session to continue (with --db, across invocations)"
+        "--session",
+        metavar="NAME",
+        help="continue this session (default: a new one; `rxagent sessions` lists them)",
     )
     run = commands.add_parser(
         "run",
@@ -250,6 +279,34 @@ def _parser() -> argparse.ArgumentParser:
         epilog=_EPILOG,
         formatter_class=_HelpFormatter,
     )
+    sessions = commands.add_parser(
+        "sessions",
+        parents=[storage],
+        help="list the stored sessions, or show one: where it stands, its messages, the calls it waits on",
+        formatter_class=_HelpFormatter,
+    )
+    sessions.add_argument(
+        "session", nargs="?", metavar="SESSION", help="show this session (default: list all)"
+    )
+    sessions.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object a line: a summary per session, or the whole session shown",
+    )
+    respond = commands.add_parser(
+        "respond",
+        parents=[common, events_json],
+        help="answer the calls a session waits on (approve, deny, give a result) and carry its run on",
+        description="Answer the calls SESSION waits on, then carry its run on, shown as `run` shows it "
+        "(same --json, same exit codes). The answers are checked first: a call that is not waiting, the "
+        "wrong kind of answer, or --args the tool's schema refuses end the command with exit code "
+        f"{ExitCode.USAGE} and record nothing. Give it the model and tool options the run had (the command "
+        f"that stopped said which); a denied call's result tells the model '{DENIED}'.",
+        epilog=_EPILOG,
+        formatter_class=_HelpFormatter,
+    )
+    respond.add_argument("session", metavar="SESSION", help="the session to answer")
+    add_answer_options(respond)
     serve = commands.add_parser(
         "serve",
         parents=[common],
@@ -349,6 +406,7 @@ def _agent(args: argparse.Namespace, model: ChatModel, toolkit: Toolkit) -> ReAc
         from rxagent.telemetry import Telemetry
 
         middleware.append(Telemetry())
+    make_default_folder(args.db)
     return ReActAgent(
         model,
         toolkit,
@@ -533,6 +591,11 @@ async def _run_once(
                 if isinstance(event, AgentResult):
                     result = event
         except BrokenPipeError:  # the reader of stdout went away: not the run's failure
+            # Leaving the loop cancelled the run, which records its end in the background: wait for that
+            # (the session's next turn starts once it is done) before the command closes the store.
+            turn = agent.keeper.turn(session_key(ctx))
+            await turn.acquire()
+            turn.release()
             raise
         except Exception as error:
             # A failed run may end with an AgentResult (reason ERROR) before its error, or with the error
@@ -567,25 +630,45 @@ class _Prompter:
             return None
 
 
-async def _chat(agent: ReActAgent, ctx: RuntimeContext, output: _Output, json_lines: bool) -> ExitCode:
+async def _chat(
+    agent: ReActAgent, ctx: RuntimeContext, output: _Output, json_lines: bool, advice: _Advice
+) -> ExitCode:
+    """Runs over the lines of stdin on one session. Calls the session already waits on come first: a
+    person on a terminal is asked about them; piped input (meant for the model) is not read as answers,
+    and an external call's result is not typed here, so then the chat says what answers them and ends with
+    :attr:`ExitCode.WAITING`."""
     prompter = _Prompter(json_lines)
     code = ExitCode.ANSWER
+    waiting = waiting_calls(await agent.state(ctx))
+    if waiting and (not prompter.interactive or any(p.kind != "ask" for p in waiting)):
+        output.note(advice(waiting))
+        return ExitCode.WAITING
+    asking = [p.call for p in waiting]
     while True:
-        line = await prompter.line("you> ")
-        if line is None or not line.strip():
-            return code
-        code, result = await _run_once(agent, line, ctx, output)
-        while result is not None and result.reason == "PERMISSION_ASKING":
-            decisions: list[ToolDecision] = []
-            for call in result.pending:
-                answer = await prompter.line(f"allow {_call_text(call)}? [y/N] ", always=True)
-                if answer is None:
-                    return ExitCode.WAITING
-                allow = answer.strip().lower() in ("y", "yes")
-                decisions.append(
-                    ToolDecision(call.id, allow=allow, reason="" if allow else "the user said no")
-                )
+        if asking:
+            decisions = await _decide(prompter, asking)
+            if decisions is None:  # the input ended before every call had an answer
+                output.note(advice(waiting_calls(await agent.state(ctx))))
+                return ExitCode.WAITING
             code, result = await _run_once(agent, decisions, ctx, output)
+        else:
+            line = await prompter.line("you> ")
+            if line is None or not line.strip():
+                return code
+            code, result = await _run_once(agent, line, ctx, output)
+        asking = list(result.pending) if result is not None and result.reason == "PERMISSION_ASKING" else []
+
+
+async def _decide(prompter: _Prompter, calls: Sequence[ToolUseBlock]) -> list[ToolDecision] | None:
+    """Ask about each call in turn: allow it? (``None``: the input ended first)."""
+    decisions: list[ToolDecision] = []
+    for call in calls:
+        answer = await prompter.line(f"allow {_call_text(call)}? [y/N] ", always=True)
+        if answer is None:
+            return None
+        allow = answer.strip().lower() in ("y", "yes")
+        decisions.append(ToolDecision(call.id, allow=allow, reason="" if allow else DENIED))
+    return decisions
 
 
 async def _main(args: argparse.Namespace, toolkit: Toolkit) -> ExitCode:
@@ -601,17 +684,91 @@ async def _main(args: argparse.Namespace, toolkit: Toolkit) -> ExitCode:
             if args.json
             else _Display(Console(highlight=False, markup=False, emoji=False, soft_wrap=True))
         )
-        ctx = RuntimeContext(session_id=args.session)
-        if args.command == "run":
-            code, _ = await _run_once(agent, args.prompt, ctx, output)
-            return code
-        return await _chat(agent, ctx, output, args.json)
+        return await _on_session(args, agent, output)
     finally:
         if agent is not None:
             await agent.aclose()
         close: Any = getattr(model, "aclose", None)
         if close is not None:
             await close()
+
+
+async def _sessions(args: argparse.Namespace) -> ExitCode:
+    """``rxagent sessions [SESSION]``: list the store's sessions, or show one."""
+    if args.session is None:
+        await list_sessions(args.db, json_lines=args.json)
+        return ExitCode.ANSWER
+    if not await show_session(args.db, args.session, json_lines=args.json):
+        print(f"rxagent: {terminal_safe(unknown_session(args.db, args.session))}", file=sys.stderr)
+        return ExitCode.USAGE
+    return ExitCode.ANSWER
+
+
+_Advice = Callable[[Sequence[PendingCall]], str]
+"""Says what answers the calls a session waits on (see :func:`rxagent.cli_sessions.answer_advice`)."""
+
+
+async def _on_session(args: argparse.Namespace, agent: ReActAgent, output: _Output) -> ExitCode:
+    """``run``, ``chat`` or ``respond`` on the session ``--session`` (or ``respond``'s SESSION) names, a new
+    one when none is named. A command that ends with calls waiting says what answers them."""
+    named: str | None = args.session
+    session = named or await new_session_name(agent.store)
+    ctx = RuntimeContext(session_id=session)
+
+    def advice(waiting: Sequence[PendingCall]) -> str:
+        if isinstance(agent.store, MemoryStore):
+            return (
+                f"{answer_advice(session, waiting)}; but this session was kept in memory only (--db "
+                f"{args.db}), and ends with this command: give a --db to answer it later"
+            )
+        return answer_advice(session, waiting, _agent_options(args))
+
+    if args.command == "chat":
+        code = await _chat(agent, ctx, output, args.json, advice)
+        if named is None and _Prompter(args.json).interactive and not isinstance(agent.store, MemoryStore):
+            output.note(
+                f"this chat is session {session!r}: `rxagent chat --session {session}` goes on with it"
+            )
+        return code
+    if args.command == "respond":
+        refused = await refuse_answers(agent, ctx, args.answers, args.db)
+        if refused is not None:
+            output.note(refused)
+            return ExitCode.USAGE
+        code, _ = await _run_once(agent, args.answers, ctx, output)
+    else:
+        waiting = waiting_calls(await agent.state(ctx))
+        if waiting:  # new text would be refused: say what answers the calls first
+            output.note(advice(waiting))
+            return ExitCode.WAITING
+        code, _ = await _run_once(agent, args.prompt, ctx, output)
+    if code == ExitCode.WAITING:
+        output.note(advice(waiting_calls(await agent.state(ctx))))
+    return code
+
+
+def _agent_options(args: argparse.Namespace) -> list[str]:
+    """The options of this command that ``rxagent respond`` needs to run the same agent on the same store:
+    those not at their defaults, as command-line words (a URL's credentials masked: they are never shown)."""
+    defaults = vars(_parser().parse_args(["respond", "-", "--deny", "-"]))
+    words: list[str] = []
+    for dest, default in defaults.items():
+        value = getattr(args, dest, default)
+        if dest in ("command", "session", "json", "answers") or value == default:
+            continue
+        flag = "--" + dest.replace("_", "-")
+        if isinstance(value, bool):
+            words.append(flag if value else f"--no-{flag[2:]}")
+        elif isinstance(value, list):
+            for item in value:  # pyright: ignore[reportUnknownVariableType]
+                words.extend((flag, str(item)))  # pyright: ignore[reportUnknownArgumentType]
+        elif dest == "db":
+            words.extend((flag, store_name(str(value))))
+        elif dest == "base_url":
+            words.extend((flag, mask_url(str(value))))
+        else:
+            words.extend((flag, str(value)))
+    return words
 
 
 async def _serve(args: argparse.Namespace, toolkit: Toolkit, settings: ServeSettings) -> ExitCode:
@@ -633,6 +790,7 @@ async def _serve(args: argparse.Namespace, toolkit: Toolkit, settings: ServeSett
         await server.start()
         try:
             print(f"listening on {server.url}", flush=True)
+            logging.getLogger("rxagent.serve").info("sessions are kept in %s", store_name(args.db))
             await stop.wait()
             logging.getLogger("rxagent.serve").info("stopping: interrupting runs, closing connections")
         finally:
@@ -690,6 +848,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = _parser()
     args = parser.parse_args(argv)
+    if args.command == "sessions":  # only the store: no model, no tools
+        return _exit_code_of(lambda: asyncio.run(_sessions(args)))
+    if args.command == "respond":
+        if not args.answers:
+            parser.error(
+                "respond needs an answer: --approve CALL_ID, --deny CALL_ID or --result CALL_ID TEXT"
+            )
+        if missing_file(args.db):  # no such session, and answering creates no store
+            print(f"rxagent: {terminal_safe(unknown_session(args.db, args.session))}", file=sys.stderr)
+            return ExitCode.USAGE
     if args.model != "local" and not args.base_url:
         parser.error("--model NAME needs --base-url (or use --model local)")
     try:
@@ -704,7 +872,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"--otel needs the extra: pip install 'rxagent[otel]' ({error})")
     if args.base_url and not os.environ.get(args.api_key_env):
         print(f"rxagent: no ${args.api_key_env} set: sending no API key", file=sys.stderr)
-    try:
+
+    def work() -> int:
         if settings is not None:
             if args.log_json:
                 from rxagent.logs import json_log_handler
@@ -718,6 +887,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
             return asyncio.run(_serve(args, toolkit, settings))
         return asyncio.run(_main(args, toolkit))
+
+    return _exit_code_of(work)
+
+
+def _exit_code_of(work: Callable[[], int]) -> int:
+    """``work()``'s exit code, and one for each way the command can stop short."""
+    try:
+        return work()
     except KeyboardInterrupt:
         return ExitCode.INTERRUPTED
     except BrokenPipeError:  # the reader went away (`rxagent run … --json | head`): not an error

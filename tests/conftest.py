@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +14,16 @@ from tests.model.openai_server import OpenAIServer
 from tests.postgres_server import TestPostgres
 
 _started_postgres: list[TestPostgres] = []
+
+
+@pytest.fixture(autouse=True)
+def user_data_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test's own ``$XDG_DATA_HOME`` (and no ``$RXAGENT_DB``): the ``rxagent`` command keeps its
+    sessions there by default, so no test, and no command a test starts, writes into the real home."""
+    folder = tmp_path_factory.mktemp("data-home")
+    monkeypatch.setenv("XDG_DATA_HOME", str(folder))
+    monkeypatch.delenv("RXAGENT_DB", raising=False)
+    return folder
 
 
 @pytest.fixture

@@ -4,6 +4,13 @@ Most tests run the real command (``python -m rxagent``) in a subprocess against 
 OpenAI-compatible server (tests/model/openai_server.py), scripted to answer with text or with a tool
 call, so what the command does with a tool call does not depend on what a model chooses. The ``llm`` tests
 run it on the embedded model and check only what rxagent guarantees.
+
+Every test has its own ``$XDG_DATA_HOME`` (tests/conftest.py), where the command keeps its sessions by
+default: no command a test starts writes into the real home. Bad inputs tried on ``respond`` and
+``sessions``: an unknown session (and a store file that does not exist), an unknown call id, a call answered
+already, two answers for one call, ``--result`` for a call that asks, ``--approve`` for an external call,
+``--args`` that is not JSON, not an object, misplaced or given twice, or refused by the tool's schema, an
+approval of a tool the command was not given, and no answer at all.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import os
 import pty
 import re
 import select
+import shlex
 import signal
 import sys
 import threading
@@ -26,8 +34,14 @@ from typing import Any
 
 import pytest
 
+from rxagent import ScriptedModel, ScriptedResponse, ScriptedToolCall
+from rxagent.agent import ReActAgent
 from rxagent.cli import ExitCode, exit_code_for, main, terminal_safe
+from rxagent.context import RuntimeContext
 from rxagent.events import RunReason, event_from_json
+from rxagent.session import SQLiteStore, default_db_path, store_file, store_name
+from rxagent.tools import Toolkit, tool
+from tests.examples import run_examples
 from tests.model.openai_server import (
     OpenAIServer,
     Reply,
@@ -704,3 +718,496 @@ async def test_a_session_in_a_database_continues_across_invocations(
     other = await rxagent(*on(server, "run", "Who am I?", "--session", "bob", "--db", db, "--json"))
     assert other.code == 1  # the server has no third reply scripted: the point is what was sent
     assert sent(2) == ["Who am I?"]
+
+
+# ---- sessions: the default store, calls that wait, `sessions` and `respond` -----------------------------
+
+ASK = ("--tools", "calculator", "--ask", "calc*")
+"""A calculator whose calls wait for an approval."""
+
+
+def default_db() -> Path:
+    """Where the command keeps sessions in this test (conftest gives each test its own $XDG_DATA_HOME)."""
+    return Path(os.environ["XDG_DATA_HOME"]) / "rxagent" / "sessions.db"
+
+
+def advised(stderr: str) -> list[str]:
+    """The arguments of the first `rxagent respond …` command ``stderr`` says to run."""
+    found = re.search(r"run `rxagent (respond [^`]*)`", stderr)
+    assert found, stderr
+    return shlex.split(found.group(1))
+
+
+async def head_of(db: Path, session: str) -> int:
+    """How many facts the SQLite file ``db`` holds for ``session``."""
+    store = SQLiteStore(db)
+    try:
+        return await store.head((None, session))
+    finally:
+        await store.aclose()
+
+
+async def in_process(capsys: pytest.CaptureFixture[str], *argv: str) -> Completed:
+    """``main(argv)`` in a thread of its own (the loopback server keeps this loop), with what it printed."""
+
+    def call() -> int:
+        try:
+            return main(list(argv))
+        except SystemExit as exited:  # a usage error; raised on this loop it would stop the loop
+            return int(exited.code or 0)
+
+    code = await asyncio.to_thread(call)
+    out, err = capsys.readouterr()
+    return Completed(code, out, err)
+
+
+async def waiting_session(server: OpenAIServer, *options: str) -> tuple[Completed, list[str]]:
+    """A run stopped by a calculator call that waits for approval; what it printed and the command it
+    says answers the call."""
+    server.script(call_reply("calculator", {"expression": "2 + 2"}))
+    waiting = await rxagent(*on(server, "run", "What is 2 + 2?", *ASK, *options))
+    assert waiting.code == ExitCode.WAITING, waiting.stderr
+    return waiting, advised(waiting.stderr)
+
+
+def test_the_command_keeps_sessions_in_the_users_data_folder_and_the_help_says_where(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    assert default_db_path() == default_db()
+    for command in ("run", "chat", "sessions", "respond", "serve"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        text = "".join(capsys.readouterr().out.split())  # argparse wraps lines, even at hyphens
+        assert f"(default:{default_db()})" in text, command
+        assert "$XDG_DATA_HOME/rxagent,else~/.local/share/rxagent" in text
+    for documented in (default_db_path, store_file, store_name):
+        assert run_examples(documented) == (0, 1)
+    # Without $XDG_DATA_HOME (or with a relative one, which the XDG specification says to ignore): the home.
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for value in (None, "relative/data"):
+        if value is None:
+            monkeypatch.delenv("XDG_DATA_HOME")
+        else:
+            monkeypatch.setenv("XDG_DATA_HOME", value)
+        assert default_db_path() == tmp_path / ".local" / "share" / "rxagent" / "sessions.db"
+
+
+async def test_a_run_lands_in_the_default_sqlite_file_and_sessions_lists_it(server: OpenAIServer) -> None:
+    server.script(text_reply("Hello, Ada."), text_reply("Hello again."))
+    assert not default_db().parent.exists()
+
+    first = await rxagent(*on(server, "run", "Hi, I am Ada.\nSecond line.", "--tools", "none"))
+    later = await rxagent(*on(server, "run", "Hello?", "--tools", "none", "--session", "named", "--json"))
+
+    assert (first.code, later.code) == (0, 0), first.stderr + later.stderr
+    assert default_db().is_file()
+    assert default_db().parent.stat().st_mode & 0o777 == 0o700  # conversations: the owner's alone
+    listed = await rxagent("sessions", "--json")
+    assert listed.code == 0, listed.stderr
+    rows = listed.events()
+    assert [(r["state"], r["messages"], r["first_input"]) for r in rows] == [
+        ("idle", 2, "Hello?"),
+        ("idle", 2, "Hi, I am Ada."),
+    ]
+    generated = rows[1]["session_id"]
+    assert re.fullmatch(r"\d{8}-\d{6}-[0-9a-f]{4}", generated)  # a new session per run, named by its time
+    server.script(text_reply("Hidden?"))
+    hostile = await rxagent(
+        *on(server, "run", "\x1b]0;title\x07hi", "--tools", "none", "--session", "a\x1b[2Jb")
+    )
+    assert hostile.code == 0, hostile.stderr
+    table = await rxagent("sessions")
+    assert_terminal_safe(table.stdout)
+    assert re.search(r"^ab  .*  idle +2 +hi$", table.stdout, re.MULTILINE)
+    shown = await rxagent("sessions", "a\x1b[2Jb")
+    assert_terminal_safe(shown.stdout)
+    assert shown.stdout.startswith("session 'ab': idle")
+    assert table.stdout.splitlines()[0].split() == [
+        "SESSION",
+        "UPDATED",
+        "STATE",
+        "MESSAGES",
+        "FIRST",
+        "INPUT",
+    ]
+    assert re.search(rf"^{generated}  \S+ \S+  idle +2 +Hi, I am Ada\.$", table.stdout, re.MULTILINE)
+
+
+async def test_a_run_without_a_home_for_data_lands_in_the_home(server: OpenAIServer, tmp_path: Path) -> None:
+    server.script(text_reply("Hi."))
+    env = {k: v for k, v in command_env(HOME=str(tmp_path)).items() if k != "XDG_DATA_HOME"}
+
+    done = await rxagent(*on(server, "run", "hi", "--tools", "none"), env=env)
+
+    assert done.code == 0, done.stderr
+    assert (tmp_path / ".local" / "share" / "rxagent" / "sessions.db").is_file()
+    assert not default_db().parent.exists()
+
+
+async def test_serve_keeps_sessions_in_the_default_file_and_says_so(server: OpenAIServer) -> None:
+    process = await start(*on(server, "serve", "--port", "0", "--tools", "none"))
+    assert process.stdout is not None
+    assert process.stderr is not None
+    first = (await asyncio.wait_for(process.stdout.readline(), RUN_TIMEOUT_S)).decode()
+    assert first.startswith("listening on http://127.0.0.1:")
+    said = ""
+    while "sessions are kept in" not in said:
+        line = (await asyncio.wait_for(process.stderr.readline(), RUN_TIMEOUT_S)).decode()
+        assert line, "the server ended without saying where its sessions are"
+        said = line
+    process.send_signal(signal.SIGTERM)
+    done = await finish(process)
+
+    assert done.code == 0, done.stderr
+    assert said.rstrip().endswith(f"rxagent.serve: sessions are kept in {default_db()}")
+    assert default_db().is_file()
+
+
+def test_a_postgresql_store_is_named_without_its_password() -> None:
+    url = "postgresql://ada:s3cret@db.example:5433/agents?sslmode=require&password=s3cret"
+    assert store_name(url) == (
+        "postgresql://ada:**********@db.example:5433/agents?sslmode=require&password=**********"
+    )
+    assert (store_name(":memory:"), store_name("sqlite:////tmp/s.db")) == ("memory", "/tmp/s.db")
+
+
+async def test_db_memory_leaves_no_file(server: OpenAIServer) -> None:
+    server.script(text_reply("Hi."), call_reply("calculator", {"expression": "2 + 2"}))
+
+    done = await rxagent(*on(server, "run", "hi", "--tools", "none", "--db", ":memory:"))
+    waiting = await rxagent(*on(server, "run", "2 + 2?", *ASK, "--db", ":memory:"))
+
+    assert done.code == 0, done.stderr
+    assert waiting.code == ExitCode.WAITING
+    assert "kept in memory only (--db :memory:), and ends with this command" in waiting.stderr
+    assert not default_db().parent.exists()
+    listed = await rxagent("sessions")  # reading creates nothing either
+    assert (listed.code, listed.stdout) == (0, f"no sessions yet in {default_db()}\n")
+    assert not default_db().parent.exists()
+
+
+async def test_respond_approve_runs_the_call_and_carries_the_run_on(server: OpenAIServer) -> None:
+    waiting, command = await waiting_session(server)
+    session = command[1]
+
+    # The command that stopped says, in one sentence, which command answers the call: with the options
+    # that make the same agent (the model, the tools, the approvals), and nothing else.
+    assert (
+        f"rxagent: session {session!r} waits for an answer to call call_1 "
+        f'(calculator {{"expression": "2 + 2"}}): run `rxagent respond {session} --approve call_1 '
+    ) in waiting.stderr
+    assert "` or `--deny call_1`" in waiting.stderr
+    assert command[2:] == [
+        "--approve", "call_1", "--model", "test-model", "--base-url", server.base_url,
+        "--tools", "calculator", "--ask", "calc*",
+    ]  # fmt: skip
+    server.script(text_reply("It is 4."))
+    done = await rxagent(*command, "--json")
+
+    assert done.code == ExitCode.ANSWER, done.stderr
+    events = done.events()  # streamed as `run --json` streams: JSON lines only, the result last
+    assert {e["session_id"] for e in events} == {session}
+    [result] = [e["result"] for e in events if e["type"] == "tool_result"]
+    assert (result["status"], result["output"][0]["text"]) == ("ok", "4")
+    assert events[-1]["type"] == "agent_result"
+    assert events[-1]["reason"] == "MODEL_STOP"
+    assert server.requests[-1].body["messages"][-1] == {
+        "role": "tool",
+        "tool_call_id": "call_1",
+        "content": "4",
+    }
+    shown = await rxagent("sessions", session)
+    assert f"session {session!r}: idle · 4 message(s)" in shown.stdout
+    assert "waiting:" not in shown.stdout
+
+
+async def test_the_command_it_names_never_shows_a_password(server: OpenAIServer) -> None:
+    server.script(call_reply("calculator", {"expression": "2 + 2"}))
+    base_url = server.base_url.replace("http://", "http://ada:hunter2@")
+
+    waiting = await rxagent("run", "2 + 2?", *ASK, "--base-url", base_url, "--model", "test-model")
+
+    assert waiting.code == ExitCode.WAITING, waiting.stderr
+    assert "hunter2" not in waiting.stderr
+    command = advised(waiting.stderr)
+    assert command[command.index("--base-url") + 1] == base_url.replace("hunter2", "**********")
+
+
+async def test_respond_deny_never_runs_the_call(server: OpenAIServer) -> None:
+    _, command = await waiting_session(server)
+    command[2] = "--deny"
+    server.script(text_reply("As you wish."))
+
+    done = await rxagent(*command, "--json")
+
+    assert done.code == ExitCode.ANSWER, done.stderr
+    events = done.events()
+    assert not [e for e in events if e["type"] in ("tool_execution_started", "tool_result")]
+    # The denial is the first message the run completes: the tool's result, which the model sees next.
+    tool_message = next(e["message"] for e in events if e["type"] == "message_completed")
+    [result] = tool_message["content"]
+    assert (result["status"], result["output"][0]["text"]) == (
+        "denied",
+        "The user denied this call: the user said no.",
+    )
+    assert events[-1]["reason"] == "MODEL_STOP"
+    assert server.requests[-1].body["messages"][-1] == {
+        "role": "tool",
+        "tool_call_id": "call_1",
+        "content": "The user denied this call: the user said no.",
+    }
+
+
+async def test_respond_with_edited_arguments_runs_them_and_refuses_what_the_schema_refuses(
+    server: OpenAIServer, tmp_path: Path
+) -> None:
+    db = tmp_path / "sessions.db"
+    _, command = await waiting_session(server, "--session", "edit", "--db", str(db))
+    recorded = await head_of(db, "edit")
+
+    for wrong in ('{"expression": ["2", "+", "2"]}', '{"expression": "1", "shell": "rm -rf /"}', "{}"):
+        refused = await rxagent(*command, "--args", wrong)
+        assert refused.code == ExitCode.USAGE == 2, refused.stderr
+        assert "rxagent: call 'call_1': the edited arguments were refused: " in refused.stderr
+        assert refused.stdout == ""
+    assert await head_of(db, "edit") == recorded  # nothing recorded
+    assert len(server.requests) == 1
+
+    server.script(text_reply("It is 9."))
+    done = await rxagent(*command, "--args", '{"expression": "3 * 3"}', "--json")
+
+    assert done.code == 0, done.stderr
+    [result] = [e["result"] for e in done.events() if e["type"] == "tool_result"]
+    assert result["output"][0]["text"] == "9"
+    shown = json.loads((await rxagent("sessions", "edit", "--db", str(db), "--json")).stdout)
+    [call] = shown["messages"][1]["content"]  # the history keeps the call as it ran
+    assert call["input"] == {"expression": "3 * 3"}
+
+
+async def test_respond_result_answers_an_external_call_a_program_left_waiting(
+    server: OpenAIServer, tmp_path: Path
+) -> None:
+    # The demo tools have no external tool, so a Python program with one leaves the session waiting in the
+    # same store; the command line answers it.
+    db = tmp_path / "sessions.db"
+
+    @tool(external=True)
+    def sign(document: str) -> str:
+        """A person signs the document elsewhere.
+
+        Args:
+            document: what to sign.
+        """
+        raise AssertionError("an external tool does not run here")
+
+    model = ScriptedModel([ScriptedResponse(tool_calls=[ScriptedToolCall("sign", {"document": "lease"})])])
+    agent = ReActAgent(model, Toolkit([sign]), store=str(db))
+    try:
+        suspended = await agent.call("Get the lease signed.", RuntimeContext(session_id="lease"))
+    finally:
+        await agent.aclose()
+    assert suspended.reason == "TOOL_SUSPENDED"
+
+    shown = await rxagent("sessions", "lease", "--db", str(db))
+    assert '  call_1  sign {"document": "lease"}  waits for its external result\n' in shown.stdout
+    assert "run `rxagent respond lease --result call_1 TEXT`" in shown.stdout
+    refused = await rxagent(*on(server, "respond", "lease", "--approve", "call_1", "--db", str(db)))
+    assert refused.code == 2
+    assert "call 'call_1' is an external tool's: give its result with --result call_1 TEXT" in refused.stderr
+
+    server.script(text_reply("Signed."))
+    done = await rxagent(
+        *on(
+            server,
+            "respond",
+            "lease",
+            "--result",
+            "call_1",
+            "signed by Ada",
+            "--tools",
+            "none",
+            "--db",
+            str(db),
+        )
+    )
+
+    assert done.code == 0, done.stderr
+    assert done.stdout.endswith("Signed.\nMODEL_STOP · 1 step(s) · 11 in / 3 out tokens\n")
+    assert server.requests[-1].body["messages"][-1]["content"] == "signed by Ada"
+
+
+async def test_sessions_shows_a_waiting_session_and_what_answers_it(server: OpenAIServer) -> None:
+    await waiting_session(server, "--session", "show-me")
+
+    shown = await rxagent("sessions", "show-me")
+    as_json = await rxagent("sessions", "show-me", "--json")
+
+    assert shown.code == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert re.fullmatch(
+        r"session 'show-me': waiting for approval · 2 message\(s\) · updated \S+ \S+", lines[0]
+    )
+    assert lines[1:6] == [
+        "user: What is 2 + 2?",
+        "assistant:",
+        '  ⚙ calculator({"expression": "2 + 2"})',
+        "waiting:",
+        '  call_1  calculator {"expression": "2 + 2"}  asks for approval (--ask calc*)',
+    ]
+    assert "run `rxagent respond show-me --approve call_1` or `--deny call_1`" in lines[6]
+    session = json.loads(as_json.stdout)
+    assert (session["session_id"], session["state"]) == ("show-me", "waiting_for_approval")
+    [pending] = session["waiting"]
+    assert (pending["kind"], pending["call"]["id"], pending["call"]["input"]) == (
+        "ask", "call_1", {"expression": "2 + 2"}
+    )  # fmt: skip
+    assert [m["role"] for m in session["messages"]] == ["user", "assistant"]
+    listed = await rxagent("sessions")
+    assert re.search(r"^show-me  .* waiting for approval  2 +What is 2 \+ 2\?$", listed.stdout, re.MULTILINE)
+
+
+async def test_run_and_piped_chat_on_a_waiting_session_say_what_to_run(server: OpenAIServer) -> None:
+    _, command = await waiting_session(server, "--session", "w")
+    asked = len(server.requests)
+
+    again = await rxagent(*on(server, "run", "Hello?", *ASK, "--session", "w"))
+    chat = await rxagent(*on(server, "chat", *ASK, "--session", "w"), stdin="y\nHello?\n")
+
+    for done in (again, chat):
+        assert done.code == ExitCode.WAITING, done.stderr
+        assert advised(done.stderr) == command
+        assert "PendingToolCallsError" not in done.stderr
+        assert done.stdout == ""
+    assert len(server.requests) == asked  # nothing was sent to the model, and nothing was answered
+    assert "waiting for approval" in (await rxagent("sessions", "w")).stdout
+
+
+async def test_chat_in_a_terminal_asks_about_waiting_calls_first(server: OpenAIServer) -> None:
+    await waiting_session(server, "--session", "t")
+    server.script(text_reply("It is 4."))
+    controller, terminal_end = pty.openpty()
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "rxagent", *on(server, "chat", *ASK, "--session", "t"),
+        stdin=terminal_end, stdout=terminal_end, stderr=terminal_end, env=command_env(TERM="dumb"),
+    )  # fmt: skip
+    os.close(terminal_end)
+    terminal = Terminal(controller)
+    try:
+        asked = await asyncio.to_thread(terminal.read_until, "? [y/N] ")
+        assert 'allow calculator({"expression": "2 + 2"})? [y/N] ' in asked
+        assert "you> " not in asked  # the calls come before any new input
+        terminal.type("y\n")
+        answered = await asyncio.to_thread(terminal.read_until, "you> ")
+        assert "→ ok: 4" in answered
+        assert "It is 4." in answered
+        terminal.type("\x04")  # end of input
+        code = await asyncio.wait_for(process.wait(), RUN_TIMEOUT_S)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        os.close(controller)
+    assert code == 0
+    assert server.requests[-1].body["messages"][-1]["content"] == "4"
+
+
+async def test_a_chat_says_its_session_and_chat_session_goes_on_with_it(server: OpenAIServer) -> None:
+    server.script(text_reply("Hello, Ada."), text_reply("You are Ada."))
+    controller, terminal_end = pty.openpty()
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "rxagent", *on(server, "chat", "--tools", "none"),
+        stdin=terminal_end, stdout=terminal_end, stderr=terminal_end, env=command_env(TERM="dumb"),
+    )  # fmt: skip
+    os.close(terminal_end)
+    terminal = Terminal(controller)
+    try:
+        await asyncio.to_thread(terminal.read_until, "you> ")
+        terminal.type("I am Ada.\n")
+        await asyncio.to_thread(terminal.read_until, "you> ")
+        terminal.type("\x04")  # end of input
+        said = await asyncio.to_thread(terminal.read_until, "goes on with it")
+        code = await asyncio.wait_for(process.wait(), RUN_TIMEOUT_S)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        os.close(controller)
+    assert code == 0
+    found = re.search(r"this chat is session '([^']+)': `rxagent chat --session (\S+)` goes on with it", said)
+    assert found, said
+    assert found.group(1) == found.group(2)
+
+    done = await rxagent(
+        *on(server, "chat", "--tools", "none", "--session", found.group(1)), stdin="Who am I?\n"
+    )
+
+    assert done.code == 0, done.stderr
+    assert "goes on with it" not in done.stderr  # a named session needs no reminder, and a pipe none
+    sent = [m["content"] for m in server.requests[1].body["messages"] if m["role"] != "system"]
+    assert sent == ["I am Ada.", "Hello, Ada.", "Who am I?"]
+
+
+async def test_wrong_answers_are_refused_with_a_sentence_and_record_nothing(
+    server: OpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = str(tmp_path / "sessions.db")
+    _, command = await waiting_session(server, "--session", "s", "--db", db)
+    recorded = await head_of(Path(db), "s")
+    respond = [*command[:2], *command[4:]]  # `respond s` and the run's options, without an answer
+
+    async def refused(*answer: str) -> str:
+        done = await in_process(capsys, *respond, *answer)
+        assert done.code == ExitCode.USAGE, (answer, done.stderr)
+        assert done.stdout == ""
+        assert await head_of(Path(db), "s") == recorded, answer
+        return " ".join(done.stderr.split())
+
+    assert "respond needs an answer: --approve CALL_ID" in await refused()
+    assert "session 's' has no call 'call_9' (the calls it waits on: call_1)" in await refused(
+        "--approve", "call_9"
+    )
+    assert (
+        "call 'call_1' asks for approval: answer it with --approve call_1 or --deny call_1"
+        in await refused("--result", "call_1", "4")
+    )
+    assert "two answers for tool call 'call_1'" in await refused("--approve", "call_1", "--deny", "call_1")
+    assert "--args must be a JSON object, and it is not JSON: Expecting value" in await refused(
+        "--approve", "call_1", "--args", "expression=2"
+    )
+    assert "--args must be a JSON object such as" in await refused("--approve", "call_1", "--args", "[1]")
+    assert "not a list" in await refused("--approve", "call_1", "--args", '["2 + 2"]')
+    assert "--args comes right after the --approve CALL_ID" in await refused("--args", "{}")
+    assert "--args comes right after the --approve CALL_ID" in await refused(
+        "--deny", "call_1", "--args", "{}"
+    )
+    assert "--args given twice for call 'call_1'" in await refused(
+        "--approve", "call_1", "--args", "{}", "--args", "{}"
+    )
+    assert "the tool 'calculator', which this command was not given" in await refused(
+        "--approve", "call_1", "--tools", "clock"
+    )
+    unknown = await in_process(capsys, "respond", "nobody", "--approve", "call_1", "--db", db)
+    assert (unknown.code, unknown.stderr) == (
+        2,
+        f"rxagent: no session 'nobody' in {db} (`rxagent sessions` lists them)\n",
+    )
+    unknown = await in_process(capsys, "sessions", "nobody", "--db", db)
+    assert (unknown.code, unknown.stderr) == (
+        2,
+        f"rxagent: no session 'nobody' in {db} (`rxagent sessions` lists them)\n",
+    )
+    nowhere = await in_process(
+        capsys, "respond", "s", "--approve", "call_1", "--db", str(tmp_path / "none.db")
+    )
+    assert nowhere.code == 2
+    assert not (tmp_path / "none.db").exists()  # answering creates no store
+    assert len(server.requests) == 1
+
+    # Answered once, the call is answered: a second answer is refused, and so is approving it again.
+    server.script(text_reply("It is 4."))
+    assert (await in_process(capsys, *respond, "--approve", "call_1")).code == 0
+    recorded = await head_of(Path(db), "s")
+    assert (
+        "call 'call_1' of session 's' is not waiting: it has its result already (the calls it waits on: none)"
+        in await refused("--deny", "call_1")
+    )

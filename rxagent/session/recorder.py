@@ -29,6 +29,7 @@ everything but its last ``flush_interval`` in the log.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import operator
@@ -237,7 +238,26 @@ class Recorder:
         if not batch:
             return
         answered = set(self._answered)
-        seq = await self.store.append(self.lease, batch)
+        append = asyncio.ensure_future(self.store.append(self.lease, batch))
+        try:
+            seq = await asyncio.shield(append)
+        except asyncio.CancelledError:
+            # A store may commit an append whose caller was cancelled meanwhile (SQLite's writer thread and
+            # the PostgreSQL server go on with it): count what it did before giving up, or the next flush
+            # (the run's release) would append the same facts again.
+            await asyncio.wait([append])
+            if not append.cancelled() and append.exception() is None:
+                with contextlib.suppress(LeaseLostError):  # the next flush finds it out again
+                    self._appended(batch, answered, append.result())
+            raise
+        self._appended(batch, answered, seq)
+
+    def _appended(self, batch: Sequence[Fact], answered: set[str], seq: int) -> None:
+        """Count ``batch`` as appended, its last fact at ``seq``.
+
+        Raises:
+            LeaseLostError: the log's head is not where this recorder's numbering puts it.
+        """
         expected = self._next - (len(self._queue) - len(batch)) - 1
         if seq != expected:  # someone else appended: the numbers the feed gave out are wrong
             raise LeaseLostError(

@@ -251,6 +251,39 @@ async def test_a_cancelled_run_leaves_its_input_and_a_record(store: SessionStore
     assert [m.text for m in (await agent.state(ADA)).messages] == ["remember this"]
 
 
+async def test_a_run_cancelled_while_its_save_is_appended_records_each_fact_once(store: SessionStore) -> None:
+    # A store may commit an append whose caller was cancelled meanwhile (SQLite's writer thread and the
+    # PostgreSQL server go on with it). The recorder must count it: before, the run's release appended the
+    # same facts again, found the log's head past where it expected, and gave the session up as stolen.
+    committed, reply = asyncio.Event(), asyncio.Event()
+    append = store.append
+
+    async def append_then_reply(lease: Lease, facts: Sequence[Fact]) -> int:
+        seq = await append(lease, facts)
+        if any(f.kind == "run_finished" for f in facts) and not reply.is_set():
+            committed.set()
+            await reply.wait()  # committed; the reply is on its way when the caller is cancelled
+        return seq
+
+    store.append = append_then_reply  # type: ignore[method-assign]
+    agent = ReActAgent(ScriptedModel(["done", "and again"]), store=store)
+    running = asyncio.ensure_future(agent.call("hi", ADA))
+    await asyncio.wait_for(committed.wait(), 5)
+    running.cancel()
+    reply.set()
+    with pytest.raises(asyncio.CancelledError):
+        await running
+    await asyncio.wait_for(agent.add_messages(ADA, []), 5)  # the session is free once the release is done
+
+    facts = await agent.facts(ADA)
+    assert [f.seq for f in facts] == list(range(1, len(facts) + 1))
+    kinds = [f.kind for f in facts]
+    assert (kinds.count("run_started"), kinds.count("run_finished"), kinds.count("message")) == (1, 1, 2)
+    assert kinds[-1] == "run_cancelled"  # the consumer left before the result: recorded too
+    assert (await agent.call("again?", ADA)).text == "and again"
+    assert [m.text for m in (await agent.state(ADA)).messages] == ["hi", "done", "again?", "and again"]
+
+
 async def test_fork_and_delete(store: SessionStore) -> None:
     agent = ReActAgent(ScriptedModel(["one", "two", "branch"]), store=store)
     await agent.call("first", ADA)
