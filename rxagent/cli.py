@@ -82,7 +82,7 @@ if TYPE_CHECKING:
 
     from rxagent.serve import ServeSettings
 
-__all__ = ["ExitCode", "exit_code_for", "main", "terminal_safe"]
+__all__ = ["ExitCode", "TerminalSafeStream", "exit_code_for", "main", "terminal_safe"]
 
 _SYSTEM = "You are a helpful assistant. Use a tool when it helps; answer briefly."
 _DEFAULT_TOOL_TIMEOUT_S = 30.0
@@ -173,8 +173,95 @@ def terminal_safe(text: str) -> str:
         >>> terminal_safe("\\x1b[5mALERT\\x1b[0m \\x1b]8;;http://x\\x07link\\x1b]8;;\\x07 bell\\x07")
         'ALERT link bell\\\\x07'
     """
-    text = _ESCAPE_SEQUENCE.sub("", text.replace("\r\n", "\n"))
+    return _strip(text.replace("\r\n", "\n"))
+
+
+def _strip(text: str) -> str:
+    """:func:`terminal_safe` of text whose ``\\r\\n`` are already ``\\n``."""
+    return _show_controls(_ESCAPE_SEQUENCE.sub("", text))
+
+
+def _show_controls(text: str) -> str:
     return _CONTROL.sub(lambda match: ascii(match.group())[1:-1], text)
+
+
+# Where a sequence ends can depend on what comes after it: a CSI or another escape ends at its final byte,
+# a string (OSC, DCS, SOS, PM, APC) at its terminator. Until then the stream holds it back; what decides
+# how it goes on is its introducer and, in a CSI or another escape, whether an intermediate byte came (then
+# no parameter byte may follow). A string's body is removed whatever follows, so it is not kept: a
+# sequence left open for a long stream costs a few characters, not the stream.
+_INTRODUCER = re.compile(r"\x1b[\[\]PX^_]?|[\x90\x98\x9b\x9d\x9e\x9f]")
+_FINAL_BYTES = {"\x1b[": ("@", "~"), "\x9b": ("@", "~"), "\x1b": ("0", "~")}
+_TERMINATORS = {
+    "\x1b]": ("\x07", "\x1b\\", "\x9c"),
+    "\x9d": ("\x07", "\x9c"),
+    **dict.fromkeys(("\x1bP", "\x1bX", "\x1b^", "\x1b_"), ("\x1b\\", "\x9c")),
+    **dict.fromkeys(("\x90", "\x98", "\x9e", "\x9f"), ("\x9c",)),
+}
+
+
+def _still_open(sequence: str) -> str | None:
+    """What to hold of ``sequence``, a match of ``_ESCAPE_SEQUENCE`` at the end of the text so far: the
+    part that decides how it goes on, or ``None`` when it is complete (nothing that follows changes it)."""
+    introducer = _INTRODUCER.match(sequence)
+    assert introducer is not None  # every alternative of _ESCAPE_SEQUENCE starts with one
+    opener, rest = introducer.group(), sequence[introducer.end() :]
+    final = _FINAL_BYTES.get(opener)
+    if final is None:
+        return None if rest.endswith(_TERMINATORS[opener]) else opener
+    last = rest[-1:]
+    if last and final[0] <= last <= final[1]:
+        return None
+    return opener + last if " " <= last <= "/" else opener
+
+
+class TerminalSafeStream:
+    """:func:`terminal_safe` over text that arrives in pieces (a model's deltas): the pieces it returns,
+    joined, are ``terminal_safe`` of the pieces it was fed, joined, however the text was split.
+
+    An escape sequence split across two pieces is removed whole: the stream holds back an incomplete
+    sequence at the end of a piece (and a ``\\r`` that a ``\\n`` may follow) until the next piece says
+    how it ends, or until :meth:`end`, where an incomplete one is removed as ``terminal_safe`` removes it.
+    Ordinary text, ``[`` and ``;`` included, is never held.
+
+    Example:
+        >>> stream = TerminalSafeStream()
+        >>> [stream.feed(piece) for piece in ("a \\x1b", "[1mbold\\x1b]0;ti", "tle\\x07 done\\x1b")]
+        ['a ', 'bold', ' done']
+        >>> stream.end()
+        ''
+    """
+
+    def __init__(self) -> None:
+        self._held = ""
+        """Normalised text (``\\r\\n`` made ``\\n``) not shown yet: an open escape sequence, or ``""``."""
+        self._cr = False
+        """The last piece ended with ``\\r``, not yet normalised (the next may start with ``\\n``)."""
+
+    def feed(self, text: str) -> str:
+        """The safe text of ``text`` that can be shown now (possibly ``""``)."""
+        if self._cr:
+            text = "\r" + text
+        self._cr = text.endswith("\r")
+        if self._cr:
+            text = text[:-1]
+        text = self._held + text.replace("\r\n", "\n")
+        self._held = ""
+        kept: list[str] = []
+        shown = 0
+        for match in _ESCAPE_SEQUENCE.finditer(text):
+            kept.append(text[shown : match.start()])
+            shown = match.end()
+            if shown == len(text):
+                self._held = _still_open(match.group()) or ""
+        kept.append(text[shown:])
+        return _show_controls("".join(kept))
+
+    def end(self) -> str:
+        """The rest at the end of the stream (an open sequence is removed); the stream starts afresh."""
+        text = self._held + ("\r" if self._cr else "")
+        self._held, self._cr = "", False
+        return _strip(text)
 
 
 # ---- the command line --------------------------------------------------------------------------------
@@ -465,8 +552,19 @@ class _Display(_Output):
         self.console = console
         self.at_line_start = True
         self._text = Text  # rich loads only for this display, not for --json
+        self._answer = TerminalSafeStream()  # a sequence split across two deltas is removed whole
+
+    def _print_answer(self, text: str) -> None:
+        if text:
+            self.console.print(self._text(text), end="")
+            self.at_line_start = text.endswith("\n")
+
+    def _end_answer(self) -> None:
+        """The streamed text ends here: show what the stream held back (a ``\\r``, say)."""
+        self._print_answer(self._answer.end())
 
     def _line(self, *parts: str | tuple[str, str]) -> None:
+        self._end_answer()
         if not self.at_line_start:
             self.console.print()
         self.console.print(self._text.assemble(*parts))
@@ -474,10 +572,7 @@ class _Display(_Output):
 
     def show(self, event: AgentEvent) -> None:
         if isinstance(event, TextDelta):
-            text = terminal_safe(event.text)
-            if text:
-                self.console.print(self._text(text), end="")
-                self.at_line_start = text.endswith("\n")
+            self._print_answer(self._answer.feed(event.text))
         elif isinstance(event, ToolCallCompleted):
             self._line(("⚙ ", "bold cyan"), (_call_text(event.call), "cyan"))
         elif isinstance(event, ToolPermissionAsked):
@@ -516,6 +611,7 @@ class _Display(_Output):
         super().note(text)
 
     def failed(self, error: BaseException, result: AgentResult | None) -> None:
+        self._end_answer()
         if result is not None and result.reason == "ERROR":
             return  # its ErrorEvent and result line already said it
         super().failed(error, result)

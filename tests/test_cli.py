@@ -16,6 +16,7 @@ approval of a tool the command was not given, and no answer at all.
 from __future__ import annotations
 
 import asyncio
+import doctest
 import json
 import os
 import pty
@@ -33,10 +34,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+import rxagent.cli as cli_module
 from rxagent import ScriptedModel, ScriptedResponse, ScriptedToolCall
 from rxagent.agent import ReActAgent
-from rxagent.cli import ExitCode, exit_code_for, main, terminal_safe
+from rxagent.cli import ExitCode, TerminalSafeStream, exit_code_for, main, terminal_safe
 from rxagent.context import RuntimeContext
 from rxagent.events import RunReason, event_from_json
 from rxagent.session import SQLiteStore, default_db_path, store_file, store_name
@@ -283,6 +287,78 @@ async def test_a_tool_error_is_said_once(server: OpenAIServer, tmp_path: Path) -
 )
 def test_terminal_safe_removes_sequences_and_shows_other_controls(text: str, safe: str) -> None:
     assert terminal_safe(text) == safe
+
+
+def test_the_examples_in_the_docstrings_run() -> None:
+    results = doctest.testmod(cli_module)
+    assert results.attempted >= 4
+    assert results.failed == 0
+
+
+def sanitized(pieces: list[str]) -> list[str]:
+    """What a :class:`TerminalSafeStream` gives for each piece, then at the end."""
+    stream = TerminalSafeStream()
+    return [stream.feed(piece) for piece in pieces] + [stream.end()]
+
+
+@pytest.mark.parametrize(
+    ("pieces", "shown"),
+    [
+        (["red \x1b", "[31mtext"], ["red ", "text", ""]),  # a CSI split after ESC
+        (["red \x1b[", "31mtext"], ["red ", "text", ""]),  # after [
+        (["\x1b[38;2;25", "5;0;0mtrue colour"], ["", "true colour", ""]),  # inside its parameters
+        (["\x1b[1", ";", "5", "m", "blink"], ["", "", "", "", "blink", ""]),  # a byte at a time
+        (["\x1b]0;new ti", "tle\x07after"], ["", "after", ""]),  # an OSC title ended by BEL
+        (["\x1b]0;title\x1b", "\\after"], ["", "after", ""]),  # ... by ST, split inside ST
+        (["\x1b]0;ti", "tle\x1b\\after"], ["", "after", ""]),
+        (  # an OSC 8 hyperlink, split in its URL and in its closing sequence
+            ["see \x1b]8;;https://ev", "il.example\x1b\\link\x1b]8", ";;\x1b\\ done"],
+            ["see ", "link", " done", ""],
+        ),
+        (["\x1bP1;2|da", "ta\x1b\\after"], ["", "after", ""]),  # a DCS string
+        (["\x9b3", "1mc1 red"], ["", "c1 red", ""]),  # 8-bit CSI
+        (["text\x1b"], ["text", ""]),  # a lone ESC at the very end of the stream
+        (["text\x1b]0;never ended"], ["text", ""]),  # an OSC the stream never ends
+        (["line\r", "\nnext\r"], ["line", "\nnext", "\\r"]),  # CRLF split; a CR at the end shows
+        (["a [b", "] c; d", " [0m;"], ["a [b", "] c; d", " [0m;", ""]),  # [ and ; are only text
+        (["bell\x07 ", "nul\x00"], ["bell\\x07 ", "nul\\x00", ""]),  # lone controls show at once
+    ],
+)
+def test_a_stream_removes_sequences_split_across_pieces(pieces: list[str], shown: list[str]) -> None:
+    assert sanitized(pieces) == shown
+    assert "".join(shown) == terminal_safe("".join(pieces))
+
+
+def test_a_stream_starts_afresh_after_its_end() -> None:
+    stream = TerminalSafeStream()
+    assert stream.feed("one\x1b[3") == "one"
+    assert stream.end() == ""
+    assert stream.feed("1mtwo") == "1mtwo"  # not the end of the sequence that ended with the stream
+
+
+# Characters that start, continue and end sequences, mixed with text: every sequence and split is likely.
+TERMINAL_TEXT = st.text(
+    st.sampled_from(list("ab [];\\0m1P_X^(~@/\n\r\t\x07\x00\x1b\x9c\x9b\x9d\x90\x98\x9e\x9f\u202e"))
+)
+
+
+@given(st.lists(TERMINAL_TEXT, max_size=12))
+def test_however_a_text_is_split_the_stream_shows_what_terminal_safe_shows(pieces: list[str]) -> None:
+    assert "".join(sanitized(pieces)) == terminal_safe("".join(pieces))
+
+
+async def test_a_sequence_split_across_deltas_leaves_no_remnant_on_screen(server: OpenAIServer) -> None:
+    server.script(
+        text_reply(
+            "Hello \x1b", "[1mbold\x1b]0;new ti", "tle\x07 and \x1b]8;;https://evil.exa", "mple\x1b\\link"
+        )
+    )
+
+    done = await rxagent(*on(server, "run", "hi", "--tools", "none"), env=command_env(FORCE_COLOR="1"))
+
+    assert done.code == 0, done.stderr
+    assert_terminal_safe(done.stdout)
+    assert SGR.sub("", done.stdout).startswith("Hello bold and link\n")
 
 
 # ---- JSON lines and exit codes ----------------------------------------------------------------------
