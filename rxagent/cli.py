@@ -22,12 +22,15 @@ import argparse
 import asyncio
 import gc
 import importlib
+import importlib.metadata
 import json
 import logging
+import math
 import os
 import re
 import signal
 import sys
+import textwrap
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator, Sequence
@@ -35,7 +38,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
 from enum import IntEnum
+from fnmatch import fnmatchcase
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from rxagent.agent import AgentInput, AgentOptions, AnyMiddleware, ReActAgent, RunControl, ToolDecision
 from rxagent.agent.react import session_key
@@ -70,7 +76,7 @@ from rxagent.messages import ToolUseBlock
 from rxagent.model.types import ChatModel
 from rxagent.operators import to_async_iterator
 from rxagent.redaction import mask_url
-from rxagent.session import MemoryStore
+from rxagent.session import MemoryStore, check_store
 from rxagent.session.open import default_db_path, store_name
 from rxagent.state import PendingCall
 from rxagent.tools.demo import demo_tools
@@ -277,11 +283,54 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
         return f"{help} (default: %(default)s)"
 
 
+# The option types say what is wrong in a sentence (argparse would name the function: "invalid _port value").
+
+
 def _seconds(text: str) -> float:
-    value = float(text)
-    if not value > 0:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (value > 0 and math.isfinite(value)):
         raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text!r}")
     return value
+
+
+def _whole_number(text: str, least: int, most: int | None = None) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < least or (most is not None and value > most):
+        wanted = f"between {least} and {most}" if most is not None else f"{least} or more"
+        raise argparse.ArgumentTypeError(f"must be a whole number {wanted}, not {text!r}")
+    return value
+
+
+def _positive(text: str) -> int:
+    return _whole_number(text, 1)
+
+
+def _http_url(text: str) -> str:
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise argparse.ArgumentTypeError(
+            f"must be an http(s) URL such as http://127.0.0.1:8080/v1, not {text!r}"
+        )
+    return text
+
+
+def _file(text: str) -> str:
+    if not Path(text).is_file():
+        raise argparse.ArgumentTypeError(f"no file at {text!r}")
+    return text
+
+
+def _version() -> str:
+    try:
+        return f"rxagent {importlib.metadata.version('rxagent')}"
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "rxagent (version unknown: the package is not installed)"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -291,6 +340,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog=_EPILOG,
         formatter_class=_HelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=_version(), help="print the version and exit")
     commands = parser.add_subparsers(dest="command", required=True)
     storage = argparse.ArgumentParser(add_help=False)
     storage.add_argument(
@@ -303,13 +353,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     common = argparse.ArgumentParser(add_help=False, parents=[storage])
     common.add_argument(
-        "--model", default="local", help="'local' (the embedded GGUF) or a model name on --base-url"
+        "--model",
+        default="local",
+        help="'local' (the embedded GGUF) or a model name on --base-url (there, 'local' takes the one "
+        "model the server lists)",
     )
-    common.add_argument("--base-url", help="an OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1")
+    common.add_argument(
+        "--base-url", type=_http_url, help="an OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1"
+    )
     common.add_argument(
         "--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key"
     )
-    common.add_argument("--gguf", help="a GGUF file for --model local (default: $RXAGENT_GGUF, else SmolLM2)")
+    common.add_argument(
+        "--gguf", type=_file, help="a GGUF file for --model local (default: $RXAGENT_GGUF, else SmolLM2)"
+    )
     common.add_argument(
         "--tools", default="calculator,clock", help="demo tools: calculator,clock,files (or 'none')"
     )
@@ -324,9 +381,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     common.add_argument("--system", default=_SYSTEM, help="the system prompt")
     common.add_argument(
-        "--max-iters", type=int, default=4, help="reasoning steps before the summarising turn"
+        "--max-iters", type=_positive, default=4, help="reasoning steps before the summarising turn"
     )
-    common.add_argument("--max-tokens", type=int, default=256, help="answer length limit per model call")
+    common.add_argument(
+        "--max-tokens", type=_positive, default=256, help="answer length limit per model call"
+    )
     common.add_argument(
         "--tool-timeout",
         type=_seconds,
@@ -443,21 +502,53 @@ def _parser() -> argparse.ArgumentParser:
         "several servers share one --db and one dies mid-run, the others take its sessions over this long "
         "after",
     )
+    parser.epilog = f"{_options_by_command(commands.choices)}\n{_EPILOG}"
     return parser
 
 
 def _count(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, not {text!r}")
-    return value
+    return _whole_number(text, 0)
 
 
 def _port(text: str) -> int:
-    value = int(text)
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 65535, not {text!r}")
-    return value
+    return _whole_number(text, 0, 65535)
+
+
+def _options_by_command(commands: dict[str, argparse.ArgumentParser]) -> str:
+    """Every command's arguments for ``rxagent --help``, each group under the commands that take it."""
+    takers: dict[str, list[str]] = {}
+    for name, command in commands.items():
+        for action in command._actions:  # pyright: ignore[reportPrivateUsage]  # argparse has no public list
+            if action.help != argparse.SUPPRESS and "--help" not in action.option_strings:
+                takers.setdefault(_argument_text(action), []).append(name)
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for argument, names in takers.items():
+        groups.setdefault(tuple(names), []).append(argument)
+    lines = ["arguments of each command (`rxagent COMMAND --help` says what each does, and its default):"]
+    for names, arguments in groups.items():
+        # No-break spaces keep an option and its value's name on one line.
+        text = "  ".join(argument.replace(" ", "\N{NO-BREAK SPACE}") for argument in arguments)
+        wrapped = textwrap.wrap(
+            text,
+            104,
+            initial_indent=f"  {', '.join(names)}: ",
+            subsequent_indent="      ",
+            break_on_hyphens=False,
+        )
+        lines += [line.replace("\N{NO-BREAK SPACE}", " ") for line in wrapped]
+    return "\n".join(lines) + "\n"
+
+
+def _argument_text(action: argparse.Action) -> str:
+    """``PROMPT``, ``--json``, ``--[no-]require-tool``, ``--port PORT``."""
+    if not action.option_strings:
+        return str(action.metavar or action.dest).upper()
+    option = max(action.option_strings, key=len)
+    if isinstance(action, argparse.BooleanOptionalAction):
+        return option.replace("--no-", "--[no-]", 1)
+    if action.nargs == 0:
+        return option
+    return f"{option} {action.metavar or action.dest.upper()}"
 
 
 def _model(args: argparse.Namespace) -> ChatModel:
@@ -774,7 +865,9 @@ async def _main(args: argparse.Namespace, toolkit: Toolkit) -> ExitCode:
     model = _model(args)
     agent: ReActAgent | None = None
     try:
-        agent = _agent(args, model, toolkit)
+        with _said_plainly():
+            agent = _agent(args, model, toolkit)
+            await check_store(agent.store)
         output: _Output = (
             _JsonLines()
             if args.json
@@ -881,9 +974,10 @@ async def _serve(args: argparse.Namespace, toolkit: Toolkit, settings: ServeSett
     for number in signals:
         loop.add_signal_handler(number, stop.set)
     try:
-        agent = _agent(args, model, toolkit)
-        server = AgentServer(agent, settings)
-        await server.start()
+        with _said_plainly():  # before it listens: a store that cannot be opened, an address in use
+            agent = _agent(args, model, toolkit)
+            server = AgentServer(agent, settings)
+            await server.start()
         try:
             print(f"listening on {server.url}", flush=True)
             logging.getLogger("rxagent.serve").info("sessions are kept in %s", store_name(args.db))
@@ -937,6 +1031,41 @@ def _serve_settings(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         parser.error(str(error))
 
 
+class _CannotStart(Exception):
+    """The command cannot start; the message says why, in a sentence (exit code 1)."""
+
+
+@contextmanager
+def _said_plainly() -> Generator[None]:
+    """The errors of opening what the command needs (a session store, the address to listen on) stop it
+    with their message alone: theirs are written for people, and the exception's class name would not
+    help them."""
+    try:
+        yield
+    except (ValueError, ImportError, OSError, RuntimeError) as error:
+        raise _CannotStart(str(error)) from error
+
+
+def _served_model(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
+    """The model to ask at ``--base-url`` when none was named: the one the server lists."""
+    from rxagent.model.errors import ModelError
+    from rxagent.model.openai import list_models
+
+    where = args.base_url.rstrip("/")
+    try:
+        names = asyncio.run(list_models(args.base_url, api_key_env=args.api_key_env))
+    except ModelError as error:
+        raise _CannotStart(
+            f"could not ask {where}/models which model to use ({error}): pass --model NAME"
+        ) from error
+    if not names:
+        raise _CannotStart(f"{where}/models lists no model: pass --model NAME")
+    if len(names) > 1:
+        listed = ", ".join(terminal_safe(name) for name in names)
+        parser.error(f"{where} serves {len(names)} models: pass --model with one of {listed}")
+    return names[0]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``rxagent`` command; returns the process exit code (see :class:`ExitCode`).
 
@@ -944,6 +1073,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = _parser()
     args = parser.parse_args(argv)
+    db: str | None = getattr(args, "db", None)
+    if db is not None and not db.strip():
+        parser.error("--db needs a SQLite file or a postgresql:// URL")
     if args.command == "sessions":  # only the store: no model, no tools
         return _exit_code_of(lambda: asyncio.run(_sessions(args)))
     if args.command == "respond":
@@ -960,6 +1092,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         toolkit = Toolkit(demo_tools(_tool_names(args), files_root=args.files_root))
     except ValueError as error:
         parser.error(str(error))
+    for pattern in args.ask:  # a glob that matches no tool would never ask: a typo, not a rule
+        if not any(fnmatchcase(name, pattern) for name in toolkit.names):
+            tools = ", ".join(toolkit.names) or "none: see --tools"
+            parser.error(f"--ask {pattern!r} matches none of the tools ({tools})")
     settings = _serve_settings(parser, args) if args.command == "serve" else None
     if settings is not None and args.otel:
         try:
@@ -970,6 +1106,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"rxagent: no ${args.api_key_env} set: sending no API key", file=sys.stderr)
 
     def work() -> int:
+        if args.base_url and args.model == "local":
+            args.model = _served_model(parser, args)
         if settings is not None:
             if args.log_json:
                 from rxagent.logs import json_log_handler
@@ -996,6 +1134,9 @@ def _exit_code_of(work: Callable[[], int]) -> int:
     except BrokenPipeError:  # the reader went away (`rxagent run … --json | head`): not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return ExitCode.ANSWER
+    except _CannotStart as error:  # one line, though libpq, say, writes its reasons on several
+        print(f"rxagent: {' '.join(terminal_safe(str(error)).split())}", file=sys.stderr)
+        return ExitCode.ERROR
     except Exception as error:  # one clear line for the terminal instead of a traceback
         print(f"rxagent: {type(error).__name__}: {terminal_safe(str(error))}", file=sys.stderr)
         return ExitCode.ERROR
