@@ -315,7 +315,7 @@ def _http_url(text: str) -> str:
     parts = urlsplit(text)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise argparse.ArgumentTypeError(
-            f"must be an http(s) URL such as http://127.0.0.1:8080/v1, not {text!r}"
+            f"must be an http(s) URL such as http://127.0.0.1:8080/v1, not {mask_url(text)!r}"
         )
     return text
 
@@ -1051,7 +1051,7 @@ def _served_model(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     from rxagent.model.errors import ModelError
     from rxagent.model.openai import list_models
 
-    where = args.base_url.rstrip("/")
+    where = mask_url(args.base_url.rstrip("/"))
     try:
         names = asyncio.run(list_models(args.base_url, api_key_env=args.api_key_env))
     except ModelError as error:

@@ -927,6 +927,23 @@ async def test_without_a_model_name_a_server_that_names_none_is_said_in_one_line
     assert not [r for r in server.requests if r.path == "/v1/chat/completions"]
 
 
+async def test_without_a_model_name_credentials_in_the_base_url_are_never_shown(server: OpenAIServer) -> None:
+    url = server.base_url.replace("http://", "http://me:hunter2@")
+    server.list_models("a", "b")
+    several = await rxagent("run", "hi", "--tools", "none", "--base-url", url)
+    server.model_list = Reply.error(401, "who are you?")
+    refused = await rxagent("run", "hi", "--tools", "none", "--base-url", url)
+
+    assert (several.code, refused.code) == (2, 1)
+    assert "me:**********@" in several.stderr
+    assert "me:**********@" in one_line(refused.stderr)
+    assert "hunter2" not in several.stderr + refused.stderr
+    assert (
+        server.requests[0].headers["Authorization"] == "Bearer sk-test"
+    )  # and the URL's in Proxy-Authorization
+    assert server.requests[0].headers["Proxy-Authorization"].startswith("Basic ")
+
+
 async def test_a_session_database_that_cannot_be_reached_stops_run_before_it_starts(tmp_path: Path) -> None:
     (tmp_path / "a-file").write_text("not a folder")
     with closed_port() as port:
