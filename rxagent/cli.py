@@ -548,7 +548,8 @@ def _argument_text(action: argparse.Action) -> str:
         return option.replace("--no-", "--[no-]", 1)
     if action.nargs == 0:
         return option
-    return f"{option} {action.metavar or action.dest.upper()}"
+    metavar = action.metavar or action.dest.upper()
+    return f"{option} {' '.join(metavar) if isinstance(metavar, tuple) else metavar}"
 
 
 def _model(args: argparse.Namespace) -> ChatModel:

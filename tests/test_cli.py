@@ -269,6 +269,15 @@ def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) 
         (["run", "hi", "--tools", "none", "--ask", "*"], "--ask '*' matches none of the tools (none"),
         (["run", "hi", "--json", "--json", "--bogus"], "unrecognized arguments: --bogus"),
         (["run", "hi", "--db", " "], "--db needs a SQLite file or a postgresql:// URL"),
+        (["sessions", "--db", ""], "--db needs a SQLite file or a postgresql:// URL"),
+        (
+            ["respond", "s", "--approve", "c", "--args", "{"],
+            "--args must be a JSON object, and it is not JSON",
+        ),
+        (
+            ["respond", "s", "--approve", "c", "--max-iters", "-1"],
+            "argument --max-iters: must be a whole number",
+        ),
         (["walk"], "invalid choice: 'walk'"),
     ],
 )
@@ -1481,9 +1490,15 @@ async def test_wrong_answers_are_refused_with_a_sentence_and_record_nothing(
     assert "--args given twice for call 'call_1'" in await refused(
         "--approve", "call_1", "--args", "{}", "--args", "{}"
     )
-    assert "the tool 'calculator', which this command was not given" in await refused(
+    # Without the calculator, the run's --ask 'calc*' matches no tool: said first, as a usage error too.
+    assert "--ask 'calc*' matches none of the tools (clock)" in await refused(
         "--approve", "call_1", "--tools", "clock"
     )
+    without_ask = [word for word in respond if word not in ASK]
+    done = await in_process(capsys, *without_ask, "--approve", "call_1", "--tools", "clock")
+    assert done.code == ExitCode.USAGE, done.stderr
+    assert "the tool 'calculator', which this command was not given" in " ".join(done.stderr.split())
+    assert await head_of(Path(db), "s") == recorded
     unknown = await in_process(capsys, "respond", "nobody", "--approve", "call_1", "--db", db)
     assert (unknown.code, unknown.stderr) == (
         2,
