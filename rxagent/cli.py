@@ -22,12 +22,15 @@ import argparse
 import asyncio
 import gc
 import importlib
+import importlib.metadata
 import json
 import logging
+import math
 import os
 import re
 import signal
 import sys
+import textwrap
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator, Sequence
@@ -35,7 +38,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
 from enum import IntEnum
+from fnmatch import fnmatchcase
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from rxagent.agent import AgentInput, AgentOptions, AnyMiddleware, ReActAgent, RunControl, ToolDecision
 from rxagent.agent.react import session_key
@@ -70,7 +76,7 @@ from rxagent.messages import ToolUseBlock
 from rxagent.model.types import ChatModel
 from rxagent.operators import to_async_iterator
 from rxagent.redaction import mask_url
-from rxagent.session import MemoryStore
+from rxagent.session import MemoryStore, check_store
 from rxagent.session.open import default_db_path, store_name
 from rxagent.state import PendingCall
 from rxagent.tools.demo import demo_tools
@@ -82,7 +88,7 @@ if TYPE_CHECKING:
 
     from rxagent.serve import ServeSettings
 
-__all__ = ["ExitCode", "exit_code_for", "main", "terminal_safe"]
+__all__ = ["ExitCode", "TerminalSafeStream", "exit_code_for", "main", "terminal_safe"]
 
 _SYSTEM = "You are a helpful assistant. Use a tool when it helps; answer briefly."
 _DEFAULT_TOOL_TIMEOUT_S = 30.0
@@ -173,8 +179,95 @@ def terminal_safe(text: str) -> str:
         >>> terminal_safe("\\x1b[5mALERT\\x1b[0m \\x1b]8;;http://x\\x07link\\x1b]8;;\\x07 bell\\x07")
         'ALERT link bell\\\\x07'
     """
-    text = _ESCAPE_SEQUENCE.sub("", text.replace("\r\n", "\n"))
+    return _strip(text.replace("\r\n", "\n"))
+
+
+def _strip(text: str) -> str:
+    """:func:`terminal_safe` of text whose ``\\r\\n`` are already ``\\n``."""
+    return _show_controls(_ESCAPE_SEQUENCE.sub("", text))
+
+
+def _show_controls(text: str) -> str:
     return _CONTROL.sub(lambda match: ascii(match.group())[1:-1], text)
+
+
+# Where a sequence ends can depend on what comes after it: a CSI or another escape ends at its final byte,
+# a string (OSC, DCS, SOS, PM, APC) at its terminator. Until then the stream holds it back; what decides
+# how it goes on is its introducer and, in a CSI or another escape, whether an intermediate byte came (then
+# no parameter byte may follow). A string's body is removed whatever follows, so it is not kept: a
+# sequence left open for a long stream costs a few characters, not the stream.
+_INTRODUCER = re.compile(r"\x1b[\[\]PX^_]?|[\x90\x98\x9b\x9d\x9e\x9f]")
+_FINAL_BYTES = {"\x1b[": ("@", "~"), "\x9b": ("@", "~"), "\x1b": ("0", "~")}
+_TERMINATORS = {
+    "\x1b]": ("\x07", "\x1b\\", "\x9c"),
+    "\x9d": ("\x07", "\x9c"),
+    **dict.fromkeys(("\x1bP", "\x1bX", "\x1b^", "\x1b_"), ("\x1b\\", "\x9c")),
+    **dict.fromkeys(("\x90", "\x98", "\x9e", "\x9f"), ("\x9c",)),
+}
+
+
+def _still_open(sequence: str) -> str | None:
+    """What to hold of ``sequence``, a match of ``_ESCAPE_SEQUENCE`` at the end of the text so far: the
+    part that decides how it goes on, or ``None`` when it is complete (nothing that follows changes it)."""
+    introducer = _INTRODUCER.match(sequence)
+    assert introducer is not None  # every alternative of _ESCAPE_SEQUENCE starts with one
+    opener, rest = introducer.group(), sequence[introducer.end() :]
+    final = _FINAL_BYTES.get(opener)
+    if final is None:
+        return None if rest.endswith(_TERMINATORS[opener]) else opener
+    last = rest[-1:]
+    if last and final[0] <= last <= final[1]:
+        return None
+    return opener + last if " " <= last <= "/" else opener
+
+
+class TerminalSafeStream:
+    """:func:`terminal_safe` over text that arrives in pieces (a model's deltas): the pieces it returns,
+    joined, are ``terminal_safe`` of the pieces it was fed, joined, however the text was split.
+
+    An escape sequence split across two pieces is removed whole: the stream holds back an incomplete
+    sequence at the end of a piece (and a ``\\r`` that a ``\\n`` may follow) until the next piece says
+    how it ends, or until :meth:`end`, where an incomplete one is removed as ``terminal_safe`` removes it.
+    Ordinary text, ``[`` and ``;`` included, is never held.
+
+    Example:
+        >>> stream = TerminalSafeStream()
+        >>> [stream.feed(piece) for piece in ("a \\x1b", "[1mbold\\x1b]0;ti", "tle\\x07 done\\x1b")]
+        ['a ', 'bold', ' done']
+        >>> stream.end()
+        ''
+    """
+
+    def __init__(self) -> None:
+        self._held = ""
+        """Normalised text (``\\r\\n`` made ``\\n``) not shown yet: an open escape sequence, or ``""``."""
+        self._cr = False
+        """The last piece ended with ``\\r``, not yet normalised (the next may start with ``\\n``)."""
+
+    def feed(self, text: str) -> str:
+        """The safe text of ``text`` that can be shown now (possibly ``""``)."""
+        if self._cr:
+            text = "\r" + text
+        self._cr = text.endswith("\r")
+        if self._cr:
+            text = text[:-1]
+        text = self._held + text.replace("\r\n", "\n")
+        self._held = ""
+        kept: list[str] = []
+        shown = 0
+        for match in _ESCAPE_SEQUENCE.finditer(text):
+            kept.append(text[shown : match.start()])
+            shown = match.end()
+            if shown == len(text):
+                self._held = _still_open(match.group()) or ""
+        kept.append(text[shown:])
+        return _show_controls("".join(kept))
+
+    def end(self) -> str:
+        """The rest at the end of the stream (an open sequence is removed); the stream starts afresh."""
+        text = self._held + ("\r" if self._cr else "")
+        self._held, self._cr = "", False
+        return _strip(text)
 
 
 # ---- the command line --------------------------------------------------------------------------------
@@ -190,11 +283,54 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
         return f"{help} (default: %(default)s)"
 
 
+# The option types say what is wrong in a sentence (argparse would name the function: "invalid _port value").
+
+
 def _seconds(text: str) -> float:
-    value = float(text)
-    if not value > 0:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (value > 0 and math.isfinite(value)):
         raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text!r}")
     return value
+
+
+def _whole_number(text: str, least: int, most: int | None = None) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < least or (most is not None and value > most):
+        wanted = f"between {least} and {most}" if most is not None else f"{least} or more"
+        raise argparse.ArgumentTypeError(f"must be a whole number {wanted}, not {text!r}")
+    return value
+
+
+def _positive(text: str) -> int:
+    return _whole_number(text, 1)
+
+
+def _http_url(text: str) -> str:
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise argparse.ArgumentTypeError(
+            f"must be an http(s) URL such as http://127.0.0.1:8080/v1, not {mask_url(text)!r}"
+        )
+    return text
+
+
+def _file(text: str) -> str:
+    if not Path(text).is_file():
+        raise argparse.ArgumentTypeError(f"no file at {text!r}")
+    return text
+
+
+def _version() -> str:
+    try:
+        return f"rxagent {importlib.metadata.version('rxagent')}"
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "rxagent (version unknown: the package is not installed)"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -204,6 +340,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog=_EPILOG,
         formatter_class=_HelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=_version(), help="print the version and exit")
     commands = parser.add_subparsers(dest="command", required=True)
     storage = argparse.ArgumentParser(add_help=False)
     storage.add_argument(
@@ -216,13 +353,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     common = argparse.ArgumentParser(add_help=False, parents=[storage])
     common.add_argument(
-        "--model", default="local", help="'local' (the embedded GGUF) or a model name on --base-url"
+        "--model",
+        default="local",
+        help="'local' (the embedded GGUF) or a model name on --base-url (there, 'local' takes the one "
+        "model the server lists)",
     )
-    common.add_argument("--base-url", help="an OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1")
+    common.add_argument(
+        "--base-url", type=_http_url, help="an OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1"
+    )
     common.add_argument(
         "--api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key"
     )
-    common.add_argument("--gguf", help="a GGUF file for --model local (default: $RXAGENT_GGUF, else SmolLM2)")
+    common.add_argument(
+        "--gguf", type=_file, help="a GGUF file for --model local (default: $RXAGENT_GGUF, else SmolLM2)"
+    )
     common.add_argument(
         "--tools", default="calculator,clock", help="demo tools: calculator,clock,files (or 'none')"
     )
@@ -237,9 +381,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     common.add_argument("--system", default=_SYSTEM, help="the system prompt")
     common.add_argument(
-        "--max-iters", type=int, default=4, help="reasoning steps before the summarising turn"
+        "--max-iters", type=_positive, default=4, help="reasoning steps before the summarising turn"
     )
-    common.add_argument("--max-tokens", type=int, default=256, help="answer length limit per model call")
+    common.add_argument(
+        "--max-tokens", type=_positive, default=256, help="answer length limit per model call"
+    )
     common.add_argument(
         "--tool-timeout",
         type=_seconds,
@@ -356,21 +502,54 @@ def _parser() -> argparse.ArgumentParser:
         "several servers share one --db and one dies mid-run, the others take its sessions over this long "
         "after",
     )
+    parser.epilog = f"{_options_by_command(commands.choices)}\n{_EPILOG}"
     return parser
 
 
 def _count(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, not {text!r}")
-    return value
+    return _whole_number(text, 0)
 
 
 def _port(text: str) -> int:
-    value = int(text)
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 65535, not {text!r}")
-    return value
+    return _whole_number(text, 0, 65535)
+
+
+def _options_by_command(commands: dict[str, argparse.ArgumentParser]) -> str:
+    """Every command's arguments for ``rxagent --help``, each group under the commands that take it."""
+    takers: dict[str, list[str]] = {}
+    for name, command in commands.items():
+        for action in command._actions:  # pyright: ignore[reportPrivateUsage]  # argparse has no public list
+            if action.help != argparse.SUPPRESS and "--help" not in action.option_strings:
+                takers.setdefault(_argument_text(action), []).append(name)
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for argument, names in takers.items():
+        groups.setdefault(tuple(names), []).append(argument)
+    lines = ["arguments of each command (`rxagent COMMAND --help` says what each does, and its default):"]
+    for names, arguments in groups.items():
+        # No-break spaces keep an option and its value's name on one line.
+        text = "  ".join(argument.replace(" ", "\N{NO-BREAK SPACE}") for argument in arguments)
+        wrapped = textwrap.wrap(
+            text,
+            104,
+            initial_indent=f"  {', '.join(names)}: ",
+            subsequent_indent="      ",
+            break_on_hyphens=False,
+        )
+        lines += [line.replace("\N{NO-BREAK SPACE}", " ") for line in wrapped]
+    return "\n".join(lines) + "\n"
+
+
+def _argument_text(action: argparse.Action) -> str:
+    """``PROMPT``, ``--json``, ``--[no-]require-tool``, ``--port PORT``."""
+    if not action.option_strings:
+        return str(action.metavar or action.dest).upper()
+    option = max(action.option_strings, key=len)
+    if isinstance(action, argparse.BooleanOptionalAction):
+        return option.replace("--no-", "--[no-]", 1)
+    if action.nargs == 0:
+        return option
+    metavar = action.metavar or action.dest.upper()
+    return f"{option} {' '.join(metavar) if isinstance(metavar, tuple) else metavar}"
 
 
 def _model(args: argparse.Namespace) -> ChatModel:
@@ -465,8 +644,19 @@ class _Display(_Output):
         self.console = console
         self.at_line_start = True
         self._text = Text  # rich loads only for this display, not for --json
+        self._answer = TerminalSafeStream()  # a sequence split across two deltas is removed whole
+
+    def _print_answer(self, text: str) -> None:
+        if text:
+            self.console.print(self._text(text), end="")
+            self.at_line_start = text.endswith("\n")
+
+    def _end_answer(self) -> None:
+        """The streamed text ends here: show what the stream held back (a ``\\r``, say)."""
+        self._print_answer(self._answer.end())
 
     def _line(self, *parts: str | tuple[str, str]) -> None:
+        self._end_answer()
         if not self.at_line_start:
             self.console.print()
         self.console.print(self._text.assemble(*parts))
@@ -474,10 +664,7 @@ class _Display(_Output):
 
     def show(self, event: AgentEvent) -> None:
         if isinstance(event, TextDelta):
-            text = terminal_safe(event.text)
-            if text:
-                self.console.print(self._text(text), end="")
-                self.at_line_start = text.endswith("\n")
+            self._print_answer(self._answer.feed(event.text))
         elif isinstance(event, ToolCallCompleted):
             self._line(("⚙ ", "bold cyan"), (_call_text(event.call), "cyan"))
         elif isinstance(event, ToolPermissionAsked):
@@ -516,6 +703,7 @@ class _Display(_Output):
         super().note(text)
 
     def failed(self, error: BaseException, result: AgentResult | None) -> None:
+        self._end_answer()
         if result is not None and result.reason == "ERROR":
             return  # its ErrorEvent and result line already said it
         super().failed(error, result)
@@ -678,7 +866,9 @@ async def _main(args: argparse.Namespace, toolkit: Toolkit) -> ExitCode:
     model = _model(args)
     agent: ReActAgent | None = None
     try:
-        agent = _agent(args, model, toolkit)
+        with _said_plainly():
+            agent = _agent(args, model, toolkit)
+            await check_store(agent.store)
         output: _Output = (
             _JsonLines()
             if args.json
@@ -785,9 +975,10 @@ async def _serve(args: argparse.Namespace, toolkit: Toolkit, settings: ServeSett
     for number in signals:
         loop.add_signal_handler(number, stop.set)
     try:
-        agent = _agent(args, model, toolkit)
-        server = AgentServer(agent, settings)
-        await server.start()
+        with _said_plainly():  # before it listens: a store that cannot be opened, an address in use
+            agent = _agent(args, model, toolkit)
+            server = AgentServer(agent, settings)
+            await server.start()
         try:
             print(f"listening on {server.url}", flush=True)
             logging.getLogger("rxagent.serve").info("sessions are kept in %s", store_name(args.db))
@@ -841,6 +1032,41 @@ def _serve_settings(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         parser.error(str(error))
 
 
+class _CannotStart(Exception):
+    """The command cannot start; the message says why, in a sentence (exit code 1)."""
+
+
+@contextmanager
+def _said_plainly() -> Generator[None]:
+    """The errors of opening what the command needs (a session store, the address to listen on) stop it
+    with their message alone: theirs are written for people, and the exception's class name would not
+    help them."""
+    try:
+        yield
+    except (ValueError, ImportError, OSError, RuntimeError) as error:
+        raise _CannotStart(str(error)) from error
+
+
+def _served_model(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
+    """The model to ask at ``--base-url`` when none was named: the one the server lists."""
+    from rxagent.model.errors import ModelError
+    from rxagent.model.openai import list_models
+
+    where = mask_url(args.base_url.rstrip("/"))
+    try:
+        names = asyncio.run(list_models(args.base_url, api_key_env=args.api_key_env))
+    except ModelError as error:
+        raise _CannotStart(
+            f"could not ask {where}/models which model to use ({error}): pass --model NAME"
+        ) from error
+    if not names:
+        raise _CannotStart(f"{where}/models lists no model: pass --model NAME")
+    if len(names) > 1:
+        listed = ", ".join(terminal_safe(name) for name in names)
+        parser.error(f"{where} serves {len(names)} models: pass --model with one of {listed}")
+    return names[0]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``rxagent`` command; returns the process exit code (see :class:`ExitCode`).
 
@@ -848,6 +1074,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = _parser()
     args = parser.parse_args(argv)
+    db: str | None = getattr(args, "db", None)
+    if db is not None and not db.strip():
+        parser.error("--db needs a SQLite file or a postgresql:// URL")
     if args.command == "sessions":  # only the store: no model, no tools
         return _exit_code_of(lambda: asyncio.run(_sessions(args)))
     if args.command == "respond":
@@ -864,6 +1093,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         toolkit = Toolkit(demo_tools(_tool_names(args), files_root=args.files_root))
     except ValueError as error:
         parser.error(str(error))
+    for pattern in args.ask:  # a glob that matches no tool would never ask: a typo, not a rule
+        if not any(fnmatchcase(name, pattern) for name in toolkit.names):
+            tools = ", ".join(toolkit.names) or "none: see --tools"
+            parser.error(f"--ask {pattern!r} matches none of the tools ({tools})")
     settings = _serve_settings(parser, args) if args.command == "serve" else None
     if settings is not None and args.otel:
         try:
@@ -874,6 +1107,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"rxagent: no ${args.api_key_env} set: sending no API key", file=sys.stderr)
 
     def work() -> int:
+        if args.base_url and args.model == "local":
+            args.model = _served_model(parser, args)
         if settings is not None:
             if args.log_json:
                 from rxagent.logs import json_log_handler
@@ -900,6 +1135,9 @@ def _exit_code_of(work: Callable[[], int]) -> int:
     except BrokenPipeError:  # the reader went away (`rxagent run … --json | head`): not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return ExitCode.ANSWER
+    except _CannotStart as error:  # one line, though libpq, say, writes its reasons on several
+        print(f"rxagent: {' '.join(terminal_safe(str(error)).split())}", file=sys.stderr)
+        return ExitCode.ERROR
     except Exception as error:  # one clear line for the terminal instead of a traceback
         print(f"rxagent: {type(error).__name__}: {terminal_safe(str(error))}", file=sys.stderr)
         return ExitCode.ERROR

@@ -6,16 +6,22 @@ call, so what the command does with a tool call does not depend on what a model 
 run it on the embedded model and check only what rxagent guarantees.
 
 Every test has its own ``$XDG_DATA_HOME`` (tests/conftest.py), where the command keeps its sessions by
-default: no command a test starts writes into the real home. Bad inputs tried on ``respond`` and
-``sessions``: an unknown session (and a store file that does not exist), an unknown call id, a call answered
-already, two answers for one call, ``--result`` for a call that asks, ``--approve`` for an external call,
-``--args`` that is not JSON, not an object, misplaced or given twice, or refused by the tool's schema, an
-approval of a tool the command was not given, and no answer at all.
+default, and its own ``$HOME`` (``own_home``): no command a test starts writes into the real home.
+
+Bad inputs tried on ``respond`` and ``sessions``: an unknown session (and a store file that does not exist),
+an unknown call id, a call answered already, two answers for one call, ``--result`` for a call that asks,
+``--approve`` for an external call, ``--args`` that is not JSON, not an object, misplaced or given twice, or
+refused by the tool's schema, an approval of a tool the command was not given, and no answer at all. On
+every command: every kind of option value (numbers, durations, ports, URLs, files, folders, tool names,
+``--ask`` globs that match no tool), a hostile file and a model that splits escape sequences across deltas,
+a server that lists no model, several, or cannot be reached, and a session database that cannot be opened.
 """
 
 from __future__ import annotations
 
 import asyncio
+import doctest
+import importlib.metadata
 import json
 import os
 import pty
@@ -23,6 +29,7 @@ import re
 import select
 import shlex
 import signal
+import socket
 import sys
 import threading
 import time
@@ -33,10 +40,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+import rxagent.cli as cli_module
 from rxagent import ScriptedModel, ScriptedResponse, ScriptedToolCall
 from rxagent.agent import ReActAgent
-from rxagent.cli import ExitCode, exit_code_for, main, terminal_safe
+from rxagent.cli import ExitCode, TerminalSafeStream, exit_code_for, main, terminal_safe
 from rxagent.context import RuntimeContext
 from rxagent.events import RunReason, event_from_json
 from rxagent.session import SQLiteStore, default_db_path, store_file, store_name
@@ -54,6 +64,16 @@ from tests.model.openai_server import (
 
 RUN_TIMEOUT_S = 60.0
 """The longest any command here may take (they take about a second)."""
+
+
+@pytest.fixture(autouse=True)
+def own_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty ``$HOME`` for every test's commands (run here or as a process, which inherits the
+    environment), besides the ``$XDG_DATA_HOME`` of tests/conftest.py: nothing a command keeps under the
+    home lands in the user's, or in another test's."""
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("HOME", str(home))
+    return home
 
 
 @dataclass(frozen=True)
@@ -147,14 +167,117 @@ def test_help_shows_defaults_exit_codes_and_the_tool_timeout(
     assert "A synchronous tool's thread cannot be stopped: it may run on in the background" in text
 
 
+def arguments_by_command(help_text: str) -> dict[str, set[str]]:
+    """The arguments ``rxagent --help`` lists for each command (``--[no-]x`` stands for both forms)."""
+    section = help_text.split("arguments of each command")[1].split("\n\n")[0]
+    listed: dict[str, set[str]] = {}
+    names: list[str] = []
+    for line in section.splitlines()[1:]:
+        group = re.match(r"  (\w[\w, ]*): (.*)", line)
+        if group:  # a group starts with its commands; its wrapped lines follow, indented
+            names, line = group[1].split(", "), group[2]
+        words = set(re.sub(r"--\[no-\]([\w-]+)", r"--\1 --no-\1", line).split())
+        for name in names:
+            listed.setdefault(name, set()).update(words)
+    return listed
+
+
+def test_help_lists_every_command_with_its_options(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")  # no option name broken across lines
+    with pytest.raises(SystemExit) as exited:
+        main(["--help"])
+    assert exited.value.code == 0
+    text = capsys.readouterr().out
+    listed = arguments_by_command(text)
+    [commands] = re.findall(r"\{([\w,]+)\}", text.splitlines()[0])
+    assert {"run", "chat", "serve"} <= set(commands.split(","))
+    for command in commands.split(","):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        options = set(re.findall(r"(?<![\w-])--[a-z][\w-]*", capsys.readouterr().out)) - {"--help"}
+        assert options, command
+        assert options <= listed[command], (
+            f"rxagent --help leaves out {command}'s {options - listed[command]}"
+        )
+    # The main options, by name: those a user looks for first.
+    assert {"PROMPT", "--model", "--base-url", "--tools", "--ask", "--json", "--session", "--db"} <= listed[
+        "run"
+    ]
+    assert {"--model", "--base-url", "--json", "--session", "--db"} <= listed["chat"]
+    assert {"--host", "--port", "--token", "--db", "--lease-ttl", "--model", "--tools"} <= listed["serve"]
+    assert "--version" in text
+
+
+def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out == f"rxagent {importlib.metadata.version('rxagent')}\n"
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
         (["run", "hi", "--model", "gpt-x"], "--model NAME needs --base-url"),
         (["run", "hi", "--tools", "calculator,shell"], "unknown demo tool(s) ['shell']"),
-        (["run", "hi", "--tool-timeout", "0"], "must be a positive number of seconds"),
-        (["run", "hi", "--tool-timeout", "soon"], "invalid _seconds value"),
+        (
+            ["run", "hi", "--tool-timeout", "0"],
+            "argument --tool-timeout: must be a positive number of seconds",
+        ),
+        (
+            ["run", "hi", "--tool-timeout", "soon"],
+            "--tool-timeout: must be a positive number of seconds, not 'soon'",
+        ),
+        (
+            ["run", "hi", "--tool-timeout", "inf"],
+            "--tool-timeout: must be a positive number of seconds, not 'inf'",
+        ),
+        (
+            ["run", "hi", "--tool-timeout", "nan"],
+            "--tool-timeout: must be a positive number of seconds, not 'nan'",
+        ),
+        (
+            ["run", "hi", "--max-iters", "0"],
+            "argument --max-iters: must be a whole number 1 or more, not '0'",
+        ),
+        (
+            ["chat", "--max-iters", "many"],
+            "argument --max-iters: must be a whole number 1 or more, not 'many'",
+        ),
+        (["run", "hi", "--max-tokens", "-5"], "argument --max-tokens: must be a whole number 1 or more"),
+        (["run", "hi", "--max-tokens", "2.5"], "argument --max-tokens: must be a whole number 1 or more"),
+        (["serve", "--port", "70000"], "argument --port: must be a whole number between 0 and 65535"),
+        (
+            ["serve", "--port", "http"],
+            "argument --port: must be a whole number between 0 and 65535, not 'http'",
+        ),
+        (["serve", "--gc-threshold", "-1"], "argument --gc-threshold: must be a whole number 0 or more"),
+        (["serve", "--gc-threshold", "lots"], "argument --gc-threshold: must be a whole number 0 or more"),
+        (["serve", "--lease-ttl", "0"], "argument --lease-ttl: must be a positive number of seconds"),
+        (
+            ["serve", "--lease-ttl", "1m"],
+            "argument --lease-ttl: must be a positive number of seconds, not '1m'",
+        ),
+        (["serve", "--host", "0.0.0.0"], "needs a token"),
+        (["run", "hi", "--base-url", "127.0.0.1:8080/v1"], "argument --base-url: must be an http(s) URL"),
+        (["run", "hi", "--base-url", "ftp://host/v1"], "argument --base-url: must be an http(s) URL"),
+        (["run", "hi", "--gguf", "/nowhere/model.gguf"], "argument --gguf: no file at '/nowhere/model.gguf'"),
         (["run", "hi", "--tools", "files", "--files-root", "/nowhere/at/all"], "is not a directory"),
+        (["run", "hi", "--ask", "calc"], "--ask 'calc' matches none of the tools (calculator, clock)"),
+        (["run", "hi", "--tools", "none", "--ask", "*"], "--ask '*' matches none of the tools (none"),
+        (["run", "hi", "--json", "--json", "--bogus"], "unrecognized arguments: --bogus"),
+        (["run", "hi", "--db", " "], "--db needs a SQLite file or a postgresql:// URL"),
+        (["sessions", "--db", ""], "--db needs a SQLite file or a postgresql:// URL"),
+        (
+            ["respond", "s", "--approve", "c", "--args", "{"],
+            "--args must be a JSON object, and it is not JSON",
+        ),
+        (
+            ["respond", "s", "--approve", "c", "--max-iters", "-1"],
+            "argument --max-iters: must be a whole number",
+        ),
         (["walk"], "invalid choice: 'walk'"),
     ],
 )
@@ -164,7 +287,10 @@ def test_a_wrong_command_line_is_a_usage_error(
     with pytest.raises(SystemExit) as exited:
         main(argv)
     assert exited.value.code == ExitCode.USAGE == 2
-    assert message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert message in err
+    # Said to a person: no exception class, no function name of ours, no traceback.
+    assert not re.search(r"[A-Z]\w*(Error|Exception)\b|invalid _|Traceback", err), err
 
 
 def test_every_reason_has_an_exit_code() -> None:
@@ -283,6 +409,78 @@ async def test_a_tool_error_is_said_once(server: OpenAIServer, tmp_path: Path) -
 )
 def test_terminal_safe_removes_sequences_and_shows_other_controls(text: str, safe: str) -> None:
     assert terminal_safe(text) == safe
+
+
+def test_the_examples_in_the_docstrings_run() -> None:
+    results = doctest.testmod(cli_module)
+    assert results.attempted >= 4
+    assert results.failed == 0
+
+
+def sanitized(pieces: list[str]) -> list[str]:
+    """What a :class:`TerminalSafeStream` gives for each piece, then at the end."""
+    stream = TerminalSafeStream()
+    return [stream.feed(piece) for piece in pieces] + [stream.end()]
+
+
+@pytest.mark.parametrize(
+    ("pieces", "shown"),
+    [
+        (["red \x1b", "[31mtext"], ["red ", "text", ""]),  # a CSI split after ESC
+        (["red \x1b[", "31mtext"], ["red ", "text", ""]),  # after [
+        (["\x1b[38;2;25", "5;0;0mtrue colour"], ["", "true colour", ""]),  # inside its parameters
+        (["\x1b[1", ";", "5", "m", "blink"], ["", "", "", "", "blink", ""]),  # a byte at a time
+        (["\x1b]0;new ti", "tle\x07after"], ["", "after", ""]),  # an OSC title ended by BEL
+        (["\x1b]0;title\x1b", "\\after"], ["", "after", ""]),  # ... by ST, split inside ST
+        (["\x1b]0;ti", "tle\x1b\\after"], ["", "after", ""]),
+        (  # an OSC 8 hyperlink, split in its URL and in its closing sequence
+            ["see \x1b]8;;https://ev", "il.example\x1b\\link\x1b]8", ";;\x1b\\ done"],
+            ["see ", "link", " done", ""],
+        ),
+        (["\x1bP1;2|da", "ta\x1b\\after"], ["", "after", ""]),  # a DCS string
+        (["\x9b3", "1mc1 red"], ["", "c1 red", ""]),  # 8-bit CSI
+        (["text\x1b"], ["text", ""]),  # a lone ESC at the very end of the stream
+        (["text\x1b]0;never ended"], ["text", ""]),  # an OSC the stream never ends
+        (["line\r", "\nnext\r"], ["line", "\nnext", "\\r"]),  # CRLF split; a CR at the end shows
+        (["a [b", "] c; d", " [0m;"], ["a [b", "] c; d", " [0m;", ""]),  # [ and ; are only text
+        (["bell\x07 ", "nul\x00"], ["bell\\x07 ", "nul\\x00", ""]),  # lone controls show at once
+    ],
+)
+def test_a_stream_removes_sequences_split_across_pieces(pieces: list[str], shown: list[str]) -> None:
+    assert sanitized(pieces) == shown
+    assert "".join(shown) == terminal_safe("".join(pieces))
+
+
+def test_a_stream_starts_afresh_after_its_end() -> None:
+    stream = TerminalSafeStream()
+    assert stream.feed("one\x1b[3") == "one"
+    assert stream.end() == ""
+    assert stream.feed("1mtwo") == "1mtwo"  # not the end of the sequence that ended with the stream
+
+
+# Characters that start, continue and end sequences, mixed with text: every sequence and split is likely.
+TERMINAL_TEXT = st.text(
+    st.sampled_from(list("ab [];\\0m1P_X^(~@/\n\r\t\x07\x00\x1b\x9c\x9b\x9d\x90\x98\x9e\x9f\u202e"))
+)
+
+
+@given(st.lists(TERMINAL_TEXT, max_size=12))
+def test_however_a_text_is_split_the_stream_shows_what_terminal_safe_shows(pieces: list[str]) -> None:
+    assert "".join(sanitized(pieces)) == terminal_safe("".join(pieces))
+
+
+async def test_a_sequence_split_across_deltas_leaves_no_remnant_on_screen(server: OpenAIServer) -> None:
+    server.script(
+        text_reply(
+            "Hello \x1b", "[1mbold\x1b]0;new ti", "tle\x07 and \x1b]8;;https://evil.exa", "mple\x1b\\link"
+        )
+    )
+
+    done = await rxagent(*on(server, "run", "hi", "--tools", "none"), env=command_env(FORCE_COLOR="1"))
+
+    assert done.code == 0, done.stderr
+    assert_terminal_safe(done.stdout)
+    assert SGR.sub("", done.stdout).startswith("Hello bold and link\n")
 
 
 # ---- JSON lines and exit codes ----------------------------------------------------------------------
@@ -645,8 +843,11 @@ def test_a_tool_past_the_timeout_ends_with_an_error_and_the_command_returns(
 # ---- errors before a run -------------------------------------------------------------------------------
 
 
-def test_a_missing_model_file_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["run", "hi", "--gguf", "/nowhere/model.gguf"]) == ExitCode.ERROR
+def test_a_missing_model_file_is_a_clear_error(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RXAGENT_GGUF", "/nowhere/model.gguf")  # --gguf is checked as the line is read
+    assert main(["run", "hi"]) == ExitCode.ERROR
     assert "MissingModelError: model file not found: /nowhere/model.gguf" in capsys.readouterr().err
 
 
@@ -663,6 +864,112 @@ def test_an_unreachable_server_is_a_clear_error(capsys: pytest.CaptureFixture[st
     err = capsys.readouterr().err
     assert "Cannot connect to host 127.0.0.1:9" in err
     assert "gave up after 4 attempts" in err
+
+
+@contextmanager
+def closed_port() -> Iterator[int]:
+    """A loopback port that refuses connections: bound by this socket, which never listens."""
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        yield unused.getsockname()[1]
+
+
+def one_line(err: str, *, plain: bool = True) -> str:
+    """``err``'s only line (fails if there are more): an error said once, as a sentence, no traceback;
+    ``plain``: and not one class name (a transport's reason may quote aiohttp's)."""
+    [line] = err.splitlines()
+    assert line.startswith("rxagent: ")
+    assert "Traceback" not in line
+    assert not plain or not re.search(r"[A-Z]\w*(Error|Exception)\b", line), line
+    return line
+
+
+async def test_without_a_model_name_the_servers_only_model_is_used_and_several_are_a_usage_error(
+    server: OpenAIServer,
+) -> None:
+    server.list_models("only-model")
+    server.script(text_reply("Hi."))
+
+    done = await rxagent("run", "hi", "--tools", "none", "--json", "--base-url", server.base_url)
+
+    assert done.code == 0, done.stderr
+    listing, completion = server.requests
+    assert (listing.path, completion.path) == ("/v1/models", "/v1/chat/completions")
+    assert listing.headers["Authorization"] == completion.headers["Authorization"] == "Bearer sk-test"
+    assert completion.body["model"] == "only-model"
+
+    server.list_models("small-model", "large-model")
+    done = await rxagent("run", "hi", "--tools", "none", "--base-url", server.base_url)
+
+    assert done.code == ExitCode.USAGE == 2
+    assert (
+        f"{server.base_url} serves 2 models: pass --model with one of small-model, large-model" in done.stderr
+    )
+    assert [r.path for r in server.requests[2:]] == ["/v1/models"]  # the model was never called
+
+
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [
+        ("none", "/models lists no model: pass --model NAME"),
+        ("404", "/models which model to use (HTTP 404 from "),
+        ("not a list", "is not a model list"),
+        ("unreachable", "which model to use (ClientConnectorError: Cannot connect to host"),
+    ],
+)
+async def test_without_a_model_name_a_server_that_names_none_is_said_in_one_line(
+    server: OpenAIServer, answer: str, message: str
+) -> None:
+    if answer == "none":
+        server.list_models()
+    elif answer == "not a list":
+        server.model_list = Reply.json({"models": ["a"]})
+    with closed_port() as port:
+        url = f"http://127.0.0.1:{port}/v1" if answer == "unreachable" else server.base_url
+
+        done = await rxagent("run", "hi", "--tools", "none", "--json", "--base-url", url)
+
+    assert done.code == ExitCode.ERROR == 1
+    assert message in one_line(done.stderr, plain=answer != "unreachable")
+    assert done.stdout == ""
+    assert "pass --model NAME" in done.stderr
+    assert not [r for r in server.requests if r.path == "/v1/chat/completions"]
+
+
+async def test_without_a_model_name_credentials_in_the_base_url_are_never_shown(server: OpenAIServer) -> None:
+    url = server.base_url.replace("http://", "http://me:hunter2@")
+    server.list_models("a", "b")
+    several = await rxagent("run", "hi", "--tools", "none", "--base-url", url)
+    server.model_list = Reply.error(401, "who are you?")
+    refused = await rxagent("run", "hi", "--tools", "none", "--base-url", url)
+
+    assert (several.code, refused.code) == (2, 1)
+    assert "me:**********@" in several.stderr
+    assert "me:**********@" in one_line(refused.stderr)
+    assert "hunter2" not in several.stderr + refused.stderr
+    assert (
+        server.requests[0].headers["Authorization"] == "Bearer sk-test"
+    )  # and the URL's in Proxy-Authorization
+    assert server.requests[0].headers["Proxy-Authorization"].startswith("Basic ")
+
+
+async def test_a_session_database_that_cannot_be_reached_stops_run_before_it_starts(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("not a folder")
+    with closed_port() as port:
+        for db, message in [
+            (
+                f"postgresql://postgres@127.0.0.1:{port}/rx",
+                f"cannot connect to the PostgreSQL session store at 127.0.0.1:{port}/rx",
+            ),
+            (str(tmp_path / "a-file" / "sessions.db"), f"{tmp_path / 'a-file'} is not a folder"),
+        ]:
+            done = await rxagent(
+                "run", "hi", "--json", "--base-url", "http://127.0.0.1:9/v1", "--model", "m", "--db", db
+            )
+
+            assert done.code == ExitCode.ERROR == 1, done.stderr
+            assert message in one_line(done.stderr), done.stderr
+            assert done.stdout == ""  # no run started: no events
 
 
 # ---- the embedded model ----------------------------------------------------------------------------------
@@ -1183,9 +1490,15 @@ async def test_wrong_answers_are_refused_with_a_sentence_and_record_nothing(
     assert "--args given twice for call 'call_1'" in await refused(
         "--approve", "call_1", "--args", "{}", "--args", "{}"
     )
-    assert "the tool 'calculator', which this command was not given" in await refused(
+    # Without the calculator, the run's --ask 'calc*' matches no tool: said first, as a usage error too.
+    assert "--ask 'calc*' matches none of the tools (clock)" in await refused(
         "--approve", "call_1", "--tools", "clock"
     )
+    without_ask = [word for word in respond if word not in ASK]
+    done = await in_process(capsys, *without_ask, "--approve", "call_1", "--tools", "clock")
+    assert done.code == ExitCode.USAGE, done.stderr
+    assert "the tool 'calculator', which this command was not given" in " ".join(done.stderr.split())
+    assert await head_of(Path(db), "s") == recorded
     unknown = await in_process(capsys, "respond", "nobody", "--approve", "call_1", "--db", db)
     assert (unknown.code, unknown.stderr) == (
         2,

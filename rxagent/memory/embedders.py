@@ -21,7 +21,7 @@ from pydantic import SecretStr
 
 from rxagent.clock import SYSTEM_CLOCK, Clock
 from rxagent.model._endpoint import HttpEndpoint, Timeouts
-from rxagent.model.errors import ModelConnectionError, ModelError, ModelHTTPError
+from rxagent.model.errors import ModelError
 from rxagent.model.gguf import default_gguf_path
 from rxagent.model.llama_runtime import extra_bufts_wanted, import_llama, load_llama
 
@@ -138,8 +138,6 @@ class LlamaCppEmbedder:
 
 # ---- OpenAI-compatible endpoint -------------------------------------------------------------------------
 
-_ERROR_BODY_LIMIT = 64 * 1024
-
 
 class OpenAIEmbedder(HttpEndpoint):
     """Embeddings from an OpenAI-compatible ``/v1/embeddings`` endpoint (OpenAI, vLLM, llama.cpp, Ollama…).
@@ -175,6 +173,7 @@ class OpenAIEmbedder(HttpEndpoint):
     """
 
     _kind = "embedder"
+    _server = "the embeddings server"
 
     def __init__(
         self,
@@ -223,49 +222,10 @@ class OpenAIEmbedder(HttpEndpoint):
         return vectors
 
     async def _embed_batch(self, texts: list[str]) -> list[list[float]]:
-        import aiohttp
-
         body: dict[str, object] = {"model": self._model, "input": texts, "encoding_format": "float"}
         if self._dimensions is not None:
             body["dimensions"] = self._dimensions
-        headers = self._request_headers("application/json")
-        session = self._session_on_running_loop()
-        timer = self._request_timer(self._total_due())  # no retries here: the total bounds each request
-        failure: ModelError | None = None
-        payload = b""
-        try:
-            async with (
-                timer.deadline,
-                session.post(
-                    self._url.get_secret_value(),
-                    data=json.dumps(body),
-                    headers=headers,
-                    allow_redirects=False,
-                    trace_request_ctx=timer,
-                ) as response,
-            ):
-                timer.pause()
-                if not 200 <= response.status < 300:
-                    raw = await timer.read_body(response.content, _ERROR_BODY_LIMIT)
-                    text = self._redact(raw[:_ERROR_BODY_LIMIT].decode("utf-8", "replace"))
-                    raise ModelHTTPError(response.status, text, url=self._shown_url)
-                payload = await timer.read_body(response.content)
-        except ModelError:
-            raise
-        except aiohttp.ClientResponseError as error:
-            # Holds request_info, headers included: keep only its message, never the object.
-            failure = ModelConnectionError(
-                f"invalid HTTP response from the embeddings server: {error.message}"
-            )
-        except (aiohttp.ClientError, OSError) as error:  # TimeoutError is an OSError
-            if timer.deadline.expired():
-                failure = timer.error()
-            else:
-                failure = ModelConnectionError(f"{type(error).__name__}: {self._redact(str(error))}")
-        if failure is not None:
-            # Raised outside the `except` blocks: no aiohttp exception (with headers) rides along.
-            raise failure
-        return self._vectors(payload, len(texts))
+        return self._vectors(await self._fetch("POST", json.dumps(body)), len(texts))
 
     def _vectors(self, payload: bytes, expected: int) -> list[list[float]]:
         def bad(why: str) -> EmbeddingResponseError:

@@ -33,7 +33,7 @@ from rxagent.model.types import (
 
 if TYPE_CHECKING:
     from rxagent.model.llama_cpp import LlamaCppModel
-    from rxagent.model.openai import OpenAIChatModel, Timeouts
+    from rxagent.model.openai import OpenAIChatModel, Timeouts, list_models
     from rxagent.model.scripted import FunctionModel, ScriptedModel, ScriptedResponse, ScriptedToolCall
 
 __all__ = [
@@ -62,6 +62,7 @@ __all__ = [
     "ToolChoice",
     "ToolSchema",
     "Usage",
+    "list_models",
     "provider_of",
 ]
 
@@ -69,6 +70,7 @@ _LAZY = {
     "LlamaCppModel": "rxagent.model.llama_cpp",
     "OpenAIChatModel": "rxagent.model.openai",
     "Timeouts": "rxagent.model.openai",
+    "list_models": "rxagent.model.openai",
     "FunctionModel": "rxagent.model.scripted",
     "ScriptedModel": "rxagent.model.scripted",
     "ScriptedResponse": "rxagent.model.scripted",

@@ -37,13 +37,16 @@ from pydantic import Secret, SecretStr
 from yarl import URL
 
 from rxagent.clock import SYSTEM_CLOCK, Clock, Deadline
-from rxagent.model.errors import ModelTimeoutError
+from rxagent.model.errors import ModelConnectionError, ModelError, ModelHTTPError, ModelTimeoutError
 from rxagent.redaction import MASK, mask_url, redact, split_credentials, url_secrets
 
 if TYPE_CHECKING:
     import aiohttp
 
-__all__ = ["HttpEndpoint", "RequestTimer", "Timeouts"]
+__all__ = ["ERROR_BODY_LIMIT", "HttpEndpoint", "RequestTimer", "Timeouts"]
+
+ERROR_BODY_LIMIT = 64 * 1024
+"""Bytes of an error response kept for the error message; a huge error page is not worth more."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +202,8 @@ class HttpEndpoint:
 
     _kind = "client"
     """What the subclass is called in error messages ("model", "embedder")."""
+    _server = "the model server"
+    """Who answers, in error messages."""
 
     def __init__(
         self,
@@ -287,6 +292,51 @@ class HttpEndpoint:
             name, value = self._url_auth
             headers[name] = value.get_secret_value()
         return headers
+
+    async def _fetch(self, method: Literal["GET", "POST"], data: str | None = None) -> bytes:
+        """One request whose whole answer is read, not retried (the total timeout bounds it): the body of a
+        2xx answer.
+
+        Raises:
+            ModelHTTPError: an error status (the server's text quoted, the key masked).
+            ModelConnectionError: no connection, a broken one, or an invalid HTTP answer.
+            ModelTimeoutError: the connect, idle-read or total timeout.
+        """
+        import aiohttp
+
+        session = self._session_on_running_loop()
+        timer = self._request_timer(self._total_due())
+        failure: ModelError | None = None
+        try:
+            async with (
+                timer.deadline,
+                session.request(
+                    method,
+                    self._url.get_secret_value(),
+                    data=data,
+                    headers=self._request_headers("application/json"),
+                    allow_redirects=False,
+                    trace_request_ctx=timer,
+                ) as response,
+            ):
+                timer.pause()
+                if not 200 <= response.status < 300:
+                    raw = await timer.read_body(response.content, ERROR_BODY_LIMIT)
+                    text = self._redact(raw[:ERROR_BODY_LIMIT].decode("utf-8", "replace"))
+                    raise ModelHTTPError(response.status, text, url=self._shown_url)
+                return await timer.read_body(response.content)
+        except ModelError:
+            raise
+        except aiohttp.ClientResponseError as error:
+            # Holds request_info, headers included: keep only its message, never the object.
+            failure = ModelConnectionError(f"invalid HTTP response from {self._server}: {error.message}")
+        except (aiohttp.ClientError, OSError) as error:  # TimeoutError is an OSError
+            if timer.deadline.expired():
+                failure = timer.error()
+            else:
+                failure = ModelConnectionError(f"{type(error).__name__}: {self._redact(str(error))}")
+        # Raised outside the `except` blocks: no aiohttp exception (with headers) rides along.
+        raise failure
 
     def _check_open(self) -> None:
         if self._closed:

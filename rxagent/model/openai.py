@@ -31,13 +31,14 @@ import math
 from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from typing import cast
 
 import aiohttp
 from pydantic import SecretStr
 from reactivex import Observable
 
 from rxagent.clock import SYSTEM_CLOCK, Clock
-from rxagent.model._endpoint import HttpEndpoint, RequestTimer, Timeouts
+from rxagent.model._endpoint import ERROR_BODY_LIMIT, HttpEndpoint, RequestTimer, Timeouts
 from rxagent.model._openai_wire import (
     MessageWireCache,
     StreamParser,
@@ -59,12 +60,9 @@ from rxagent.model.types import ChatChunk, ChatRequest, ModelCapabilities, ToolS
 from rxagent.operators import from_async_iterable
 from rxagent.retry import RetryBudget, RetryExhausted, RetryPolicy, is_retryable, plan_retry
 
-__all__ = ["OpenAIChatModel", "Timeouts", "parse_retry_after"]
+__all__ = ["OpenAIChatModel", "Timeouts", "list_models", "parse_retry_after"]
 
 _NOT_JSON = object()
-
-_ERROR_BODY_LIMIT = 64 * 1024
-"""Bytes of an error response kept for the error message; a huge error page is not worth more."""
 
 
 def parse_retry_after(value: str | None, *, now: datetime | None = None) -> float | None:
@@ -376,7 +374,7 @@ class OpenAIChatModel(HttpEndpoint):
         return ModelConnectionError(reason)
 
     async def _http_error(self, response: aiohttp.ClientResponse, timer: RequestTimer) -> ModelHTTPError:
-        body = await timer.read_body(response.content, _ERROR_BODY_LIMIT)
+        body = await timer.read_body(response.content, ERROR_BODY_LIMIT)
         headers = response.headers
         retry_after_ms = parse_retry_after(headers.get("retry-after-ms"))
         retry_after = retry_after_ms / 1000 if retry_after_ms is not None else None
@@ -384,3 +382,67 @@ class OpenAIChatModel(HttpEndpoint):
             retry_after = parse_retry_after(headers.get("Retry-After"))
         text = self._redact(body.decode("utf-8", "replace"))
         return ModelHTTPError(response.status, text, retry_after=retry_after, url=self._shown_url)
+
+
+class _ModelList(HttpEndpoint):
+    """``GET {base_url}/models``: what :func:`list_models` asks."""
+
+    _kind = "model list"
+
+    async def names(self) -> list[str]:
+        """The ids of the listed models (see :func:`list_models`)."""
+        payload = await self._fetch("GET")
+        try:
+            listed: object = json.loads(payload)
+        except ValueError:
+            listed = None
+        data = cast("dict[str, object]", listed).get("data") if isinstance(listed, dict) else None
+        entries = cast("list[object]", data) if isinstance(data, list) else []
+        names = [cast("dict[str, object]", entry).get("id") for entry in entries if isinstance(entry, dict)]
+        if (
+            not isinstance(data, list)
+            or len(names) != len(entries)
+            or not all(isinstance(n, str) for n in names)
+        ):
+            snippet = self._redact(payload[:200].decode("utf-8", "replace"))
+            raise ModelError(f"the answer of {self._shown_url} is not a model list: {snippet!r}")
+        return cast("list[str]", names)
+
+
+async def list_models(
+    base_url: str,
+    *,
+    api_key: str | SecretStr | None = None,
+    api_key_env: str | None = "OPENAI_API_KEY",
+    timeouts: Timeouts | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> list[str]:
+    """The names of the models an OpenAI-compatible server serves (``GET {base_url}/models``), in its order.
+
+    The request carries the same ``Authorization`` (and extra headers) as :class:`OpenAIChatModel`'s calls
+    with the same arguments; it is not retried.
+
+    Args:
+        base_url: the API root, e.g. ``"http://127.0.0.1:8000/v1"``.
+        api_key: sent as ``Authorization: Bearer …``; ``None`` reads ``api_key_env`` (no key: no header).
+        api_key_env: environment variable holding the key (``None``: don't read one).
+        timeouts: connect, idle-read and total timeouts of the request.
+        headers: extra HTTP headers.
+
+    Raises:
+        ValueError: ``base_url`` is not an absolute http(s) URL.
+        ModelHTTPError: an error status (a server that lists no models may answer 404).
+        ModelConnectionError: no connection, or a broken one.
+        ModelTimeoutError: a timeout.
+        ModelError: a 2xx answer that is not a model list (``{"data": [{"id": …}, …]}``).
+    """
+    async with _ModelList(
+        base_url=base_url,
+        path="models",
+        api_key=api_key,
+        api_key_env=api_key_env,
+        timeouts=timeouts,
+        headers=headers,
+        connection_limit=1,
+    ) as endpoint:
+        return await endpoint.names()

@@ -14,6 +14,7 @@ from rxagent.serve.http import json_errors
 from rxagent.serve.hub import HUB, SessionHub
 from rxagent.serve.security import RedactedAccessLogger, guard
 from rxagent.serve.settings import ServeSettings
+from rxagent.session import check_store
 
 __all__ = ["AgentServer", "create_app"]
 
@@ -70,9 +71,16 @@ class AgentServer:
         return self._url
 
     async def start(self) -> None:
-        """Listen (on the running loop)."""
+        """Reach the agent's session store, then listen (on the running loop).
+
+        Raises:
+            Exception: the store cannot be used (see :func:`~rxagent.session.check_store`: a database
+                that cannot be reached, say), raised before anything listens.
+            OSError: the address cannot be listened on (in use, or not this machine's).
+        """
         if self._runner is not None:
             raise RuntimeError("the server has started already")
+        await check_store(self.hub.agent.store)  # else every request would answer 500
         self.hub.stopping = False  # a server stopped before takes work again
         runner = web.AppRunner(
             self.app,

@@ -18,7 +18,7 @@ from rxagent.session.feed import FeedGap, FeedItem, FeedLagError, FeedPolicy, Se
 from rxagent.session.history import RunRecord, TurnRecord, turns_of
 from rxagent.session.keeper import Claim, SessionBusy, SessionKeeper
 from rxagent.session.memory import MemoryStore
-from rxagent.session.open import default_db_path, open_store, store_file, store_name
+from rxagent.session.open import check_store, default_db_path, open_store, store_file, store_name
 from rxagent.session.projection import Projection
 from rxagent.session.reconcile import Reconcile, ReconcileError, UncertainToolCallsError
 from rxagent.session.recorder import Recorder, seed_session
@@ -61,6 +61,7 @@ __all__ = [
     "StoredFact",
     "TurnRecord",
     "UncertainToolCallsError",
+    "check_store",
     "default_db_path",
     "one_by_one",
     "open_store",

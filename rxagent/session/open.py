@@ -14,8 +14,9 @@ from typing import cast
 from rxagent.redaction import mask_url
 from rxagent.session.memory import MemoryStore
 from rxagent.session.store import SessionStore
+from rxagent.state import DEFAULT_SESSION
 
-__all__ = ["default_db_path", "open_store", "store_file", "store_name"]
+__all__ = ["check_store", "default_db_path", "open_store", "store_file", "store_name"]
 
 _MEMORY = ("memory", "memory://", ":memory:")
 
@@ -97,3 +98,18 @@ def open_store(where: str) -> SessionStore:
     from rxagent.session.sqlite import SQLiteStore
 
     return SQLiteStore(path)
+
+
+async def check_store(store: SessionStore) -> None:
+    """Reach ``store`` now: connect to its database (creating or migrating the schema) or read its file.
+
+    A store opens lazily (PostgreSQL connects at its first call), so without this a database that cannot
+    be reached shows only when the first run fails. Call it before serving or running. It reads one
+    session's head and changes nothing.
+
+    Raises:
+        Exception: what the store raises when it cannot be used, e.g. ``StoreUnavailableError`` (a
+            ``ConnectionError``: the database cannot be reached, or does not exist) or
+            ``SchemaVersionError`` (a ``RuntimeError``: a newer rxagent's schema).
+    """
+    await store.head((None, DEFAULT_SESSION))

@@ -437,9 +437,8 @@ class SQLiteStore:
             raise ValueError(f"busy_timeout must be >= 0 seconds, not {busy_timeout}")
         folder = Path(name).parent
         if not folder.is_dir():
-            raise SessionFileError(
-                f"cannot open the session store {name}: the folder {folder} does not exist"
-            )
+            why = f"{folder} is not a folder" if folder.exists() else f"the folder {folder} does not exist"
+            raise SessionFileError(f"cannot open the session store {name}: {why}")
         if Path(name).is_dir():
             raise SessionFileError(f"cannot open the session store {name}: it is a folder")
         self.path = Path(name)

@@ -7,7 +7,8 @@ client read them separately), :class:`Hold` (send nothing more until the test op
 mid-body). The server records every request (path, query, headers, JSON body)
 and notices when a client disconnects in the middle of a reply (the handler is cancelled). Pauses and the
 request times are on the server's ``clock``: give it the client's :class:`~rxagent.clock.VirtualClock`
-and both sides wait on the same virtual time.
+and both sides wait on the same virtual time. ``GET /v1/models`` answers with the model list a test sets
+(:meth:`OpenAIServer.list_models`), without using up a scripted reply.
 """
 
 from __future__ import annotations
@@ -212,8 +213,11 @@ class OpenAIServer:
         """Set when a client went away in the middle of a reply."""
         self.stalled = asyncio.Event()
         """Set when a reply reaches a :class:`Stall` (everything before it has been written)."""
+        self.model_list: Reply = Reply.error(404, "no model list scripted")
+        """The answer to every ``GET /v1/models`` (see :meth:`list_models`); it is not used up."""
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._handle)
+        app.router.add_get("/v1/models", self._handle_models)
         self._server = TestServer(app, host="127.0.0.1", port=0)
 
     @property
@@ -225,6 +229,11 @@ class OpenAIServer:
         """Queue replies for the next requests, one each."""
         self.replies.extend(replies)
 
+    def list_models(self, *names: str) -> None:
+        """Answer ``GET /v1/models`` with ``names``, as OpenAI lists its models."""
+        models = [{"id": name, "object": "model", "created": 0, "owned_by": "test"} for name in names]
+        self.model_list = Reply.json({"object": "list", "data": models})
+
     async def __aenter__(self) -> Self:
         await self._server.start_server()
         return self
@@ -235,7 +244,16 @@ class OpenAIServer:
         await self._server.close()
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
-        raw = await request.read()
+        self._record(request, await request.read())
+        return await self._reply(
+            request, self.replies.popleft() if self.replies else Reply.error(500, "no reply scripted")
+        )
+
+    async def _handle_models(self, request: web.Request) -> web.StreamResponse:
+        self._record(request, b"")
+        return await self._reply(request, self.model_list)
+
+    def _record(self, request: web.Request, raw: bytes) -> None:
         self.requests.append(
             RecordedRequest(
                 request.path,
@@ -246,7 +264,8 @@ class OpenAIServer:
                 query=request.raw_path.partition("?")[2],
             )
         )
-        reply = self.replies.popleft() if self.replies else Reply.error(500, "no reply scripted")
+
+    async def _reply(self, request: web.Request, reply: Reply) -> web.StreamResponse:
         response = web.StreamResponse(status=reply.status, headers=reply.headers)
         response.content_type = reply.content_type
         try:

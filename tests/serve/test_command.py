@@ -3,7 +3,8 @@
 It runs against the loopback OpenAI-compatible server with a SQLite session store, is stopped with a real
 signal mid-run, and the store is read afterwards. Bad inputs tried: a port out of range, a lease TTL of
 zero, below zero or not a number, the command without the serve extra's options mixed in (``--json``
-belongs to run and chat).
+belongs to run and chat), a session database it cannot open (PostgreSQL where nothing listens, a database
+the server does not have, a SQLite file under a file), a port another process listens on.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import socket
 import sys
 from pathlib import Path
 
@@ -19,8 +21,18 @@ import pytest
 
 from rxagent.session import SQLiteStore, turns_of
 from tests.model.openai_server import OpenAIServer, Reply, Stall, text_chunk
+from tests.postgres_server import TestPostgres
 from tests.serve.conftest import WAIT
-from tests.test_cli import command_env, finish, on, start, text_reply
+from tests.test_cli import (
+    closed_port,
+    command_env,
+    finish,
+    on,
+    one_line,
+    own_home,  # noqa: F401  (a fixture: every command here gets a home of its own)
+    start,
+    text_reply,
+)
 
 
 @pytest.mark.parametrize("stop_with", [signal.SIGTERM, signal.SIGINT])
@@ -138,6 +150,57 @@ async def test_bad_serve_options_are_usage_errors() -> None:
         assert done.stdout == ""
         if args[0] == "--lease-ttl":
             assert "--lease-ttl" in done.stderr
+
+
+async def test_serve_refuses_to_start_on_a_database_it_cannot_open(
+    server: OpenAIServer, tmp_path: Path, postgres: TestPostgres
+) -> None:
+    (tmp_path / "a-file").write_text("where a folder should be")
+    with closed_port() as port:
+        for db, message in [
+            (  # nothing listens there
+                f"postgresql://postgres@127.0.0.1:{port}/rx",
+                f"rxagent: cannot connect to the PostgreSQL session store at 127.0.0.1:{port}/rx: ",
+            ),
+            (  # a real server, a database it does not have
+                postgres.url("no_such_database"),
+                'database "no_such_database" does not exist',
+            ),
+            (  # root writes anywhere: a file where the folder should be is what stops it
+                str(tmp_path / "a-file" / "sessions.db"),
+                f"rxagent: cannot open the session store {tmp_path}/a-file/sessions.db: "
+                f"{tmp_path}/a-file is not a folder",
+            ),
+        ]:
+            done = await finish(
+                await start(*on(server, "serve", "--port", "0", "--db", db, "--tools", "none"))
+            )
+
+            assert done.code == 1, (db, done.stderr)
+            assert "listening on" not in done.stdout
+            assert done.stdout == ""
+            assert message in one_line(said(done.stderr)), done.stderr
+
+
+async def test_serve_refuses_to_start_on_a_port_in_use(server: OpenAIServer) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+
+        done = await finish(await start(*on(server, "serve", "--port", str(port), "--tools", "none")))
+
+    assert done.code == 1
+    assert done.stdout == ""
+    line = one_line(said(done.stderr))
+    assert f"('127.0.0.1', {port})" in line
+    assert "address already in use" in line
+
+
+def said(stderr: str) -> str:
+    """``stderr`` without the server's log lines (which start with their time)."""
+    assert "Traceback" not in stderr
+    return "\n".join(line for line in stderr.splitlines() if not line[:1].isdigit())
 
 
 async def _read_until(response: aiohttp.ClientResponse, marker: str) -> None:
