@@ -155,7 +155,9 @@ class RunHandle:
         return self._future.result(timeout)
 
     def __await__(self) -> Any:
-        return asyncio.wrap_future(self._future).__await__()
+        # Shielded: a waiter that is cancelled (a client that went away) stops waiting, never the run, and
+        # never cancels the result every other waiter reads (wrap_future alone would cancel it).
+        return asyncio.shield(asyncio.wrap_future(self._future)).__await__()
 
     # ---- called on the loop by the session handle ---------------------------------------------------------
 

@@ -8,6 +8,7 @@ submitted here waits for its turn.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import re
@@ -137,7 +138,7 @@ class SessionHub:
 def _log_end(run: RunHandle, ids: dict[str, str | None]) -> None:
     try:
         result = run.result()
-    except asyncio.CancelledError:
+    except (asyncio.CancelledError, concurrent.futures.CancelledError):  # the handle's future is the latter
         _log.info("run %s cancelled", run.id, extra=ids)
     except Exception as error:
         _log.warning("run %s failed: %s: %s", run.id, type(error).__name__, error, extra=ids)

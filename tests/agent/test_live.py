@@ -431,6 +431,32 @@ async def test_a_watcher_leaving_never_stops_the_run() -> None:
     assert agent.keeper.feed(("u", "live")).watchers == 0
 
 
+async def test_a_waiter_that_is_cancelled_stops_waiting_not_the_run() -> None:
+    # An AG-UI stream whose client went away cancels its wait for the run: the run goes on, and its result
+    # stays for every other waiter (before, the cancel reached the handle's future: the run read as
+    # cancelled and its result was lost).
+    gate = Gate("done")
+    agent = ReActAgent(FunctionModel(gate.respond))
+    run = agent.session(CTX).submit("go")
+    await gate.next_call()
+    waiting = asyncio.Event()
+
+    async def wait() -> AgentResult:
+        waiting.set()
+        return await run  # in the same step as set(): the task is inside this await when the test resumes
+
+    waiter = asyncio.ensure_future(wait())
+    await waiting.wait()
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    gate.open()
+
+    result = await asyncio.wait_for(run, WAIT)
+    assert (result.reason, result.text) == ("MODEL_STOP", "done")
+    assert run.result() is result
+
+
 async def test_events_of_the_feed_are_the_runs_events() -> None:
     agent = ReActAgent(ScriptedModel(["hello"]))
     session = agent.session(CTX)

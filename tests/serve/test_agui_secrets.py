@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from rxagent.agent import AgentOptions, ReActAgent
+from rxagent.context import RuntimeContext
 from rxagent.model.openai import OpenAIChatModel
 from rxagent.redaction import MASK
 from tests.model.openai_server import (
@@ -76,6 +77,9 @@ async def test_a_credentialed_model_url_never_shows_in_events_feed_or_log(
         async with live.sse("/api/sessions/t/feed") as feed:  # the session's log, fact by fact
             facts = [e.data for e in await feed.until(is_result_of(started["metadata"]["rxagent_run_id"]))]
         turns = await live.get("/api/sessions/t/turns")
+        # The stream ends with RUN_ERROR while the run is still being saved: wait for its end (and its log
+        # line) before the server stops, which would cancel what still runs.
+        await live.agent.session(RuntimeContext(session_id="t")).wait()
 
     assert error["type"] == "RUN_ERROR"
     for shown in (json.dumps(events), *facts, json.dumps(turns), client_log(caplog)):
