@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable
 from typing import Literal, TypeAlias
 
-from rxagent.operators import Turn
+from rxagent.session.keeper import Place
 
 __all__ = ["RunControl", "RunStatus"]
 
@@ -29,7 +29,7 @@ class RunControl:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._interrupted = False
         self._callbacks: list[Callable[[], None]] = []
-        self._turn: Turn | None = None
+        self._turn: Place | None = None
 
     def interrupt(self) -> bool:
         """Interrupt the bound run; safe from any thread (a UI thread, a signal handler, a widget callback).
@@ -75,7 +75,8 @@ class RunControl:
 
     @property
     def position(self) -> int | None:
-        """``0`` while the run holds its session, ``n`` while it waits ``n``-th in line, else ``None``."""
+        """``0`` while the run holds its session, ``n`` while it waits ``n``-th in the session's line (which
+        runs of every agent object and process share, in the order they were submitted), else ``None``."""
         turn = self._turn
         return turn.position if turn is not None else None
 
@@ -95,7 +96,7 @@ class RunControl:
 
         return unregister
 
-    def bind(self, loop: asyncio.AbstractEventLoop, turn: Turn | None = None) -> None:
+    def bind(self, loop: asyncio.AbstractEventLoop, turn: Place | None = None) -> None:
         """Attach the control to a run starting on ``loop`` (the agent does this at subscription).
 
         Raises:

@@ -99,17 +99,11 @@ class RunHandle:
 
     @property
     def status(self) -> Literal["queued", "running", "done"]:
-        """``queued`` (waiting for its session: behind runs of this process, or for the lease another
-        process holds), ``running`` or ``done``."""
+        """``queued`` (waiting for its session, behind the runs submitted before it here or in another
+        process, or for the lease another process holds), ``running`` or ``done``."""
         if self._future.done():
             return "done"
-        if self.control.status != "running":
-            return "queued"
-        session = self._session
-        active = session.agent.active_run(session.ctx)
-        if (active is None or active.run_id != self.id) and session.agent.keeper.held_elsewhere(session.key):
-            return "queued"
-        return "running"
+        return "queued" if self.control.status != "running" else "running"
 
     @property
     def position(self) -> int | None:
