@@ -122,7 +122,9 @@ class MemoryStore:
     async def drop_ticket(self, ticket: Ticket) -> None:
         """Leave the line (a no-op if the ticket is not in it)."""
         log = self._logs.get(ticket.key)
-        if log is not None and log.tickets.pop(ticket.number, None) is not None:
+        held = log.tickets.get(ticket.number) if log is not None else None
+        if log is not None and held is not None and held.owner == ticket.owner:
+            del log.tickets[ticket.number]
             self._turn_listeners.notify(ticket.key)
 
     def listen_turns(self, key: SessionKey, wake: Callable[[], None]) -> Listening:
