@@ -124,7 +124,7 @@ class Claim:
     """A session held for one run: its place, its lease, its projection and the run's recorder."""
 
     key: SessionKey
-    turn: Place
+    place: Place
     lease: Lease
     projection: Projection
     recorder: Recorder
@@ -410,7 +410,7 @@ class SessionKeeper:
                     )
             await self.store.release(claim.lease)
         finally:
-            self._leave(claim.turn)
+            self._leave(claim.place)
             if held and feed is not None:  # its watchers follow the log again, from the run's last fact
                 feed.writing_here(False)
         if claim.broken:
