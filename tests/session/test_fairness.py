@@ -170,6 +170,7 @@ async def test_runs_of_two_agents_on_one_store_start_in_the_order_they_were_subm
     a, b = sessions["A"].status(), sessions["B"].status()
     assert (a.state, a.queued, a.held_elsewhere) == ("running", order.count("A") - 1, False)
     assert (b.state, b.queued, b.held_elsewhere) == ("queued", order.count("B"), True)  # behind A's run
+    assert (a.position, b.position) == (order.index("A", 1), 1)  # where each agent's next run stands
 
     model.gate.set()
     results = await asyncio.wait_for(asyncio.gather(*runs), WAIT)
