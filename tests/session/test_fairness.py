@@ -9,6 +9,9 @@ for real time: a test that fails does so by its ``wait_for`` guard.
 
 The processes' side (two processes on SQLite and on PostgreSQL) is in test_two_process.py.
 
+On PostgreSQL, a run waiting for another process's run is woken by the database's notification, with its
+clock standing still.
+
 Bad inputs tried: a run cancelled between its ticket being taken and the answer reaching it, one cancelled
 between being granted the lease and receiving it, one cancelled while it waits, and a waiter that crashed
 and left its ticket behind.
@@ -28,6 +31,7 @@ from rxagent.context import RuntimeContext
 from rxagent.model.scripted import FunctionModel
 from rxagent.model.types import ChatRequest
 from rxagent.session import DelegatingStore, Lease, SessionStore, Ticket, Waiting
+from rxagent.session.postgres import PostgresStore
 from rxagent.state import SessionKey
 
 from .conftest import FakeNow
@@ -304,3 +308,27 @@ async def test_the_ticket_of_a_waiter_that_crashed_expires_and_the_line_moves_on
     assert (await asyncio.wait_for(clock.run(after), WAIT)).text == "re: after"
     assert model.started == ["first", "after"]
     assert await nothing_held(store)
+
+
+async def test_a_run_waiting_for_another_processes_run_is_woken_by_postgres_not_by_a_timer(
+    postgres_url: str, clock: VirtualClock
+) -> None:
+    # Two store objects on one database: to each other they are two processes.
+    async with PostgresStore(postgres_url) as elsewhere, PostgresStore(postgres_url) as here:
+        holding = await elsewhere.enqueue(KEY, "another server", 30)
+        assert isinstance(holding, Lease)
+        heard = asyncio.Event()
+        listening = here.listen_turns(KEY, heard.set)
+        try:
+            await asyncio.wait_for(heard.wait(), WAIT)  # woken once it listens: notices arrive from now on
+            assert listening.live
+            line = Joined(here)
+            agent = ReActAgent(FunctionModel(Model(held="").respond), store=line, clock=clock)
+            control = RunControl()
+            run = asyncio.ensure_future(agent.call("mine", ADA, control=control))
+            assert await line.joined() == 1
+            await elsewhere.release(holding)  # NOTIFY: the run takes its turn; its clock never moves
+            assert (await asyncio.wait_for(run, WAIT)).text == "re: mine"
+        finally:
+            listening.close()
+    assert clock.now() == 0
