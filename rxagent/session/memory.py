@@ -71,9 +71,7 @@ class MemoryStore:
         current = log.lease
         if current is not None and current.owner != owner and current.expires_at > now:
             return None
-        log.tokens += 1
-        log.lease = Lease(key, owner, log.tokens, now + ttl)
-        return log.lease
+        return self._grant(log, key, owner, now + ttl)
 
     async def renew(self, lease: Lease, ttl: float) -> Lease:
         """Push the expiry (see :class:`~rxagent.session.store.SessionStore`)."""
@@ -104,7 +102,7 @@ class MemoryStore:
     async def take_turn(self, ticket: Ticket, ttl: float) -> Lease | Waiting:
         """The lease if it is ``ticket``'s turn (see
         :meth:`~rxagent.session.store.SessionStore.take_turn`)."""
-        log, now = self._in_line(ticket)
+        log, now = self._holding(ticket)
         self._sweep(log, ticket.key, now)
         if next(iter(log.tickets)) == ticket.number and _lease_free(log, now):
             del log.tickets[ticket.number]
@@ -115,7 +113,7 @@ class MemoryStore:
 
     async def renew_ticket(self, ticket: Ticket, ttl: float) -> Ticket:
         """Keep the ticket in line (see :meth:`~rxagent.session.store.SessionStore.renew_ticket`)."""
-        log, now = self._in_line(ticket)
+        log, now = self._holding(ticket)
         renewed = log.tickets[ticket.number] = Ticket(ticket.key, ticket.owner, ticket.number, now + ttl)
         return renewed
 
@@ -131,15 +129,12 @@ class MemoryStore:
         """Call ``wake()`` when ``key``'s line may have moved (every change is made here: always live)."""
         return self._turn_listeners.add(key, wake)
 
-    def _in_line(self, ticket: Ticket) -> tuple[_Log, float]:
+    def _holding(self, ticket: Ticket) -> tuple[_Log, float]:
         log = self._logs.get(ticket.key)
         now = self._now()
         held = log.tickets.get(ticket.number) if log is not None else None
         if log is None or held is None or held.owner != ticket.owner or held.expires_at <= now:
-            raise TicketLostError(
-                f"ticket {ticket.number} for session {ticket.key[1]!r} is not in the line: it expired, "
-                "was dropped, or was never issued"
-            )
+            raise TicketLostError.of(ticket)
         return log, now
 
     def _sweep(self, log: _Log, key: SessionKey, now: float) -> None:

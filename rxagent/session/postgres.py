@@ -314,7 +314,7 @@ line AS (
 
 _LOOK: Final = f"""
 WITH {_STANDING}
-SELECT line.mine, line.ahead, line.first_expiry, cur.lease_owner, cur.lease_expires_at, NULL, NULL, false
+SELECT line.mine, line.ahead, line.first_expiry, cur.lease_owner, cur.lease_expires_at
 FROM line LEFT JOIN cur ON true
 """
 
@@ -693,7 +693,7 @@ class PostgresStore:
         """
         _check_key(key)
         params = {**_key(key), "owner": owner, "ttl": ttl, "number": _BEHIND_EVERY_TICKET}
-        row, now = await self._in_line(_ENQUEUE, params)
+        row, now = await self._under_lock(_ENQUEUE, params)
         number, *standing, token, expires_at, moved, _ = row
         if moved:
             self._turn_listeners.notify(key)
@@ -710,16 +710,16 @@ class PostgresStore:
         row = await self._fetchone(_LOOK, stamped)
         assert row is not None  # an aggregate: always one row
         now = float(stamped["now"])
-        mine, ahead, first_expiry, owner, expires, *_ = row
+        mine, ahead, first_expiry, owner, expires = row
         if mine and not ahead and (owner is None or expires is None or expires <= now):
-            row, now = await self._in_line(_TAKE_TURN, params)
+            row, now = await self._under_lock(_TAKE_TURN, params)
             mine, ahead, first_expiry, owner, expires, token, expires_at, moved, _ = row
             if moved:
                 self._turn_listeners.notify(ticket.key)
             if token is not None:
                 return Lease(ticket.key, ticket.owner, int(token), float(expires_at))
         if not mine:
-            raise _lost_ticket(ticket)
+            raise TicketLostError.of(ticket)
         return _waiting(ticket, now, ahead, first_expiry, owner, expires)
 
     async def renew_ticket(self, ticket: Ticket, ttl: float) -> Ticket:
@@ -727,7 +727,7 @@ class PostgresStore:
         params = {**_key(ticket.key), "owner": ticket.owner, "ttl": ttl, "number": ticket.number}
         row = await self._fetchone(_RENEW_TICKET, params, stamped=True)
         if row is None:
-            raise _lost_ticket(ticket)
+            raise TicketLostError.of(ticket)
         return Ticket(ticket.key, ticket.owner, ticket.number, float(row[0]))
 
     async def drop_ticket(self, ticket: Ticket) -> None:
@@ -747,7 +747,7 @@ class PostgresStore:
             raise RuntimeError(f"{self!r} is closed")
         return self._turn_listeners.add(key, wake)
 
-    async def _in_line(
+    async def _under_lock(
         self, statement: LiteralString, params: dict[str, Any]
     ) -> tuple[tuple[Any, ...], float]:
         """Run ``statement`` after locking the session's row, in one transaction and one round trip; its
@@ -1086,13 +1086,6 @@ def _waiting(
     holder = owner if owner is not None and expires is not None and expires > now else None
     expiries = [e for e in (first_expiry, expires if holder is not None else None) if e is not None]
     return Waiting(ticket, int(ahead), holder, min(expiries, default=now) - now)
-
-
-def _lost_ticket(ticket: Ticket) -> TicketLostError:
-    return TicketLostError(
-        f"ticket {ticket.number} for session {ticket.key[1]!r} is not in the line: it expired, was dropped, "
-        "or was never issued"
-    )
 
 
 def _lost(lease: Lease) -> LeaseLostError:

@@ -450,13 +450,6 @@ def _standing(conn: sqlite3.Connection, row: _Row, ticket: Ticket, now: float) -
     return Waiting(ticket, int(ahead), holder, min(expiries, default=now) - now)
 
 
-def _lost_ticket(ticket: Ticket) -> TicketLostError:
-    return TicketLostError(
-        f"ticket {ticket.number} for session {ticket.key[1]!r} is not in the line: it expired, was dropped, "
-        "or was never issued"
-    )
-
-
 class SQLiteStore:
     """Session logs in a SQLite file that several processes may share (see the module).
 
@@ -640,7 +633,7 @@ class SQLiteStore:
             ticket = Ticket(key, owner, cast("int", cursor.lastrowid), now + ttl)
             return _standing(conn, row, ticket, now), moved
 
-        return await self._in_line(key, self._write(run))
+        return await self._line_change(key, self._write(run))
 
     async def take_turn(self, ticket: Ticket, ttl: float) -> Lease | Waiting:
         """The lease if it is ``ticket``'s turn (see
@@ -666,7 +659,7 @@ class SQLiteStore:
             conn.execute("DELETE FROM tickets WHERE number = ?", (ticket.number,))
             return _grant(conn, row, ticket.key, ticket.owner, now + ttl), True
 
-        return await self._in_line(ticket.key, self._write(run))
+        return await self._line_change(ticket.key, self._write(run))
 
     async def renew_ticket(self, ticket: Ticket, ttl: float) -> Ticket:
         """Keep the ticket in line (see :meth:`~rxagent.session.store.SessionStore.renew_ticket`)."""
@@ -713,12 +706,13 @@ class SQLiteStore:
             ).fetchone()
         )
         if row is None or held is None:
-            raise _lost_ticket(ticket)
+            raise TicketLostError.of(ticket)
         return row
 
-    async def _in_line(
+    async def _line_change(
         self, key: SessionKey, change: Awaitable[tuple[Lease | Waiting, bool]]
     ) -> Lease | Waiting:
+        """The outcome of a ``change`` to ``key``'s line; this process's waiters hear of it if it moved."""
         outcome, moved = await change
         if moved:
             self._turn_listeners.notify(key)

@@ -136,6 +136,14 @@ class TicketLostError(RuntimeError):
     """A ticket is no longer in its session's line: it expired (its waiter did not renew it in time), it
     was dropped, or it was never issued. Its waiter takes a new ticket, at the end of the line."""
 
+    @classmethod
+    def of(cls, ticket: Ticket) -> TicketLostError:
+        """The error a store raises for ``ticket`` (naming it and its session)."""
+        return cls(
+            f"ticket {ticket.number} for session {ticket.key[1]!r} is not in the line: it expired, was "
+            "dropped, or was never issued"
+        )
+
 
 class SessionExistsError(ValueError):
     """A fork's target session already has facts."""
