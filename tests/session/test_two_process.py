@@ -3,7 +3,8 @@
 What the log must show afterwards: runs never overlap (each run's facts are one unbroken stretch, and a
 run starts only once the one before it ended), and every turn of both processes is there. Runs submitted
 to the two processes start in the order they were submitted, each placed behind exactly the runs submitted
-before it. A process
+before it; the place of a process killed (SIGKILL) while its run waits stops holding up the line once its
+ticket expires. A process
 paused (SIGSTOP) past its lease while it holds the session is overtaken by the other, which completes a
 run; when it wakes up, its next append is refused by fencing (the run fails with ``LeaseLostError``) and
 nothing it did after the takeover reaches the log.
@@ -222,3 +223,18 @@ async def test_runs_submitted_to_two_processes_start_in_the_order_they_were_subm
     runs = check_runs_never_overlap(facts)
     assert [text for _, text, _ in runs] == texts  # the run submitted second (to B) started second
     assert sorted(answers(facts)) == sorted(f"{text[0]} noted {text}" for text in texts)
+
+
+async def test_the_place_of_a_process_killed_while_it_waits_stops_holding_up_the_line(
+    shared_store: str, processes: tuple[ChildProcess, ChildProcess]
+) -> None:
+    a, b = processes
+    assert await a.ask(op="submit", text="A run 0", hold=True) == {"position": 0}
+    assert await b.ask(op="submit", text="B run 1") == {"position": 1}
+    assert await a.ask(op="submit", text="A run 2") == {"position": 2}
+    await b.kill()  # its run waits in line; nobody renews its ticket from now on
+    assert await a.ask(op="open") == {"opened": True}
+    # A's second run starts once the dead waiter's ticket expired (a lease's TTL, 1 s, after it was renewed).
+    assert await a.ask(op="wait", within=60) == {"reasons": ["MODEL_STOP", "MODEL_STOP"]}
+    runs = check_runs_never_overlap(await session_log(shared_store))
+    assert [text for _, text, _ in runs] == ["A run 0", "A run 2"]
