@@ -81,6 +81,7 @@ class Place:
 
     def __init__(self, key: SessionKey) -> None:
         self.key = key
+        """The session."""
         self._position: int | None = None
         self._gone = asyncio.Event()
         self.holder: str | None = None
