@@ -781,9 +781,7 @@ async def _run_once(
         except BrokenPipeError:  # the reader of stdout went away: not the run's failure
             # Leaving the loop cancelled the run, which records its end in the background: wait for that
             # (the session's next turn starts once it is done) before the command closes the store.
-            turn = agent.keeper.turn(session_key(ctx))
-            await turn.acquire()
-            turn.release()
+            await agent.keeper.settled(session_key(ctx))
             raise
         except Exception as error:
             # A failed run may end with an AgentResult (reason ERROR) before its error, or with the error

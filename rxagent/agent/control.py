@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable
 from typing import Literal, TypeAlias
 
-from rxagent.operators import Turn
+from rxagent.session.keeper import Place
 
 __all__ = ["RunControl", "RunStatus"]
 
@@ -29,7 +29,7 @@ class RunControl:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._interrupted = False
         self._callbacks: list[Callable[[], None]] = []
-        self._turn: Turn | None = None
+        self._place: Place | None = None
 
     def interrupt(self) -> bool:
         """Interrupt the bound run; safe from any thread (a UI thread, a signal handler, a widget callback).
@@ -68,16 +68,17 @@ class RunControl:
     @property
     def status(self) -> RunStatus:
         """``idle`` (no run bound), ``queued`` (waiting for its session) or ``running``."""
-        turn = self._turn
+        place = self._place
         if self._loop is None:
             return "idle"
-        return "running" if turn is None or turn.position == 0 else "queued"
+        return "running" if place is None or place.position == 0 else "queued"
 
     @property
     def position(self) -> int | None:
-        """``0`` while the run holds its session, ``n`` while it waits ``n``-th in line, else ``None``."""
-        turn = self._turn
-        return turn.position if turn is not None else None
+        """``0`` while the run holds its session, ``n`` while it waits ``n``-th in the session's line (which
+        runs of every agent object and process share, in the order they were submitted), else ``None``."""
+        place = self._place
+        return place.position if place is not None else None
 
     def on_interrupt(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Call ``callback`` on interrupt (at once if already interrupted); returns an unregister function.
@@ -95,8 +96,9 @@ class RunControl:
 
         return unregister
 
-    def bind(self, loop: asyncio.AbstractEventLoop, turn: Turn | None = None) -> None:
-        """Attach the control to a run starting on ``loop`` (the agent does this at subscription).
+    def bind(self, loop: asyncio.AbstractEventLoop, place: Place | None = None) -> None:
+        """Attach the control to a run starting on ``loop`` (the agent does this at subscription), and to
+        the run's ``place`` in its session's line (what :attr:`position` shows).
 
         Raises:
             RuntimeError: the control is bound to another run that has not ended.
@@ -104,11 +106,11 @@ class RunControl:
         with self._guard:
             if self._loop is not None:
                 raise RuntimeError("this RunControl is already bound to a run that has not ended")
-            self._loop, self._turn, self._interrupted = loop, turn, False
+            self._loop, self._place, self._interrupted = loop, place, False
             self._callbacks.clear()
 
     def unbind(self) -> None:
         """Detach from the ended run: later interrupts are no-ops until the next :meth:`bind`."""
         with self._guard:
-            self._loop, self._turn = None, None
+            self._loop, self._place = None, None
             self._callbacks.clear()

@@ -84,7 +84,7 @@ class SessionBusyError(RuntimeError):
 
     def __init__(self, key: SessionKey, waited: float, ahead: int, holder: str | None = None) -> None:
         user = f"user {key[0]!r}, " if key[0] is not None else ""
-        by = f"held by {holder}" if holder else f"{ahead} run(s) of this process still ahead of this one"
+        by = f"held by {holder}" if holder else f"{ahead} run(s) still ahead of this one"
         super().__init__(f"session {key[1]!r} ({user}) stayed busy for {waited:g} s ({by}); the run gave up")
         self.key = key
         self.holder = holder

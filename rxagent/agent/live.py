@@ -64,6 +64,9 @@ class SessionStatus:
         pending: the calls waiting for decisions or results (as of the last run this process saw).
         held_elsewhere: the next run waits for the session's lease, which another process holds (its
             run goes on there; several servers on one database).
+        position: the place of the first of the ``queued`` runs in the session's line, which the runs of
+            every agent object and process share in the order they were submitted (``1``: it is next;
+            ``None``: none waits here, or it has not joined the line yet).
     """
 
     state: SessionState
@@ -71,6 +74,7 @@ class SessionStatus:
     queued: int
     pending: tuple[PendingCall, ...]
     held_elsewhere: bool = False
+    position: int | None = None
 
 
 class RunHandle:
@@ -99,17 +103,11 @@ class RunHandle:
 
     @property
     def status(self) -> Literal["queued", "running", "done"]:
-        """``queued`` (waiting for its session: behind runs of this process, or for the lease another
-        process holds), ``running`` or ``done``."""
+        """``queued`` (waiting for its session, behind the runs submitted before it here or in another
+        process, or for the lease another process holds), ``running`` or ``done``."""
         if self._future.done():
             return "done"
-        if self.control.status != "running":
-            return "queued"
-        session = self._session
-        active = session.agent.active_run(session.ctx)
-        if (active is None or active.run_id != self.id) and session.agent.keeper.held_elsewhere(session.key):
-            return "queued"
-        return "running"
+        return "queued" if self.control.status != "running" else "running"
 
     @property
     def position(self) -> int | None:
@@ -345,6 +343,7 @@ class SessionHandle:
         active = self.agent.active_run(self.ctx)
         runs = list(self._runs)
         queued = sum(1 for run in runs if run.status == "queued")
+        places = [p for run in runs if run.status == "queued" and (p := run.position) is not None]
         # A run that holds its turn but is still taking the lease or loading the session is not active yet.
         starting = next((run for run in runs if run.status == "running"), None)
         projection = self.agent.keeper.cached(self.key)
@@ -363,7 +362,14 @@ class SessionHandle:
             state = "waiting_for_results"
         else:
             state = "idle"
-        return SessionStatus(state, running, queued, pending, self.agent.keeper.held_elsewhere(self.key))
+        return SessionStatus(
+            state,
+            running,
+            queued,
+            pending,
+            self.agent.keeper.held_elsewhere(self.key),
+            min(places, default=None),
+        )
 
     async def read_status(self) -> SessionStatus:
         """:meth:`status`, with the pending calls read from the session's log when no run is going (on

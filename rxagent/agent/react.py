@@ -55,10 +55,11 @@ from rxagent.events import AgentEvent, AgentResult, RunReason
 from rxagent.logs import with_current_run
 from rxagent.messages import Msg, ToolUseBlock, new_id
 from rxagent.model.types import ChatModel
-from rxagent.operators import Operator, Outcome, ProgressOption, Turn, last_value, using_resource
+from rxagent.operators import Operator, Outcome, ProgressOption, last_value, using_resource
 from rxagent.session import (
     Claim,
     MemoryStore,
+    Place,
     SessionBusy,
     SessionInfo,
     SessionKeeper,
@@ -215,10 +216,10 @@ class ReActAgent:
 
         async def acquire() -> _Held:
             run_control = control or RunControl()
-            turn = keeper.turn(key)
-            run_control.bind(asyncio.get_running_loop(), turn)
+            place = keeper.place(key)
+            run_control.bind(asyncio.get_running_loop(), place)
             try:
-                claim = await self._claim(turn, key)
+                claim = await self._claim(place, key)
             except BaseException:
                 run_control.unbind()
                 raise
@@ -321,11 +322,11 @@ class ReActAgent:
 
         return using_resource(acquire, use, release)
 
-    async def _claim(self, turn: Turn, key: SessionKey) -> Claim:
+    async def _claim(self, place: Place, key: SessionKey) -> Claim:
         """Take the session for a run; refuse while calls of it have no known outcome."""
         wait = self.options.session_wait
         try:
-            claim = await self.keeper.claim(turn, key, wait=wait)
+            claim = await self.keeper.claim(place, key, wait=wait)
         except SessionBusy as busy:
             raise SessionBusyError(key, busy.waited, busy.ahead, busy.holder) from None
         try:
@@ -530,7 +531,7 @@ class ReActAgent:
 
     async def _take(self, key: SessionKey) -> Claim:
         try:
-            return await self.keeper.claim(self.keeper.turn(key), key, wait=self.options.session_wait)
+            return await self.keeper.claim(self.keeper.place(key), key, wait=self.options.session_wait)
         except SessionBusy as busy:
             raise SessionBusyError(key, busy.waited, busy.ahead, busy.holder) from None
 

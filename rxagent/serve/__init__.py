@@ -33,13 +33,15 @@ Sessions
     ``{"sessions": [{"session_id", "facts", "updated_at", "owner"}]}``, newest first (``facts``: the
     sequence number of its last fact; ``owner``: who holds its lease now, or ``null``).
 ``GET /api/sessions/{sid}``
-    ``{"session_id", "head", "status": {"state", "running", "queued", "pending", "held_elsewhere"}}``:
-    ``head`` is the sequence number of the session's newest fact; ``state`` is ``idle``, ``queued``,
-    ``running``, ``waiting_for_approval`` or ``waiting_for_results``; ``running`` the id of the run going
-    in this server, or ``null``; ``queued`` how many runs submitted here wait; ``pending`` the calls
-    waiting, each the call's JSON (``id``, ``name``, ``input``, ``raw_arguments``, ``state``, …) plus
-    ``kind`` (``ask``, ``external``, ``retry``) and ``reason``; ``held_elsewhere`` whether the next run
-    waits for the session's lease, held by another server on the same database (whose run goes on there).
+    ``{"session_id", "head", "status": {"state", "running", "queued", "pending", "held_elsewhere",
+    "position"}}``: ``head`` is the sequence number of the session's newest fact; ``state`` is ``idle``,
+    ``queued``, ``running``, ``waiting_for_approval`` or ``waiting_for_results``; ``running`` the id of
+    the run going in this server, or ``null``; ``queued`` how many runs submitted here wait; ``pending``
+    the calls waiting, each the call's JSON (``id``, ``name``, ``input``, ``raw_arguments``, ``state``, …)
+    plus ``kind`` (``ask``, ``external``, ``retry``) and ``reason``; ``held_elsewhere`` whether the next
+    run waits for the session's lease, held by another server on the same database (whose run goes on
+    there); ``position`` the place of the first run queued here in the session's line, which runs share
+    across servers in the order they were submitted (``1``: it is next), or ``null``.
 ``GET /api/sessions/{sid}/turns``
     ``{"turns": [{"turn_id", "started", "input", "runs": [{"run_id", "started", "ended", "outcome",
     "reason", "error"}], "finished", "reason"}]}`` (see :mod:`rxagent.session.history`).

@@ -85,6 +85,7 @@ def status_json(status: SessionStatus) -> JsonObject:
         "queued": status.queued,
         "pending": [pending_json(p) for p in status.pending],
         "held_elsewhere": status.held_elsewhere,
+        "position": status.position,
     }
 
 

@@ -4,7 +4,7 @@
 - :mod:`~rxagent.session.projection`: the log replayed into an :class:`~rxagent.state.AgentState`.
 - :mod:`~rxagent.session.store`: the store contract, the writer lease and its fencing token.
 - :mod:`~rxagent.session.recorder`: how a run's changes become facts; :mod:`~rxagent.session.keeper`:
-  taking a session for a run (turn, lease, cached projection, checkpoints).
+  taking a session for a run (its place in the session's line, lease, cached projection, checkpoints).
 - :mod:`~rxagent.session.reconcile`: calls with no recorded outcome, and settling them.
 - :mod:`~rxagent.session.feed`: a session's log, live, for any number of watchers.
 - :class:`MemoryStore` (one process), :class:`SQLiteStore` (a file),
@@ -16,7 +16,7 @@ from __future__ import annotations
 from rxagent.session.facts import Checkpoint, Fact, FactKind, StoredFact
 from rxagent.session.feed import FeedGap, FeedItem, FeedLagError, FeedPolicy, SessionFeed, one_by_one
 from rxagent.session.history import RunRecord, TurnRecord, turns_of
-from rxagent.session.keeper import Claim, SessionBusy, SessionKeeper
+from rxagent.session.keeper import Claim, Place, SessionBusy, SessionKeeper
 from rxagent.session.memory import MemoryStore
 from rxagent.session.open import check_store, default_db_path, open_store, store_file, store_name
 from rxagent.session.projection import Projection
@@ -30,6 +30,9 @@ from rxagent.session.store import (
     SessionExistsError,
     SessionInfo,
     SessionStore,
+    Ticket,
+    TicketLostError,
+    Waiting,
 )
 
 __all__ = [
@@ -45,6 +48,7 @@ __all__ = [
     "Lease",
     "LeaseLostError",
     "MemoryStore",
+    "Place",
     "Projection",
     "Reconcile",
     "ReconcileError",
@@ -59,8 +63,11 @@ __all__ = [
     "SessionKeeper",
     "SessionStore",
     "StoredFact",
+    "Ticket",
+    "TicketLostError",
     "TurnRecord",
     "UncertainToolCallsError",
+    "Waiting",
     "check_store",
     "default_db_path",
     "one_by_one",

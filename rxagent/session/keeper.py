@@ -1,43 +1,66 @@
 """Taking a session for a run, and giving it back: :class:`SessionKeeper`.
 
-A run on a session needs, in order: its turn among this process's runs on the session (first come, first
-served), the store's lease (so runs in other processes and on other hosts wait too), and the session's
-projection. The keeper keeps projections in memory between runs (a bounded number of sessions, least
-recently used first out), so a process that keeps serving a session reads only the facts others appended
-since (usually none) instead of the whole log. While a run holds the session the keeper renews its lease;
-when the run gives the session back the keeper releases the lease, then writes a checkpoint in the
-background when enough facts have piled up since the last one (so loading stays short, and the cost of a
-checkpoint, spread over the facts it covers, stays constant per fact).
+A run on a session needs, in order: its turn in the session's line, the store's lease (so runs in other
+processes and on other hosts wait too), and the session's projection. The keeper keeps projections in
+memory between runs (a bounded number of sessions, least recently used first out), so a process that keeps
+serving a session reads only the facts others appended since (usually none) instead of the whole log.
+While a run holds the session the keeper renews its lease; when the run gives the session back the keeper
+releases the lease, then writes a checkpoint in the background when enough facts have piled up since the
+last one (so loading stays short, and the cost of a checkpoint, spread over the facts it covers, stays
+constant per fact).
+
+**Turns in submission order.** A run joins the session's line in the store when it is submitted
+(:meth:`~rxagent.session.store.SessionStore.enqueue`), and the lease goes to the lowest live ticket, so runs
+start in the order they were submitted whichever agent object, process or host submitted them, and none
+waits behind more than the runs submitted before it. The runs of one keeper join in the order they came
+(one at a time per session: a store may run calls concurrently). A waiter asks the store again when the
+store says the line may have moved (:meth:`~rxagent.session.store.SessionStore.listen_turns`: at once
+inside this process, through notifications on PostgreSQL), when the holder's lease or a ticket ahead may
+have expired, and every :data:`TURN_POLL` seconds while the store cannot tell of changes made elsewhere
+(SQLite); all these waits are on the keeper's clock. It renews its ticket every third of ``lease_ttl``, so
+the ticket of a waiter that crashed stops counting ``lease_ttl`` seconds later, and it leaves the line when
+it gives up (a timeout, a cancel). A store call that a cancel interrupts still finishes: a ticket it took is
+dropped, a lease it granted released, in the background (:meth:`SessionKeeper.aclose` waits for them).
+:attr:`Place.position` is the run's place in that line.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import os
 import socket
 import weakref
 from collections import OrderedDict
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 
 from rxagent.clock import SYSTEM_CLOCK, Clock, Timer
-from rxagent.operators import KeyedSerializer, Turn, start_task
+from rxagent.operators import start_task
 from rxagent.session.feed import SessionFeed
 from rxagent.session.projection import Projection
 from rxagent.session.recorder import Recorder
-from rxagent.session.store import Lease, LeaseLostError, SessionStore
+from rxagent.session.store import Lease, LeaseLostError, SessionStore, Ticket, TicketLostError, Waiting
 from rxagent.state import SessionKey
 
-__all__ = ["Claim", "SessionBusy", "SessionKeeper"]
+__all__ = ["TURN_POLL", "Claim", "Place", "SessionBusy", "SessionKeeper"]
+
+TURN_POLL = 0.05
+"""Seconds between two attempts of a waiting run while its store cannot tell it of changes another
+process makes to the session's line (SQLite; PostgreSQL while its listening connection is down)."""
+
+_RETRY_FLOOR = 0.001
+"""The shortest wait before asking again when the store says the line moves in less (never a busy loop)."""
 
 _log = logging.getLogger("rxagent")
 _instances = itertools.count(1)
 
 
 class SessionBusy(Exception):
-    """The session stayed held past the wait: by runs of this process (``ahead`` of this one), or by
-    another process (``holder``)."""
+    """The session stayed held past the wait: ``ahead`` runs were still in line before this one (of any
+    process), and ``holder`` held the lease (``None``: nobody, at the last look)."""
 
     def __init__(self, waited: float, ahead: int, holder: str | None) -> None:
         super().__init__(f"busy after {waited:g} s")
@@ -46,12 +69,63 @@ class SessionBusy(Exception):
         self.holder = holder
 
 
+class Place:
+    """One run's place in the line for a session (see the module's **Turns**), made by
+    :meth:`SessionKeeper.place` and taken by :meth:`SessionKeeper.claim`.
+
+    :attr:`position` says where it stands, readable at any moment (from any thread), so a caller can show
+    the queue moving.
+    """
+
+    __slots__ = ("_gone", "_position", "holder", "key")
+
+    def __init__(self, key: SessionKey) -> None:
+        self.key = key
+        """The session."""
+        self._position: int | None = None
+        self._gone = asyncio.Event()
+        self.holder: str | None = None
+        """Who held the session's lease when this place last looked (``None``: nobody, or it holds it)."""
+
+    @property
+    def position(self) -> int | None:
+        """``0`` while its run holds the session, ``n >= 1`` while ``n``-th in line (``n - 1`` runs of any
+        process wait ahead of it), ``None`` before it joined and once it left."""
+        return self._position
+
+    async def gone(self) -> None:
+        """Wait until the run gave the session back, or left the line without it."""
+        await self._gone.wait()
+
+    def _stands(self, waiting: Waiting) -> None:
+        self._position = waiting.ahead + 1
+        self.holder = waiting.holder
+
+    def _holds(self) -> None:
+        self._position = 0
+        self.holder = None
+
+    def _leaves(self) -> None:
+        self._position = None
+        self.holder = None
+        self._gone.set()
+
+
+@dataclass(eq=False)
+class _Line:
+    """This keeper's places on one session (waiting or holding it), and the order they join the store's
+    line in."""
+
+    places: list[Place] = field(default_factory=lambda: [])
+    joining: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
 @dataclass(eq=False)
 class Claim:
-    """A session held for one run: its turn, its lease, its projection and the run's recorder."""
+    """A session held for one run: its place, its lease, its projection and the run's recorder."""
 
     key: SessionKey
-    turn: Turn
+    place: Place
     lease: Lease
     projection: Projection
     recorder: Recorder
@@ -71,7 +145,8 @@ class Claim:
 
 
 class SessionKeeper:
-    """Hands sessions of one store to runs, one at a time per session, across processes.
+    """Hands sessions of one store to runs, one at a time per session and in the order they were submitted,
+    across agent objects and processes.
 
     Args:
         store: the session store.
@@ -81,7 +156,7 @@ class SessionKeeper:
         flush_interval: seconds a run's facts wait at most before they are appended in the background, so
             that other processes following the session see them (see :mod:`rxagent.session.recorder`);
             ``None``: only when 256 are queued, or the run flushes.
-        clock: what the keeper waits on (the session wait, polling a busy lease, renewing leases, the
+        clock: what the keeper waits on (the session wait, waiting in a session's line, renewing leases, the
             feeds' wake-ups and reads, background flushes); a :class:`~rxagent.clock.VirtualClock` in tests.
     """
 
@@ -105,40 +180,34 @@ class SessionKeeper:
         self.lease_ttl = lease_ttl
         self.cache_size = cache_size
         self.clock = clock
-        self._turns = KeyedSerializer()
+        self._lines: dict[SessionKey, _Line] = {}
         self._projections: OrderedDict[SessionKey, Projection] = OrderedDict()
         # A feed lives while something holds it: a watcher, or the recorder of a run going on (a session
         # nobody watches has none, so idle sessions keep no ring of items).
         self._feeds: weakref.WeakValueDictionary[SessionKey, SessionFeed] = weakref.WeakValueDictionary()
         self._claims: dict[SessionKey, Claim] = {}
-        self._held_elsewhere: set[SessionKey] = set()
         self._checkpoints: set[asyncio.Task[None]] = set()
+        self._undoing: set[asyncio.Task[None]] = set()
 
-    def turn(self, key: SessionKey) -> Turn:
-        """A place in ``key``'s queue in this process (see :meth:`claim`)."""
-        return self._turns.turn(key)
+    def place(self, key: SessionKey) -> Place:
+        """A new place in ``key``'s line for one run (it joins the line in :meth:`claim`)."""
+        return Place(key)
 
-    async def claim(self, turn: Turn, key: SessionKey, *, wait: float | None) -> Claim:
-        """Wait for the turn, then the store's lease, then load the projection.
+    async def claim(self, place: Place, key: SessionKey, *, wait: float | None) -> Claim:
+        """Join the session's line, wait for the lease, then load the projection.
 
         Raises:
-            SessionBusy: ``wait`` seconds passed first (nothing is held then).
+            SessionBusy: ``wait`` seconds passed first (nothing is held then, and the place left the line).
         """
-        started = self.clock.now()
         try:
-            async with self.clock.timeout(wait):
-                await turn.acquire()
-        except TimeoutError:
-            raise SessionBusy(wait or 0.0, turn.left_at or 0, None) from None
-        try:
-            lease = await self._lease(key, wait, started)
+            lease = await self._take_turn(place, key, wait)
             try:
                 projection = await self._project(key)
             except BaseException:
                 await self.store.release(lease)
                 raise
         except BaseException:
-            turn.release()
+            self._leave(place)
             raise
         feed = self._feeds.get(key)
         if feed is not None:
@@ -155,33 +224,124 @@ class SessionKeeper:
             flush_interval=self.flush_interval,
             clock=self.clock,
         )
-        claim = Claim(key, turn, lease, projection, recorder)
+        claim = Claim(key, place, lease, projection, recorder)
         self._claims[key] = claim
         claim.renewal = self.clock.call_later(self.lease_ttl / 3, lambda: self._renew(claim))
         return claim
 
-    async def _lease(self, key: SessionKey, wait: float | None, started: float) -> Lease:
-        pause = 0.02
+    async def _take_turn(self, place: Place, key: SessionKey, wait: float | None) -> Lease:
+        """Join the line, then wait for the lease (see the module's **Turns**)."""
+        started = self.clock.now()
+        deadline = None if wait is None else started + wait
+        line = self._lines.get(key)
+        if line is None:
+            line = self._lines[key] = _Line()
+        line.places.append(place)  # until it leaves (_leave)
+        woken = asyncio.Event()
+        listening = self.store.listen_turns(key, woken.set)
+        ticket: Ticket | None = None
         try:
-            while True:
-                lease = await self.store.acquire(key, self.owner, self.lease_ttl)
-                if lease is not None:
-                    return lease
-                self._held_elsewhere.add(key)
-                waited = self.clock.now() - started
-                if wait is not None and waited >= wait:
-                    holder = next((s.owner for s in await self.store.sessions() if s.key == key), None)
-                    raise SessionBusy(waited, 0, holder)
-                remaining = None if wait is None else wait - waited
-                await self.clock.sleep(pause if remaining is None else min(pause, remaining))
-                pause = min(pause * 2, 1.0)
+            async with line.joining:  # this keeper's runs join in the order they came
+                outcome = await self._finishing(self.store.enqueue(key, self.owner, self.lease_ttl))
+            renew_at = self.clock.now() + self.lease_ttl / 3
+            while isinstance(outcome, Waiting):
+                ticket = outcome.ticket
+                place._stands(outcome)  # pyright: ignore[reportPrivateUsage] - the keeper moves its places
+                now = self.clock.now()
+                if deadline is not None and now >= deadline:
+                    raise SessionBusy(now - started, outcome.ahead, outcome.holder)
+                pause = max(outcome.retry_in, _RETRY_FLOOR)
+                if not listening.live:
+                    pause = min(pause, TURN_POLL)
+                pause = min(pause, max(renew_at - now, 0.0))
+                if deadline is not None:
+                    pause = min(pause, deadline - now)
+                with contextlib.suppress(TimeoutError):
+                    async with self.clock.timeout(pause):
+                        await woken.wait()
+                woken.clear()  # before asking: a wake that comes during the question is kept
+                try:
+                    if self.clock.now() >= renew_at:
+                        ticket = await self.store.renew_ticket(ticket, self.lease_ttl)
+                        renew_at = self.clock.now() + self.lease_ttl / 3
+                    outcome = await self._finishing(self.store.take_turn(ticket, self.lease_ttl))
+                except TicketLostError:
+                    # It stopped counting (this process stalled past its expiry): the end of the line.
+                    _log.warning("rxagent: session %r: a run lost its place in line; it joins again", key[1])
+                    ticket = None
+                    outcome = await self._finishing(self.store.enqueue(key, self.owner, self.lease_ttl))
+                    renew_at = self.clock.now() + self.lease_ttl / 3
+            ticket = None  # spent: the lease is the run's
+            place._holds()  # pyright: ignore[reportPrivateUsage]
+            return outcome
+        except BaseException as error:
+            self._leave(place)
+            if ticket is not None:
+                if isinstance(error, asyncio.CancelledError):
+                    self._undo(self.store.drop_ticket(ticket))  # awaiting here could be cancelled again
+                else:
+                    await self._drop(ticket)
+            raise
         finally:
-            self._held_elsewhere.discard(key)
+            listening.close()
+
+    def _leave(self, place: Place) -> None:
+        """``place`` gave the session back, or left the line without it (a no-op the second time)."""
+        place._leaves()  # pyright: ignore[reportPrivateUsage]
+        line = self._lines.get(place.key)
+        if line is not None and place in line.places:
+            line.places.remove(place)
+            if not line.places:
+                del self._lines[place.key]
+
+    async def _finishing(self, call: Awaitable[Lease | Waiting]) -> Lease | Waiting:
+        """``await call``, which finishes even if the caller is cancelled meanwhile: then the ticket it
+        took is dropped, or the lease it granted released, in the background."""
+        task = asyncio.ensure_future(call)
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            task.add_done_callback(self._undo_outcome)
+            raise
+
+    def _undo_outcome(self, task: asyncio.Future[Lease | Waiting]) -> None:
+        if task.cancelled() or task.exception() is not None:
+            return  # nothing was taken
+        outcome = task.result()
+        if isinstance(outcome, Waiting):
+            self._undo(self.store.drop_ticket(outcome.ticket))
+        else:
+            self._undo(self.store.release(outcome))
+
+    def _undo(self, call: Awaitable[None]) -> None:
+        async def undo() -> None:
+            try:
+                await call
+            except Exception:
+                _log.warning("rxagent: giving back what a cancelled run took failed", exc_info=True)
+
+        task = start_task(asyncio.get_running_loop(), undo(), "rxagent.session.undo")
+        self._undoing.add(task)
+        task.add_done_callback(self._undoing.discard)
+
+    async def _drop(self, ticket: Ticket) -> None:
+        try:
+            await self.store.drop_ticket(ticket)
+        except Exception:  # it expires on its own: the error that ended the wait is the one to raise
+            _log.warning("rxagent: session %r: leaving the line failed", ticket.key[1], exc_info=True)
 
     def held_elsewhere(self, key: SessionKey) -> bool:
-        """Whether a run of this process holds its turn on ``key`` and waits for the store's lease, which
-        another process (or another keeper) holds: the run is queued behind a run that goes on elsewhere."""
-        return key in self._held_elsewhere
+        """Whether a run of this keeper waits in ``key``'s line while another process (or another keeper)
+        holds the session's lease: the run is queued behind a run that goes on elsewhere."""
+        line = self._lines.get(key)
+        return line is not None and any(p.holder not in (None, self.owner) for p in line.places)
+
+    async def settled(self, key: SessionKey) -> None:
+        """Wait until every run of this keeper that is now in ``key``'s line or holds it has given the
+        session back (a cancelled run records its end before it does)."""
+        line = self._lines.get(key)
+        for place in list(line.places) if line is not None else []:
+            await place.gone()
 
     async def _project(self, key: SessionKey) -> Projection:
         head = await self.store.head(key)
@@ -230,7 +390,7 @@ class SessionKeeper:
         return feed
 
     async def release(self, claim: Claim) -> None:
-        """Give the session back: stop renewing, release the lease and the turn, keep the projection in
+        """Give the session back: stop renewing, release the lease and the place, keep the projection in
         memory (unless recording broke), and checkpoint in the background when due."""
         renewal, claim.renewal = claim.renewal, None  # the timer holds the claim: no cycle left
         if renewal is not None:
@@ -251,7 +411,7 @@ class SessionKeeper:
                     )
             await self.store.release(claim.lease)
         finally:
-            claim.turn.release()
+            self._leave(claim.place)
             if held and feed is not None:  # its watchers follow the log again, from the run's last fact
                 feed.writing_here(False)
         if claim.broken:
@@ -297,6 +457,7 @@ class SessionKeeper:
         self._projections.pop(key, None)
 
     async def aclose(self) -> None:
-        """Wait for the checkpoints being written."""
-        if self._checkpoints:
-            await asyncio.gather(*self._checkpoints, return_exceptions=True)
+        """Wait for the checkpoints being written, and for what cancelled runs took to be given back."""
+        pending = {*self._checkpoints, *self._undoing}
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)

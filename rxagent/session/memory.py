@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -15,6 +16,9 @@ from rxagent.session.store import (
     Listening,
     SessionExistsError,
     SessionInfo,
+    Ticket,
+    TicketLostError,
+    Waiting,
 )
 from rxagent.state import SessionKey
 
@@ -28,6 +32,8 @@ class _Log:
     checkpoints: list[Checkpoint] = field(default_factory=lambda: [])
     lease: Lease | None = None
     tokens: int = 0
+    tickets: dict[int, Ticket] = field(default_factory=lambda: {})
+    """The line for the lease, by number (taken in increasing order, so the dict keeps them in line)."""
 
 
 class MemoryStore:
@@ -49,6 +55,8 @@ class MemoryStore:
         self._logs: dict[SessionKey, _Log] = {}
         self._now = now
         self._listeners = AppendListeners()
+        self._turn_listeners = AppendListeners()
+        self._numbers = itertools.count(1)
 
     def _log(self, key: SessionKey) -> _Log:
         log = self._logs.get(key)
@@ -63,9 +71,7 @@ class MemoryStore:
         current = log.lease
         if current is not None and current.owner != owner and current.expires_at > now:
             return None
-        log.tokens += 1
-        log.lease = Lease(key, owner, log.tokens, now + ttl)
-        return log.lease
+        return self._grant(log, key, owner, now + ttl)
 
     async def renew(self, lease: Lease, ttl: float) -> Lease:
         """Push the expiry (see :class:`~rxagent.session.store.SessionStore`)."""
@@ -78,6 +84,70 @@ class MemoryStore:
         log = self._logs.get(lease.key)
         if log is not None and log.lease is not None and log.lease.token == lease.token:
             log.lease = None
+            self._turn_listeners.notify(lease.key)
+
+    # ---- the line for the lease ----------------------------------------------------------------------
+
+    async def enqueue(self, key: SessionKey, owner: str, ttl: float) -> Lease | Waiting:
+        """Join the line (see :meth:`~rxagent.session.store.SessionStore.enqueue`)."""
+        log = self._log(key)
+        now = self._now()
+        self._sweep(log, key, now)
+        if not log.tickets and _lease_free(log, now):
+            return self._grant(log, key, owner, now + ttl)
+        ticket = Ticket(key, owner, next(self._numbers), now + ttl)
+        log.tickets[ticket.number] = ticket
+        return _waiting(log, ticket, now)
+
+    async def take_turn(self, ticket: Ticket, ttl: float) -> Lease | Waiting:
+        """The lease if it is ``ticket``'s turn (see
+        :meth:`~rxagent.session.store.SessionStore.take_turn`)."""
+        log, now = self._holding(ticket)
+        self._sweep(log, ticket.key, now)
+        if next(iter(log.tickets)) == ticket.number and _lease_free(log, now):
+            del log.tickets[ticket.number]
+            lease = self._grant(log, ticket.key, ticket.owner, now + ttl)
+            self._turn_listeners.notify(ticket.key)  # the ones behind it moved up
+            return lease
+        return _waiting(log, ticket, now)
+
+    async def renew_ticket(self, ticket: Ticket, ttl: float) -> Ticket:
+        """Keep the ticket in line (see :meth:`~rxagent.session.store.SessionStore.renew_ticket`)."""
+        log, now = self._holding(ticket)
+        renewed = log.tickets[ticket.number] = Ticket(ticket.key, ticket.owner, ticket.number, now + ttl)
+        return renewed
+
+    async def drop_ticket(self, ticket: Ticket) -> None:
+        """Leave the line (a no-op if the ticket is not in it)."""
+        log = self._logs.get(ticket.key)
+        held = log.tickets.get(ticket.number) if log is not None else None
+        if log is not None and held is not None and held.owner == ticket.owner:
+            del log.tickets[ticket.number]
+            self._turn_listeners.notify(ticket.key)
+
+    def listen_turns(self, key: SessionKey, wake: Callable[[], None]) -> Listening:
+        """Call ``wake()`` when ``key``'s line may have moved (every change is made here: always live)."""
+        return self._turn_listeners.add(key, wake)
+
+    def _holding(self, ticket: Ticket) -> tuple[_Log, float]:
+        log = self._logs.get(ticket.key)
+        now = self._now()
+        held = log.tickets.get(ticket.number) if log is not None else None
+        if log is None or held is None or held.owner != ticket.owner or held.expires_at <= now:
+            raise TicketLostError.of(ticket)
+        return log, now
+
+    def _sweep(self, log: _Log, key: SessionKey, now: float) -> None:
+        expired = [number for number, ticket in log.tickets.items() if ticket.expires_at <= now]
+        for number in expired:
+            del log.tickets[number]
+        if expired:
+            self._turn_listeners.notify(key)
+
+    def _grant(self, log: _Log, key: SessionKey, owner: str, expires_at: float) -> Lease:
+        log.tokens += 1
+        log.lease = Lease(key, owner, log.tokens, expires_at)
+        return log.lease
 
     async def append(self, lease: Lease, facts: Sequence[Fact]) -> int:
         """Append under the lease (see :class:`~rxagent.session.store.SessionStore`)."""
@@ -166,11 +236,25 @@ class MemoryStore:
         """Forget the session's facts, checkpoints and lease (its fencing tokens keep counting up, so a
         lease from before the delete never matches a later one)."""
         log = self._logs.get(key)
-        if log is not None:
-            self._logs[key] = _Log(tokens=log.tokens)
+        if log is not None:  # the runs waiting for the session keep their places
+            self._logs[key] = _Log(tokens=log.tokens, tickets=log.tickets)
 
     async def aclose(self) -> None:
         """Nothing to release."""
+
+
+def _lease_free(log: _Log, now: float) -> bool:
+    return log.lease is None or log.lease.expires_at <= now
+
+
+def _waiting(log: _Log, ticket: Ticket, now: float) -> Waiting:
+    ahead = [t.expires_at for t in log.tickets.values() if t.number < ticket.number and t.expires_at > now]
+    lease = log.lease
+    holder = lease if lease is not None and lease.expires_at > now else None
+    expiries = [*ahead, holder.expires_at] if holder is not None else ahead
+    return Waiting(
+        ticket, len(ahead), holder.owner if holder is not None else None, min(expiries, default=now) - now
+    )
 
 
 def _stored(facts: list[Fact], start: int, end: int | None) -> list[StoredFact]:

@@ -11,6 +11,8 @@ Install with ``pip install 'rxagent[postgres]'`` (psycopg 3 and its connection p
 ``rxagent_facts``           the log, keyed by ``(sid, seq)``
 ``rxagent_checkpoints``     projections beside the log, keyed by ``(sid, seq)``: the newest few
 ``rxagent_lease_tokens``    the sequence fencing tokens come from
+``rxagent_tickets``         the line for each session's lease: tickets keyed by a number from an identity
+                            column (never reused), with the session's key, their owner and their expiry
 ==========================  ==============================================================================
 
 **Leases and fencing across hosts.** Every lease operation and every append is one statement whose
@@ -43,16 +45,27 @@ commits, with the JSON payload ``{"user_id": str | null, "session_id": str, "hea
 and its new head sequence number. PostgreSQL limits a payload to 8 000 bytes, so
 :meth:`PostgresStore.acquire` refuses session keys longer than :data:`MAX_KEY_BYTES`.
 
+**The line for a lease.** Every change to a session's line (:meth:`PostgresStore.enqueue`,
+:meth:`PostgresStore.take_turn`) first locks the session's row (``SELECT … FOR UPDATE``), then reads and
+changes the line in its next statement, which therefore sees every change committed by whoever held the
+lock before: two processes joining at once are numbered in the order they got the lock, and a lease is
+never granted past a ticket that was committed first. Both go in one round trip (pipeline mode). A waiter's
+attempt reads without the lock first and takes it only when it looks like its turn. A release, a grant
+from the line, a dropped ticket and an expired one swept away each send ``NOTIFY`` on
+:data:`TURN_CHANNEL` (``{"user_id", "session_id"}``) so that waiters of every process ask again at once.
+
 **Listening.** A store hears of appends (:meth:`PostgresStore.listen`, which session feeds use to follow
 runs of other processes, and :meth:`PostgresStore.follow`) on **one** connection of its own, outside the
 pool, whatever the number of sessions and listeners: it is opened when the first listener comes and
 closed when the last one leaves (or the store closes), and its ``application_name`` is the URL's (else
-``rxagent``) followed by `` (listening)``. A notification wakes the listeners of its session only; one
-that is not a session's (someone else's ``NOTIFY`` on the channel) is ignored. When the connection is
-lost, the listeners are told (:attr:`~rxagent.session.store.Listening.live` turns false: they read the
-logs at intervals meanwhile) and it is opened again, after 0.05 s and then twice as long each time it
-fails, up to 5 s; once it listens again every listener is woken to read what it missed. After 15 s
-without a notification a ``SELECT 1`` checks that the connection still answers.
+``rxagent``) followed by `` (listening)``. Waiters for a session's line
+(:meth:`PostgresStore.listen_turns`) listen on the same connection, to :data:`TURN_CHANNEL`. A
+notification wakes the listeners of its session only; one that is not a session's (someone else's
+``NOTIFY`` on the channel) is ignored. When the connection is lost, the listeners are told
+(:attr:`~rxagent.session.store.Listening.live` turns false: they read the logs at intervals meanwhile)
+and it is opened again, after 0.05 s and then twice as long each time it fails, up to 5 s; once it
+listens again every listener is woken to read what it missed. After 15 s without a notification a
+``SELECT 1`` checks that the connection still answers.
 """
 
 from __future__ import annotations
@@ -80,6 +93,9 @@ from rxagent.session.store import (
     Listening,
     SessionExistsError,
     SessionInfo,
+    Ticket,
+    TicketLostError,
+    Waiting,
 )
 from rxagent.state import SessionKey
 
@@ -87,6 +103,7 @@ __all__ = [
     "MAX_KEY_BYTES",
     "NOTIFY_CHANNEL",
     "SCHEMA_VERSION",
+    "TURN_CHANNEL",
     "PostgresStore",
     "SchemaVersionError",
     "StoreUnavailableError",
@@ -95,7 +112,11 @@ __all__ = [
 NOTIFY_CHANNEL: Final = "rxagent_session"
 """The channel every append notifies, with ``{"user_id", "session_id", "head"}`` as JSON."""
 
-SCHEMA_VERSION: Final = 1
+TURN_CHANNEL: Final = "rxagent_turn"
+"""The channel a session's line notifies when it may have moved, with ``{"user_id", "session_id"}``
+as JSON."""
+
+SCHEMA_VERSION: Final = 2
 """The schema version this rxagent creates and reads."""
 
 MAX_KEY_BYTES: Final = 7_000
@@ -194,7 +215,30 @@ async def _create_version_1(conn: _Connection) -> None:
     await conn.execute("CREATE SEQUENCE rxagent_lease_tokens")
 
 
-_MIGRATIONS: Final[dict[int, Callable[[_Connection], Awaitable[None]]]] = {1: _create_version_1}
+async def _create_version_2(conn: _Connection) -> None:
+    # Keyed by the session's key, not its row: the runs waiting for a session keep their places when it is
+    # deleted (its row goes) and started again.
+    await conn.execute(
+        """
+        CREATE TABLE rxagent_tickets (
+            number bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            session_id text NOT NULL,
+            user_id text NOT NULL,
+            has_user boolean NOT NULL,
+            owner text NOT NULL,
+            expires_at double precision NOT NULL
+        )
+        """
+    )
+    await conn.execute(
+        "CREATE INDEX rxagent_tickets_line ON rxagent_tickets (session_id, user_id, has_user, number)"
+    )
+
+
+_MIGRATIONS: Final[dict[int, Callable[[_Connection], Awaitable[None]]]] = {
+    1: _create_version_1,
+    2: _create_version_2,
+}
 """Version ``n`` -> the function that brings a database at version ``n - 1`` to ``n`` (0: empty)."""
 
 # A session key is three columns: ``user_id`` is '' with ``has_user`` false for a key without a user, so that
@@ -226,9 +270,100 @@ WHERE {_KEY} AND {_LEASE_IS_CURRENT}
 RETURNING lease_expires_at
 """
 
+# Its parameters carry the key (cast: json_build_object takes any type, so PostgreSQL cannot infer them).
+_TURN_NOTIFY: Final = (
+    f"pg_notify('{TURN_CHANNEL}', json_build_object("
+    "'user_id', CASE WHEN %(has_user)s::boolean THEN %(user)s::text END, 'session_id', %(session)s::text"
+    ")::text)"
+)
+
 _RELEASE: Final = f"""
-UPDATE rxagent_sessions SET lease_owner = NULL, lease_expires_at = NULL
-WHERE {_KEY} AND lease_token = %(token)s
+WITH released AS (
+    UPDATE rxagent_sessions SET lease_owner = NULL, lease_expires_at = NULL
+    WHERE {_KEY} AND lease_token = %(token)s AND lease_owner IS NOT NULL
+    RETURNING sid
+)
+SELECT {_TURN_NOTIFY} FROM released
+"""
+
+_BEHIND_EVERY_TICKET: Final = 2**63 - 1
+
+_LOCK_LINE: Final = f"SELECT 1 FROM rxagent_sessions WHERE {_KEY} FOR UPDATE"
+
+_LEASE_IS_FREE: Final = "(lease_owner IS NULL OR lease_expires_at <= %(now)s)"
+
+_GRANT: Final = f"""
+UPDATE rxagent_sessions SET lease_owner = %(owner)s, lease_token = nextval('rxagent_lease_tokens'),
+    lease_expires_at = %(now)s + %(ttl)s
+WHERE {_KEY} AND {_LEASE_IS_FREE}
+"""
+
+_SWEEP: Final = f"DELETE FROM rxagent_tickets WHERE {_KEY} AND expires_at <= %(now)s RETURNING number"
+
+# Where a ticket stands: whether it is live in the line, the live tickets ahead of it, when the first of
+# them expires; and the session's lease.
+_STANDING: Final = f"""
+line AS (
+    SELECT coalesce(bool_or(number = %(number)s AND owner = %(owner)s), false) AS mine,
+           count(*) FILTER (WHERE number < %(number)s) AS ahead,
+           min(expires_at) FILTER (WHERE number < %(number)s) AS first_expiry
+    FROM rxagent_tickets WHERE {_KEY} AND expires_at > %(now)s
+), cur AS (
+    SELECT lease_owner, lease_expires_at FROM rxagent_sessions WHERE {_KEY}
+)"""
+
+_LOOK: Final = f"""
+WITH {_STANDING}
+SELECT line.mine, line.ahead, line.first_expiry, cur.lease_owner, cur.lease_expires_at
+FROM line LEFT JOIN cur ON true
+"""
+
+# After _LOCK_LINE, in its transaction. It stands as a ticket numbered above every other would (its
+# parameter ``number`` is _BEHIND_EVERY_TICKET): every live ticket is ahead of it.
+_ENQUEUE: Final = f"""
+WITH swept AS ({_SWEEP}), {_STANDING},
+granted AS (
+    {_GRANT} AND (SELECT ahead FROM line) = 0
+    RETURNING lease_token, lease_expires_at
+), ticket AS (
+    INSERT INTO rxagent_tickets (session_id, user_id, has_user, owner, expires_at)
+    SELECT %(session)s, %(user)s, %(has_user)s, %(owner)s, %(now)s + %(ttl)s
+    WHERE NOT EXISTS (SELECT 1 FROM granted)
+    RETURNING number
+)
+SELECT ticket.number, line.ahead, line.first_expiry, cur.lease_owner, cur.lease_expires_at,
+       granted.lease_token, granted.lease_expires_at, EXISTS (SELECT 1 FROM swept),
+       CASE WHEN EXISTS (SELECT 1 FROM swept) THEN {_TURN_NOTIFY} END
+FROM line LEFT JOIN cur ON true LEFT JOIN granted ON true LEFT JOIN ticket ON true
+"""
+
+# After _LOCK_LINE, in its transaction: the lease for the lowest live ticket, when nobody holds it.
+_TAKE_TURN: Final = f"""
+WITH swept AS ({_SWEEP}), {_STANDING},
+granted AS (
+    {_GRANT} AND (SELECT mine AND ahead = 0 FROM line)
+    RETURNING lease_token, lease_expires_at
+), spent AS (
+    DELETE FROM rxagent_tickets WHERE number = %(number)s AND EXISTS (SELECT 1 FROM granted)
+)
+SELECT line.mine, line.ahead, line.first_expiry, cur.lease_owner, cur.lease_expires_at,
+       granted.lease_token, granted.lease_expires_at,
+       EXISTS (SELECT 1 FROM swept) OR EXISTS (SELECT 1 FROM granted),
+       CASE WHEN EXISTS (SELECT 1 FROM swept) OR EXISTS (SELECT 1 FROM granted) THEN {_TURN_NOTIFY} END
+FROM line LEFT JOIN cur ON true LEFT JOIN granted ON true
+"""
+
+_RENEW_TICKET: Final = f"""
+UPDATE rxagent_tickets SET expires_at = %(now)s + %(ttl)s
+WHERE number = %(number)s AND owner = %(owner)s AND {_KEY} AND expires_at > %(now)s
+RETURNING expires_at
+"""
+
+_DROP_TICKET: Final = f"""
+WITH dropped AS (
+    DELETE FROM rxagent_tickets WHERE number = %(number)s AND owner = %(owner)s AND {_KEY} RETURNING number
+)
+SELECT {_TURN_NOTIFY} FROM dropped
 """
 
 # One statement, so one transaction: the UPDATE locks the session's row only if the lease is current, the
@@ -400,7 +535,10 @@ class PostgresStore:
         self._writer: asyncio.Task[None] | None = None
         self._append_transactions = 0
         self._listeners = AppendListeners(
-            live=False, on_first=self._start_listening, on_last=self._stop_listening
+            live=False, on_first=self._listener_came, on_last=self._listener_left
+        )
+        self._turn_listeners = AppendListeners(
+            live=False, on_first=self._listener_came, on_last=self._listener_left
         )
         self._listening: asyncio.Task[None] | None = None
         self._listen_tasks: set[asyncio.Task[None]] = set()
@@ -522,13 +660,7 @@ class PostgresStore:
         Raises:
             ValueError: the key is longer than :data:`MAX_KEY_BYTES`.
         """
-        # Measured as the notification spells it: JSON, escapes included.
-        size = len(json.dumps([key[0], key[1]], ensure_ascii=False).encode())
-        if size > MAX_KEY_BYTES:
-            raise ValueError(
-                f"session key of {size} bytes (as JSON) is longer than the {MAX_KEY_BYTES} a PostgreSQL "
-                "notification can carry"
-            )
+        _check_key(key)
         row = await self._fetchone(_ACQUIRE, {**_key(key), "owner": owner, "ttl": ttl}, stamped=True)
         return None if row is None else Lease(key, owner, int(row[0]), float(row[1]))
 
@@ -542,10 +674,94 @@ class PostgresStore:
         return Lease(lease.key, lease.owner, lease.token, float(row[0]))
 
     async def release(self, lease: Lease) -> None:
-        """Give the lease up (a no-op if it is no longer current)."""
+        """Give the lease up (a no-op if it is no longer current), and tell the session's waiters."""
         pool = await self._ready()
         async with pool.connection() as conn:
-            await conn.execute(_RELEASE, {**_key(lease.key), "token": lease.token})
+            cursor = await conn.execute(_RELEASE, {**_key(lease.key), "token": lease.token})
+            released = await cursor.fetchone()
+        if released is not None:
+            self._turn_listeners.notify(lease.key)  # this process's waiters need not wait for the NOTIFY
+
+    # ---- the line for the lease ----------------------------------------------------------------------
+
+    async def enqueue(self, key: SessionKey, owner: str, ttl: float) -> Lease | Waiting:
+        """Join the line (see :meth:`~rxagent.session.store.SessionStore.enqueue` and the module's **The
+        line for a lease**).
+
+        Raises:
+            ValueError: the key is longer than :data:`MAX_KEY_BYTES`.
+        """
+        _check_key(key)
+        params = {**_key(key), "owner": owner, "ttl": ttl, "number": _BEHIND_EVERY_TICKET}
+        row, now = await self._under_lock(_ENQUEUE, params)
+        number, *standing, token, expires_at, moved, _ = row
+        if moved:
+            self._turn_listeners.notify(key)
+        if token is not None:
+            return Lease(key, owner, int(token), float(expires_at))
+        return _waiting(Ticket(key, owner, int(number), now + ttl), now, *standing)
+
+    async def take_turn(self, ticket: Ticket, ttl: float) -> Lease | Waiting:
+        """The lease if it is ``ticket``'s turn (see
+        :meth:`~rxagent.session.store.SessionStore.take_turn`)."""
+        params = {**_key(ticket.key), "owner": ticket.owner, "ttl": ttl, "number": ticket.number}
+        # A read first, without the lock: most attempts find the line as it was.
+        stamped = self._stamp(params)
+        row = await self._fetchone(_LOOK, stamped)
+        assert row is not None  # an aggregate: always one row
+        now = float(stamped["now"])
+        mine, ahead, first_expiry, owner, expires = row
+        if mine and not ahead and (owner is None or expires is None or expires <= now):
+            row, now = await self._under_lock(_TAKE_TURN, params)
+            mine, ahead, first_expiry, owner, expires, token, expires_at, moved, _ = row
+            if moved:
+                self._turn_listeners.notify(ticket.key)
+            if token is not None:
+                return Lease(ticket.key, ticket.owner, int(token), float(expires_at))
+        if not mine:
+            raise TicketLostError.of(ticket)
+        return _waiting(ticket, now, ahead, first_expiry, owner, expires)
+
+    async def renew_ticket(self, ticket: Ticket, ttl: float) -> Ticket:
+        """Keep the ticket in line (see :meth:`~rxagent.session.store.SessionStore.renew_ticket`)."""
+        params = {**_key(ticket.key), "owner": ticket.owner, "ttl": ttl, "number": ticket.number}
+        row = await self._fetchone(_RENEW_TICKET, params, stamped=True)
+        if row is None:
+            raise TicketLostError.of(ticket)
+        return Ticket(ticket.key, ticket.owner, ticket.number, float(row[0]))
+
+    async def drop_ticket(self, ticket: Ticket) -> None:
+        """Leave the line (a no-op if the ticket is not in it), and tell the waiters behind it."""
+        params = {**_key(ticket.key), "owner": ticket.owner, "number": ticket.number}
+        if await self._fetchone(_DROP_TICKET, params) is not None:
+            self._turn_listeners.notify(ticket.key)
+
+    def listen_turns(self, key: SessionKey, wake: Callable[[], None]) -> Listening:
+        """Call ``wake()`` when ``key``'s line may have moved, whichever process moved it (through the
+        listening connection: see the module's **Listening**).
+
+        Raises:
+            RuntimeError: the store is closed.
+        """
+        if self._closed:
+            raise RuntimeError(f"{self!r} is closed")
+        return self._turn_listeners.add(key, wake)
+
+    async def _under_lock(
+        self, statement: LiteralString, params: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], float]:
+        """Run ``statement`` after locking the session's row, in one transaction and one round trip; its
+        row, and the time it was stamped with."""
+        pool = await self._ready()
+        async with pool.connection() as conn:
+            stamped = self._stamp(params)
+            async with conn.pipeline(), conn.transaction():
+                await conn.execute(_ENSURE_SESSION, stamped)
+                await conn.execute(_LOCK_LINE, stamped)
+                cursor = await conn.execute(statement, stamped)
+            row = await cursor.fetchone()
+        assert row is not None  # an aggregate: always one row
+        return row, float(stamped["now"])
 
     # ---- the log -------------------------------------------------------------------------------------
 
@@ -738,6 +954,15 @@ class PostgresStore:
             raise RuntimeError(f"{self!r} is closed")
         return self._listeners.add(key, wake)
 
+    def _listener_came(self) -> None:
+        # Appends and turns are heard on the one listening connection: open it for the first of either.
+        if self._listening is None:
+            self._start_listening()
+
+    def _listener_left(self) -> None:
+        if not len(self._listeners) and not len(self._turn_listeners):
+            self._stop_listening()
+
     def _start_listening(self) -> None:
         task = asyncio.get_running_loop().create_task(self._listen(), name="rxagent-postgres-listen")
         self._listening = task
@@ -749,6 +974,7 @@ class PostgresStore:
         if task is not None:
             task.cancel()  # its connection closes as it ends
             self._listeners.set_live(False)
+            self._turn_listeners.set_live(False)
 
     async def _listen(self) -> None:
         """Hold the listening connection: open it, LISTEN, hand each notification on; open it again when
@@ -764,11 +990,14 @@ class PostgresStore:
                 self.listen_connections += 1
                 try:
                     await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                    await conn.execute(f"LISTEN {TURN_CHANNEL}")
                     self._listeners.set_live(True)  # what was appended before is in the logs: read it
+                    self._turn_listeners.set_live(True)  # and waiters ask where their line stands now
                     delay = _RELISTEN_FIRST
                     while True:
                         async for notice in conn.notifies(timeout=_LISTEN_CHECK):
-                            self._notice(notice.payload)
+                            turns = notice.channel == TURN_CHANNEL
+                            self._notice(notice.payload, self._turn_listeners if turns else self._listeners)
                         async with asyncio.timeout(_LISTEN_CHECK):  # one that died quietly fails here
                             await conn.execute("SELECT 1")
                 except (Error, TimeoutError) as exc:
@@ -780,11 +1009,12 @@ class PostgresStore:
                 finally:
                     if self._listening is asyncio.current_task():  # not a task being stopped
                         self._listeners.set_live(False)
+                        self._turn_listeners.set_live(False)
                     await conn.close()
             await self._clock.sleep(delay)
             delay = min(delay * 2, _RELISTEN_MAX)
 
-    def _notice(self, payload: str) -> None:
+    def _notice(self, payload: str, listeners: AppendListeners) -> None:
         try:
             data = json.loads(payload)
             user, session = data["user_id"], data["session_id"]
@@ -793,7 +1023,7 @@ class PostgresStore:
         except (ValueError, KeyError, TypeError):
             _log.debug("rxagent: ignored a notification that names no session: %.200r", payload)
             return
-        self._listeners.notify((user, session))
+        listeners.notify((user, session))
 
     async def follow(self, key: SessionKey, after: int = 0) -> AsyncIterator[StoredFact]:
         """The session's facts after ``after``, then each new one as any process appends it, without end.
@@ -833,6 +1063,29 @@ def _fail(batch: list[_QueuedAppend], exc: Exception) -> None:
     for queued in batch:
         if not queued.head.done():
             queued.head.set_exception(exc)
+
+
+def _check_key(key: SessionKey) -> None:
+    # Measured as a notification spells it: JSON, escapes included.
+    size = len(json.dumps([key[0], key[1]], ensure_ascii=False).encode())
+    if size > MAX_KEY_BYTES:
+        raise ValueError(
+            f"session key of {size} bytes (as JSON) is longer than the {MAX_KEY_BYTES} a PostgreSQL "
+            "notification can carry"
+        )
+
+
+def _waiting(
+    ticket: Ticket,
+    now: float,
+    ahead: int,
+    first_expiry: float | None,
+    owner: str | None,
+    expires: float | None,
+) -> Waiting:
+    holder = owner if owner is not None and expires is not None and expires > now else None
+    expiries = [e for e in (first_expiry, expires if holder is not None else None) if e is not None]
+    return Waiting(ticket, int(ahead), holder, min(expiries, default=now) - now)
 
 
 def _lost(lease: Lease) -> LeaseLostError:

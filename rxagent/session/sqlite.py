@@ -27,6 +27,13 @@ that fsync once per batch. ``NORMAL`` (no fsync per commit, only at WAL checkpoi
 committed fact when the process is killed, since SQLite has written it to the operating system; a power
 loss may roll back the last transactions (never corrupt the file).
 
+**The line for a lease.** Tickets (:meth:`SQLiteStore.enqueue`) are rows of ``tickets``, numbered by
+``AUTOINCREMENT`` so that a number is never given out twice; the write lock orders them as they were
+taken, by any process. A waiter's attempt reads first, on the reader thread, and takes the write lock only
+when it looks like its turn (so waiting costs no write transaction). Changes to the line made through this
+store object wake this process's waiters at once (:meth:`SQLiteStore.listen_turns`); SQLite tells nobody
+of another process's, so waiters also ask again at intervals.
+
 **Schema.** The library creates and migrates it; ``rxagent_schema_version`` holds its version
 (:data:`SCHEMA_VERSION`). Migration ``n`` is the function ``_MIGRATIONS[n - 1]``: a version 2 is one
 more function in that tuple. A file of a newer version, a file that is not SQLite, and a SQLite
@@ -44,13 +51,24 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TypeAlias, TypeVar, cast
 
 from rxagent.session.facts import Checkpoint, Fact, FactKind, StoredFact
-from rxagent.session.store import CHECKPOINTS_KEPT, Lease, LeaseLostError, SessionExistsError, SessionInfo
+from rxagent.session.store import (
+    CHECKPOINTS_KEPT,
+    AppendListeners,
+    Lease,
+    LeaseLostError,
+    Listening,
+    SessionExistsError,
+    SessionInfo,
+    Ticket,
+    TicketLostError,
+    Waiting,
+)
 from rxagent.state import SessionKey
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore", "SessionFileError", "Synchronous"]
@@ -106,7 +124,20 @@ def _create_v1(conn: sqlite3.Connection) -> None:
         conn.execute(statement)
 
 
-_MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_create_v1,)
+def _create_v2(conn: sqlite3.Connection) -> None:
+    """The line for each session's lease: tickets numbered in the order they were taken, never reused."""
+    conn.execute(
+        """CREATE TABLE tickets (
+            number INTEGER PRIMARY KEY AUTOINCREMENT,
+            session INTEGER NOT NULL REFERENCES sessions (id),
+            owner TEXT NOT NULL,
+            expires_at REAL NOT NULL
+        )"""
+    )
+    conn.execute("CREATE INDEX tickets_line ON tickets (session, number)")
+
+
+_MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_create_v1, _create_v2)
 """``_MIGRATIONS[n]`` takes a file from schema version ``n`` to ``n + 1``, inside the opening transaction."""
 
 SCHEMA_VERSION = len(_MIGRATIONS)
@@ -389,6 +420,36 @@ def _find_or_create(conn: sqlite3.Connection, key: SessionKey) -> _Row:
     return _Row(cast("int", cursor.lastrowid), 0, None, 0, None)
 
 
+def _lease_free(row: _Row, now: float) -> bool:
+    return row.owner is None or row.expires_at is None or row.expires_at <= now
+
+
+def _grant(conn: sqlite3.Connection, row: _Row, key: SessionKey, owner: str, expires_at: float) -> Lease:
+    lease = Lease(key, owner, row.token + 1, expires_at)
+    conn.execute(
+        "UPDATE sessions SET lease_owner = ?, lease_token = ?, lease_expires_at = ? WHERE id = ?",
+        (owner, lease.token, lease.expires_at, row.id),
+    )
+    return lease
+
+
+def _sweep(conn: sqlite3.Connection, session: int, now: float) -> bool:
+    """Drop the session's expired tickets; whether there were any (the line moved)."""
+    swept = conn.execute("DELETE FROM tickets WHERE session = ? AND expires_at <= ?", (session, now))
+    return swept.rowcount > 0
+
+
+def _standing(conn: sqlite3.Connection, row: _Row, ticket: Ticket, now: float) -> Waiting:
+    """Where ``ticket`` stands in ``row``'s line (it is in it, and live)."""
+    ahead, first_expiry = conn.execute(
+        "SELECT count(*), min(expires_at) FROM tickets WHERE session = ? AND number < ? AND expires_at > ?",
+        (row.id, ticket.number, now),
+    ).fetchone()
+    holder = None if _lease_free(row, now) else row.owner
+    expiries = [e for e in (first_expiry, row.expires_at if holder is not None else None) if e is not None]
+    return Waiting(ticket, int(ahead), holder, min(expiries, default=now) - now)
+
+
 class SQLiteStore:
     """Session logs in a SQLite file that several processes may share (see the module).
 
@@ -444,6 +505,8 @@ class SQLiteStore:
         self.path = Path(name)
         self._now = now
         self._closed = False
+        # Another process changes the line without telling: never live, waiters ask again at intervals.
+        self._turn_listeners = AppendListeners(live=False)
         self._writer = _Worker(
             f"rxagent-sqlite-writer {name}",
             lambda: _connect(name, busy_timeout, synchronous, write=True),
@@ -520,12 +583,7 @@ class SQLiteStore:
                 and row.expires_at > now
             ):
                 return None
-            lease = Lease(key, owner, row.token + 1, now + ttl)
-            conn.execute(
-                "UPDATE sessions SET lease_owner = ?, lease_token = ?, lease_expires_at = ? WHERE id = ?",
-                (owner, lease.token, lease.expires_at, row.id),
-            )
-            return lease
+            return _grant(conn, row, key, owner, now + ttl)
 
         return await self._write(run)
 
@@ -553,6 +611,111 @@ class SQLiteStore:
             )
 
         await self._write(run)
+        self._turn_listeners.notify(lease.key)
+
+    # ---- the line for the lease --------------------------------------------------------------------------
+
+    async def enqueue(self, key: SessionKey, owner: str, ttl: float) -> Lease | Waiting:
+        """Join the line (see :meth:`~rxagent.session.store.SessionStore.enqueue`)."""
+
+        def run(conn: sqlite3.Connection) -> tuple[Lease | Waiting, bool]:
+            row = _find_or_create(conn, key)
+            now = self._now()
+            moved = _sweep(conn, row.id, now)
+            waiting = conn.execute("SELECT 1 FROM tickets WHERE session = ? LIMIT 1", (row.id,)).fetchone()
+            if waiting is None and _lease_free(row, now):
+                return _grant(conn, row, key, owner, now + ttl), moved
+            cursor = conn.execute(
+                "INSERT INTO tickets (session, owner, expires_at) VALUES (?, ?, ?)",
+                (row.id, owner, now + ttl),
+            )
+            ticket = Ticket(key, owner, cast("int", cursor.lastrowid), now + ttl)
+            return _standing(conn, row, ticket, now), moved
+
+        return await self._line_change(key, self._write(run))
+
+    async def take_turn(self, ticket: Ticket, ttl: float) -> Lease | Waiting:
+        """The lease if it is ``ticket``'s turn (see
+        :meth:`~rxagent.session.store.SessionStore.take_turn`)."""
+
+        def look(conn: sqlite3.Connection) -> Waiting | None:
+            row = self._holding(conn, ticket)
+            standing = _standing(conn, row, ticket, self._now())
+            return standing if standing.ahead or standing.holder is not None else None
+
+        # A read first: most attempts find the line as it was, and cost no write transaction.
+        standing = await self._read(look)
+        if standing is not None:
+            return standing
+
+        def run(conn: sqlite3.Connection) -> tuple[Lease | Waiting, bool]:
+            row = self._holding(conn, ticket)
+            now = self._now()
+            moved = _sweep(conn, row.id, now)
+            standing = _standing(conn, row, ticket, now)
+            if standing.ahead or standing.holder is not None:
+                return standing, moved
+            conn.execute("DELETE FROM tickets WHERE number = ?", (ticket.number,))
+            return _grant(conn, row, ticket.key, ticket.owner, now + ttl), True
+
+        return await self._line_change(ticket.key, self._write(run))
+
+    async def renew_ticket(self, ticket: Ticket, ttl: float) -> Ticket:
+        """Keep the ticket in line (see :meth:`~rxagent.session.store.SessionStore.renew_ticket`)."""
+
+        def run(conn: sqlite3.Connection) -> Ticket:
+            self._holding(conn, ticket)
+            renewed = Ticket(ticket.key, ticket.owner, ticket.number, self._now() + ttl)
+            conn.execute(
+                "UPDATE tickets SET expires_at = ? WHERE number = ?", (renewed.expires_at, ticket.number)
+            )
+            return renewed
+
+        return await self._write(run)
+
+    async def drop_ticket(self, ticket: Ticket) -> None:
+        """Leave the line (a no-op if the ticket is not in it)."""
+
+        def run(conn: sqlite3.Connection) -> bool:
+            return (
+                conn.execute(
+                    f"DELETE FROM tickets WHERE number = ? AND owner = ? AND session = {_SESSION_ID}",
+                    (ticket.number, ticket.owner, *ticket.key),
+                ).rowcount
+                > 0
+            )
+
+        if await self._write(run):
+            self._turn_listeners.notify(ticket.key)
+
+    def listen_turns(self, key: SessionKey, wake: Callable[[], None]) -> Listening:
+        """Call ``wake()`` when this store object changes ``key``'s line; never live (another process may
+        change it without telling: see the module)."""
+        return self._turn_listeners.add(key, wake)
+
+    def _holding(self, conn: sqlite3.Connection, ticket: Ticket) -> _Row:
+        """The session's row, if ``ticket`` is live in its line (else :class:`TicketLostError`)."""
+        row = _find(conn, ticket.key)
+        held = (
+            None
+            if row is None
+            else conn.execute(
+                "SELECT 1 FROM tickets WHERE number = ? AND session = ? AND owner = ? AND expires_at > ?",
+                (ticket.number, row.id, ticket.owner, self._now()),
+            ).fetchone()
+        )
+        if row is None or held is None:
+            raise TicketLostError.of(ticket)
+        return row
+
+    async def _line_change(
+        self, key: SessionKey, change: Awaitable[tuple[Lease | Waiting, bool]]
+    ) -> Lease | Waiting:
+        """The outcome of a ``change`` to ``key``'s line; this process's waiters hear of it if it moved."""
+        outcome, moved = await change
+        if moved:
+            self._turn_listeners.notify(key)
+        return outcome
 
     # ---- the log -----------------------------------------------------------------------------------------
 

@@ -17,6 +17,18 @@ expired lease can be taken by anyone.
 notifications on one connection per store, :class:`~rxagent.session.MemoryStore` tells of its own appends.
 A session's feed follows a log written elsewhere by reading it after each notice; with a store that sends
 none (SQLite: another process may write the file) it reads the log at intervals instead.
+
+**Turns in submission order.** Runs wait for a session's lease in one line kept in the store, whichever
+agent object, process or host they come from: a run joins it when it is submitted
+(:meth:`SessionStore.enqueue`), and the lease goes to the lowest *live* ticket once nobody holds it
+(:meth:`SessionStore.take_turn`), so no run waits behind more than the runs submitted before it. A ticket
+lives ``ttl`` seconds unless its waiter renews it (:meth:`SessionStore.renew_ticket`), so the ticket of a
+waiter that crashed stops counting once it expires, as a crashed holder's lease does; a waiter that gives
+up leaves the line (:meth:`SessionStore.drop_ticket`). A waiter learns that the line may have moved from
+:meth:`SessionStore.listen_turns` (a lease released, a ticket granted, dropped or expired): at once for
+changes made through the same store object, through the database's notifications on PostgreSQL, and for
+changes another process makes to a SQLite file only by asking again at intervals. ``acquire`` itself takes
+no ticket and does not look at the line: it is for code that takes a session outside the runs' turns.
 """
 
 from __future__ import annotations
@@ -39,6 +51,9 @@ __all__ = [
     "SessionExistsError",
     "SessionInfo",
     "SessionStore",
+    "Ticket",
+    "TicketLostError",
+    "Waiting",
 ]
 
 CHECKPOINTS_KEPT = 2
@@ -76,8 +91,58 @@ class SessionInfo:
     """Who holds its lease now (``None``: nobody, or an expired lease)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Ticket:
+    """A place in the line for a session's lease, kept in the store (see the module's **Turns**).
+
+    Attributes:
+        key: the session.
+        owner: who waits (as in leases).
+        number: its place: the tickets of a session are numbered in the order they were taken, and a
+            number is never given out twice.
+        expires_at: when it stops counting unless renewed (wall-clock seconds, as a lease's expiry).
+    """
+
+    key: SessionKey
+    owner: str
+    number: int
+    expires_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """Where a ticket stands when it is not its turn yet (:meth:`SessionStore.enqueue`,
+    :meth:`SessionStore.take_turn`).
+
+    Attributes:
+        ticket: the ticket, in line.
+        ahead: live tickets ahead of it (``0``: it is next, once the lease is free).
+        holder: who holds the session's lease now (``None``: nobody; the tickets ahead go first).
+        retry_in: seconds (of the store's clock) after which the line may move although nobody says so:
+            the holder's lease or a ticket ahead expires. Ask again then, or when woken.
+    """
+
+    ticket: Ticket
+    ahead: int
+    holder: str | None
+    retry_in: float
+
+
 class LeaseLostError(RuntimeError):
     """An append or renewal carried a lease that is no longer the session's current one (fencing)."""
+
+
+class TicketLostError(RuntimeError):
+    """A ticket is no longer in its session's line: it expired (its waiter did not renew it in time), it
+    was dropped, or it was never issued. Its waiter takes a new ticket, at the end of the line."""
+
+    @classmethod
+    def of(cls, ticket: Ticket) -> TicketLostError:
+        """The error a store raises for ``ticket`` (naming it and its session)."""
+        return cls(
+            f"ticket {ticket.number} for session {ticket.key[1]!r} is not in the line: it expired, was "
+            "dropped, or was never issued"
+        )
 
 
 class SessionExistsError(ValueError):
@@ -111,7 +176,47 @@ class SessionStore(Protocol):
         ...
 
     async def release(self, lease: Lease) -> None:
-        """Give the lease up now (a no-op if it is no longer current)."""
+        """Give the lease up now (a no-op if it is no longer current); the session's line may move."""
+        ...
+
+    async def enqueue(self, key: SessionKey, owner: str, ttl: float) -> Lease | Waiting:
+        """Join the line for the session's lease (see the module's **Turns**).
+
+        Returns:
+            the lease for ``ttl`` seconds when nobody holds it and no live ticket waits (no ticket is kept
+            then), else a new ticket at the end of the line, live for ``ttl`` seconds unless renewed.
+        """
+        ...
+
+    async def take_turn(self, ticket: Ticket, ttl: float) -> Lease | Waiting:
+        """The lease for ``ttl`` seconds if ``ticket`` is the lowest live ticket and nobody holds the lease
+        (not even its own owner: the ticket leaves the line), else where the ticket stands.
+
+        Raises:
+            TicketLostError: the ticket is not in the line (expired, dropped, or never issued).
+        """
+        ...
+
+    async def renew_ticket(self, ticket: Ticket, ttl: float) -> Ticket:
+        """Keep ``ticket`` in line for ``ttl`` seconds from now (same number, same place).
+
+        Raises:
+            TicketLostError: the ticket is not in the line (expired, dropped, or never issued).
+        """
+        ...
+
+    async def drop_ticket(self, ticket: Ticket) -> None:
+        """Leave the line (a no-op if the ticket is no longer in it); the tickets behind move up."""
+        ...
+
+    def listen_turns(self, key: SessionKey, wake: Callable[[], None]) -> Listening:
+        """Call ``wake()`` (on this loop) when ``key``'s line may have moved: its lease was released, a
+        ticket was granted the lease, dropped or found expired.
+
+        Changes made through this store object wake at once; :attr:`Listening.live` says whether changes
+        made elsewhere (other processes) wake too. While it is ``False`` the waiter asks again at
+        intervals. Extra wakes are harmless.
+        """
         ...
 
     async def append(self, lease: Lease, facts: Sequence[Fact]) -> int:
@@ -172,7 +277,8 @@ class DelegatingStore:
 
     It sends no notices of appends, even over a store that does (it is no :class:`NotifyingStore`): the
     feeds of sessions it holds read the log at intervals instead; a subclass that wants them adds
-    ``listen``. ``aclose`` closes ``inner``.
+    ``listen``. It passes ``listen_turns`` on: a turn notice only makes a waiter ask the store again, which
+    no change a subclass makes can turn into a wrong answer. ``aclose`` closes ``inner``.
 
     Example:
         >>> from rxagent.session import DelegatingStore, MemoryStore
@@ -201,6 +307,26 @@ class DelegatingStore:
     async def release(self, lease: Lease) -> None:
         """See :meth:`SessionStore.release`."""
         await self.inner.release(lease)
+
+    async def enqueue(self, key: SessionKey, owner: str, ttl: float) -> Lease | Waiting:
+        """See :meth:`SessionStore.enqueue`."""
+        return await self.inner.enqueue(key, owner, ttl)
+
+    async def take_turn(self, ticket: Ticket, ttl: float) -> Lease | Waiting:
+        """See :meth:`SessionStore.take_turn`."""
+        return await self.inner.take_turn(ticket, ttl)
+
+    async def renew_ticket(self, ticket: Ticket, ttl: float) -> Ticket:
+        """See :meth:`SessionStore.renew_ticket`."""
+        return await self.inner.renew_ticket(ticket, ttl)
+
+    async def drop_ticket(self, ticket: Ticket) -> None:
+        """See :meth:`SessionStore.drop_ticket`."""
+        await self.inner.drop_ticket(ticket)
+
+    def listen_turns(self, key: SessionKey, wake: Callable[[], None]) -> Listening:
+        """See :meth:`SessionStore.listen_turns` (``inner``'s notices)."""
+        return self.inner.listen_turns(key, wake)
 
     async def append(self, lease: Lease, facts: Sequence[Fact]) -> int:
         """See :meth:`SessionStore.append`."""
@@ -268,7 +394,8 @@ class NotifyingStore(Protocol):
 
 
 class AppendListeners:
-    """Who listens to which session's appends: what a :class:`NotifyingStore` keeps to tell them.
+    """Who listens to which session's appends: what a :class:`NotifyingStore` keeps to tell them (and what
+    every store keeps for :meth:`SessionStore.listen_turns`: who waits for which session's line).
 
     Args:
         live: whether notices arrive from the start (``False`` for a store that must first open a

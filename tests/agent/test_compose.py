@@ -357,6 +357,7 @@ async def test_cancelling_the_parent_cancels_the_childs_model_call_and_releases_
     user, session = await child_store.first_key()
     child_ctx = RuntimeContext(user_id=user, session_id=session)
     parked.gates.clear()
+    parked.started.clear()  # set by the first call: wait for the second's
     again = asyncio.create_task(child.call("Again?", child_ctx))  # the session was released
     await asyncio.wait_for(parked.started.wait(), WAIT)
     parked.gates[-1].set_result("Paris.")

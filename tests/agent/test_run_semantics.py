@@ -475,7 +475,7 @@ async def test_each_caller_gets_its_own_tools_and_preset_values_on_one_agent() -
 # ---- 9. waiting for a busy session has a limit, and the queue is visible ------------------------------
 
 
-async def test_the_queue_position_moves_as_runs_ahead_finish() -> None:
+async def test_the_queue_position_moves_as_runs_ahead_finish(clock: VirtualClock) -> None:
     gates = {"first": asyncio.Event(), "second": asyncio.Event()}
     started = {text: asyncio.Event() for text in ("first", "second", "third")}
 
@@ -486,18 +486,20 @@ async def test_the_queue_position_moves_as_runs_ahead_finish() -> None:
             await gates[text].wait()
         return f"re: {text}"
 
-    agent = ReActAgent(FunctionModel(respond))
+    agent = ReActAgent(FunctionModel(respond), clock=clock)
     controls = [RunControl() for _ in range(3)]
     runs = [
         asyncio.ensure_future(agent.call(text, ADA, control=control))
         for text, control in zip(["first", "second", "third"], controls, strict=True)
     ]
     await asyncio.wait_for(started["first"].wait(), 5)
+    await clock.advance(0)  # a run has a place once it joined the session's line: a call to the store
     assert [c.position for c in controls] == [0, 1, 2]
     assert [c.status for c in controls] == ["running", "queued", "queued"]
     gates["first"].set()
     assert (await asyncio.wait_for(runs[0], 5)).text == "re: first"
     await asyncio.wait_for(started["second"].wait(), 5)
+    await clock.advance(0)
     assert [c.position for c in controls] == [None, 0, 1]
     gates["second"].set()
     texts = [r.text for r in await asyncio.wait_for(asyncio.gather(*runs[1:]), 5)]

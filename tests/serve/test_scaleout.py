@@ -234,6 +234,7 @@ async def test_a_run_on_one_server_is_followed_live_through_the_others_feed(
             sequel = await b.submit("and then?")
             status = await b.until_status(lambda s: s["held_elsewhere"])
             assert (status["state"], status["queued"], status["running"]) == ("queued", 1, None)
+            assert status["position"] == 1  # next in the line both servers share
 
             first.gate.set()
             await feed.until(lambda f: delta(f) == " upon")

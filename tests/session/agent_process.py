@@ -15,6 +15,11 @@ It prints ``{"ready": true}`` once the store is open, then answers one JSON line
   ``{"holding": true}`` and waits for ``{"op": "release"}`` before it answers (the test pauses the process
   meanwhile). Answers ``{"reasons": [...], "error": NAME, "message": M}`` (``error`` is ``null`` when the
   run succeeded; ``reasons`` are those of the ``AgentResult`` events it emitted).
+- ``{"op": "submit", "text": T, "hold": bool}`` starts the turn ``T`` and answers once it joined the
+  session's line: ``{"position": n}``, its place as the store gave it (``0``: it got the session at once).
+  With ``hold``, its first model call waits for ``{"op": "open"}`` (answered ``{"opened": true}``).
+- ``{"op": "wait"}`` waits for the turns submitted so far; answers ``{"reasons": [...]}`` in the order
+  they were submitted here.
 
 A closed stdin (the test is gone) ends the process.
 """
@@ -35,7 +40,8 @@ from rxagent.events import AgentEvent, AgentResult
 from rxagent.model.scripted import FunctionModel, ScriptedResponse, ScriptedToolCall, ScriptStep
 from rxagent.model.types import ChatRequest
 from rxagent.operators import to_list
-from rxagent.session import SessionStore, open_store
+from rxagent.session import DelegatingStore, Lease, SessionStore, Waiting, open_store
+from rxagent.state import SessionKey
 from rxagent.tools import Toolkit, tool
 
 
@@ -49,6 +55,19 @@ def note(text: str) -> str:
     return f"noted {text}"
 
 
+class Joining(DelegatingStore):
+    """Tells where each run joined the session's line: the store's answer to its enqueue."""
+
+    def __init__(self, inner: SessionStore) -> None:
+        super().__init__(inner)
+        self.places: asyncio.Queue[int] = asyncio.Queue()
+
+    async def enqueue(self, key: SessionKey, owner: str, ttl: float) -> Lease | Waiting:
+        answer = await super().enqueue(key, owner, ttl)
+        self.places.put_nowait(0 if isinstance(answer, Lease) else answer.ahead + 1)
+        return answer
+
+
 def say(answer: object) -> None:
     sys.stdout.write(json.dumps(answer) + "\n")
     sys.stdout.flush()
@@ -60,6 +79,9 @@ async def main(config: dict[str, str | float]) -> None:
     ctx = RuntimeContext(user_id=str(config["user"]), session_id=str(config["session"]))
     calls = itertools.count(1)
     holding = False
+    held: set[str] = set()
+    opened = asyncio.Event()
+    submitted: list[asyncio.Future[AgentResult]] = []
 
     async def listen() -> dict[str, object]:
         line = await loop.run_in_executor(None, sys.stdin.readline)
@@ -71,6 +93,8 @@ async def main(config: dict[str, str | float]) -> None:
     async def respond(request: ChatRequest) -> ScriptStep:
         last = request.messages[-1]
         if last.role == "user":
+            if last.text in held:
+                await opened.wait()
             # Ids unique across the processes: both write calls into the same session.
             call = ScriptedToolCall("note", {"text": last.text}, id=f"{name}-{next(calls)}")
             return ScriptedResponse(tool_calls=[call])
@@ -80,7 +104,8 @@ async def main(config: dict[str, str | float]) -> None:
         asked = next(m.text for m in reversed(request.messages) if m.role == "user")
         return f"{name} noted {asked}"
 
-    async def serve(store: SessionStore) -> None:
+    async def serve(opened_store: SessionStore) -> None:
+        store = Joining(opened_store)
         options = AgentOptions(lease_ttl=float(config["lease_ttl"]))
         agent = ReActAgent(FunctionModel(respond), Toolkit([note]), store=store, options=options, name=name)
         say({"ready": True})
@@ -93,6 +118,22 @@ async def main(config: dict[str, str | float]) -> None:
                 say({"reasons": reasons})
             elif request["op"] == "hold":
                 say(await hold(agent, str(request["text"])))
+            elif request["op"] == "submit":
+                text = str(request["text"])
+                if request.get("hold"):
+                    held.add(text)
+                while not store.places.empty():  # places of earlier turns, which nobody asked for
+                    store.places.get_nowait()
+                submitted.append(asyncio.ensure_future(agent.call(text, ctx)))
+                say({"position": await store.places.get()})
+                continue  # the turn goes on
+            elif request["op"] == "open":
+                opened.set()
+                say({"opened": True})
+                continue
+            elif request["op"] == "wait":
+                say({"reasons": [(await run).reason for run in submitted]})
+                submitted.clear()
             await agent.keeper.aclose()  # the checkpoints of its runs are written
 
     async def hold(agent: ReActAgent, text: str) -> dict[str, object]:

@@ -29,7 +29,7 @@ import pytest
 
 from rxagent import ReActAgent, ScriptedModel
 from rxagent.context import RuntimeContext
-from rxagent.session import Fact, LeaseLostError, SessionStore, open_store
+from rxagent.session import Fact, Lease, LeaseLostError, SessionStore, Waiting, open_store
 from rxagent.session.postgres import (
     NOTIFY_CHANNEL,
     SCHEMA_VERSION,
@@ -91,8 +91,8 @@ async def test_the_schema_is_created_at_its_version_and_reopening_keeps_the_log(
         lease = await first.acquire(KEY, "me", 30)
         assert lease is not None
         await first.append(lease, [text_fact("a"), text_fact("b")])
-    assert SCHEMA_VERSION == 1
-    assert [v for (v,) in await query(postgres_url, "SELECT version FROM rxagent_schema")] == [1]
+    assert SCHEMA_VERSION == 2
+    assert [v for (v,) in await query(postgres_url, "SELECT version FROM rxagent_schema")] == [1, 2]
     tables = await query(
         postgres_url, "SELECT tablename FROM pg_tables WHERE tablename LIKE 'rxagent%%' ORDER BY tablename"
     )
@@ -101,6 +101,7 @@ async def test_the_schema_is_created_at_its_version_and_reopening_keeps_the_log(
         "rxagent_facts",
         "rxagent_schema",
         "rxagent_sessions",
+        "rxagent_tickets",
     ]
     async with PostgresStore(postgres_url) as second:
         assert texts(await second.read(KEY)) == ["a", "b"]
@@ -109,7 +110,7 @@ async def test_the_schema_is_created_at_its_version_and_reopening_keeps_the_log(
         assert again is not None
         assert again.token > lease.token
         assert await second.append(again, [text_fact("c")]) == 3
-    assert [v for (v,) in await query(postgres_url, "SELECT version FROM rxagent_schema")] == [1]
+    assert [v for (v,) in await query(postgres_url, "SELECT version FROM rxagent_schema")] == [1, 2]
 
 
 async def test_stores_opening_a_fresh_database_at_once_create_the_schema_once(postgres_url: str) -> None:
@@ -123,7 +124,28 @@ async def test_stores_opening_a_fresh_database_at_once_create_the_schema_once(po
             assert await store.append(lease, [text_fact(str(n))]) == 1
     finally:
         await asyncio.gather(*(store.aclose() for store in stores))
-    assert await query(postgres_url, "SELECT version FROM rxagent_schema") == [(1,)]
+    assert await query(postgres_url, "SELECT version FROM rxagent_schema ORDER BY version") == [(1,), (2,)]
+
+
+async def test_a_database_at_version_1_is_migrated_keeping_its_log_and_lease(postgres_url: str) -> None:
+    async with PostgresStore(postgres_url) as store:
+        lease = await store.acquire(KEY, "old process", 60)
+        assert lease is not None
+        await store.append(lease, [text_fact("kept")])
+    # As rxagent left a database before sessions had a line for their lease.
+    await query(postgres_url, "DROP TABLE rxagent_tickets")
+    await query(postgres_url, "DELETE FROM rxagent_schema WHERE version = 2")
+    async with PostgresStore(postgres_url) as store:
+        assert texts(await store.read(KEY)) == ["kept"]
+        waiting = await store.enqueue(KEY, "me", 60)  # the old lease still holds: a ticket
+        assert isinstance(waiting, Waiting)
+        assert (waiting.ahead, waiting.holder) == (0, "old process")
+        await store.release(lease)
+        taken = await store.take_turn(waiting.ticket, 60)
+        assert isinstance(taken, Lease)
+        assert taken.token > lease.token
+        assert await store.append(taken, [text_fact("new")]) == 2
+    assert await query(postgres_url, "SELECT version FROM rxagent_schema ORDER BY version") == [(1,), (2,)]
 
 
 async def test_a_database_with_a_newer_schema_is_refused_and_left_alone(postgres_url: str) -> None:
@@ -131,15 +153,15 @@ async def test_a_database_with_a_newer_schema_is_refused_and_left_alone(postgres
         lease = await store.acquire(KEY, "me", 30)
         assert lease is not None
         await store.append(lease, [text_fact("kept")])
-    await query(postgres_url, "INSERT INTO rxagent_schema (version) VALUES (2)")
+    await query(postgres_url, "INSERT INTO rxagent_schema (version) VALUES (3)")
     newer = PostgresStore(postgres_url)
     try:
-        with pytest.raises(SchemaVersionError, match=r"version 2, newer than the version 1"):
+        with pytest.raises(SchemaVersionError, match=r"version 3, newer than the version 2"):
             await newer.head(KEY)
     finally:
         await newer.aclose()
     assert await query(postgres_url, "SELECT count(*) FROM rxagent_facts") == [(1,)]
-    assert await query(postgres_url, "SELECT max(version) FROM rxagent_schema") == [(2,)]
+    assert await query(postgres_url, "SELECT max(version) FROM rxagent_schema") == [(3,)]
 
 
 # ---- bad inputs -----------------------------------------------------------------------------------------

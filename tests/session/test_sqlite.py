@@ -26,7 +26,7 @@ from typing import Any, cast
 import pytest
 
 from rxagent.messages import Msg
-from rxagent.session import Fact, LeaseLostError, Projection, SessionFileError, SQLiteStore
+from rxagent.session import Fact, Lease, LeaseLostError, Projection, SessionFileError, SQLiteStore, Waiting
 from rxagent.session.sqlite import SCHEMA_VERSION
 from rxagent.state import SessionKey
 
@@ -68,15 +68,59 @@ async def store(path: Path, now: FakeNow) -> AsyncIterator[SQLiteStore]:
 # ---- the file and its schema ---------------------------------------------------------------------------
 
 
-async def test_a_fresh_file_gets_the_schema_at_version_1_in_wal_mode(path: Path) -> None:
+async def test_a_fresh_file_gets_the_schema_at_version_2_in_wal_mode(path: Path) -> None:
     async with SQLiteStore(path):
         pass
-    assert SCHEMA_VERSION == 1
+    assert SCHEMA_VERSION == 2
     with closing(sqlite3.connect(path)) as conn:
-        assert conn.execute("SELECT version FROM rxagent_schema_version").fetchall() == [(1,)]
+        assert conn.execute("SELECT version FROM rxagent_schema_version").fetchall() == [(2,)]
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
         tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    assert {"rxagent_schema_version", "sessions", "facts", "checkpoints"} <= tables
+    assert {"rxagent_schema_version", "sessions", "facts", "checkpoints", "tickets"} <= tables
+
+
+async def test_a_file_of_version_1_is_migrated_keeping_its_log_and_lease(path: Path, now: FakeNow) -> None:
+    # A file as rxagent wrote it before sessions had a line for their lease (schema version 1).
+    with closing(sqlite3.connect(path)) as conn:
+        conn.execute("CREATE TABLE rxagent_schema_version (version INTEGER NOT NULL)")
+        conn.execute("INSERT INTO rxagent_schema_version (version) VALUES (1)")
+        conn.execute(
+            "CREATE TABLE sessions (id INTEGER PRIMARY KEY, user_id TEXT, session_id TEXT NOT NULL, "
+            "head INTEGER NOT NULL DEFAULT 0, updated_at REAL, lease_owner TEXT, "
+            "lease_token INTEGER NOT NULL DEFAULT 0, lease_expires_at REAL)"
+        )
+        conn.execute("CREATE UNIQUE INDEX sessions_key ON sessions (ifnull(user_id, X''), session_id)")
+        conn.execute(
+            "CREATE TABLE facts (session INTEGER NOT NULL REFERENCES sessions (id), "
+            "seq INTEGER NOT NULL, kind TEXT NOT NULL, payload TEXT NOT NULL, run_id TEXT, at REAL NOT NULL, "
+            "PRIMARY KEY (session, seq))"
+        )
+        conn.execute(
+            "CREATE TABLE checkpoints (session INTEGER NOT NULL REFERENCES sessions (id), "
+            "seq INTEGER NOT NULL, payload TEXT NOT NULL, PRIMARY KEY (session, seq))"
+        )
+        fact = message("kept")
+        conn.execute(
+            "INSERT INTO sessions (user_id, session_id, head, updated_at, lease_owner, lease_token, "
+            "lease_expires_at) VALUES (?, ?, 1, ?, 'old process', 7, ?)",
+            (*KEY, fact.at, now() + 60),
+        )
+        conn.execute(
+            "INSERT INTO facts VALUES (1, 1, ?, ?, ?, ?)", (fact.kind, fact.payload, fact.run_id, fact.at)
+        )
+        conn.commit()
+    async with SQLiteStore(path, now=now) as store:
+        assert texts(await store.read(KEY)) == ["kept"]
+        waiting = await store.enqueue(KEY, "me", 120)  # the old lease still holds: a ticket
+        assert isinstance(waiting, Waiting)
+        assert (waiting.ahead, waiting.holder) == (0, "old process")
+        now.advance(61)
+        lease = await store.take_turn(waiting.ticket, 60)
+        assert isinstance(lease, Lease)
+        assert lease.token == 8  # the tokens go on from the file's
+        assert await store.append(lease, [message("new")]) == 2
+    with closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("SELECT version FROM rxagent_schema_version").fetchall() == [(2,)]
 
 
 async def test_reopening_keeps_facts_checkpoints_and_the_lease(path: Path, now: FakeNow) -> None:
@@ -114,10 +158,10 @@ async def test_a_file_of_a_newer_schema_is_refused_and_left_as_it_was(path: Path
         assert lease is not None
         await store.append(lease, [message("kept")])
     with closing(sqlite3.connect(path)) as conn:
-        conn.execute("UPDATE rxagent_schema_version SET version = 2")
+        conn.execute("UPDATE rxagent_schema_version SET version = 3")
         conn.commit()
     before = contents(path)
-    with pytest.raises(SessionFileError, match=r"schema version 2, newer than the version 1"):
+    with pytest.raises(SessionFileError, match=r"schema version 3, newer than the version 2"):
         SQLiteStore(path)
     assert contents(path) == before
     assert store_threads(path) == []

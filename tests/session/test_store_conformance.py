@@ -2,11 +2,14 @@
 
 Bad inputs tried: a stale lease (expired and taken over, released, re-acquired by its own owner), a
 renewal after a takeover, a checkpoint beyond the log's head and one older than the kept one, a fork onto a
-session that has facts, payloads with every kind of character.
+session that has facts, payloads with every kind of character; in the line for a lease: a ticket that was
+spent, dropped, expired or never issued, one presented with another session's key or another owner, and a
+ticket dropped twice.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -16,10 +19,14 @@ from rxagent.session import (
     Checkpoint,
     DelegatingStore,
     Fact,
+    Lease,
     LeaseLostError,
     Projection,
     SessionExistsError,
     SessionStore,
+    Ticket,
+    TicketLostError,
+    Waiting,
 )
 from rxagent.state import SessionKey
 from tests.examples import run_examples
@@ -217,6 +224,171 @@ async def test_only_the_newest_checkpoints_are_kept(store: SessionStore) -> None
     late_checkpoint, late = await store.load(("ada", "late"))
     assert late_checkpoint is not None
     assert (late_checkpoint.seq, [f.seq for f in late]) == (6, [7])
+
+
+# ---- the line for the lease --------------------------------------------------------------------------
+
+
+def waiting(outcome: Lease | Waiting) -> Waiting:
+    assert isinstance(outcome, Waiting), outcome
+    return outcome
+
+
+def leased(outcome: Lease | Waiting) -> Lease:
+    assert isinstance(outcome, Lease), outcome
+    return outcome
+
+
+async def test_the_lease_goes_to_the_tickets_in_the_order_they_were_taken(store: SessionStore) -> None:
+    first = leased(await store.enqueue(KEY, "a", 30))  # nobody holds it, nobody waits: the lease at once
+    b = waiting(await store.enqueue(KEY, "b", 30))
+    c = waiting(await store.enqueue(KEY, "c", 30))
+    assert (b.ahead, b.holder, c.ahead, c.holder) == (0, "a", 1, "a")
+    assert b.ticket.number < c.ticket.number
+    assert (b.ticket.key, b.ticket.owner) == (KEY, "b")
+    assert leased(await store.enqueue(OTHER, "c", 30)).owner == "c"  # other sessions have lines of their own
+    await store.release(first)
+    # The lease is free, but c is not first in line, and a newcomer goes to the end of it.
+    assert (waiting(await store.take_turn(c.ticket, 30)).ahead, c.holder) == (1, "a")
+    d = waiting(await store.enqueue(KEY, "d", 30))
+    assert (d.ahead, d.holder) == (2, None)
+    assert await store.acquire(KEY, "x", 30) is not None  # acquire takes no ticket: it is not in line
+    assert waiting(await store.take_turn(b.ticket, 30)).holder == "x"
+    await store.release(leased(await store.acquire(KEY, "x", 30)))
+    second = leased(await store.take_turn(b.ticket, 30))
+    assert (second.owner, second.key) == ("b", KEY)
+    assert second.token > first.token
+    with pytest.raises(TicketLostError):  # spent: it is no longer in line
+        await store.take_turn(b.ticket, 30)
+    now_c = waiting(await store.take_turn(c.ticket, 30))
+    assert (now_c.ahead, now_c.holder) == (0, "b")
+    await store.append(second, [message_fact("b's run")])
+    await store.release(second)
+    third = leased(await store.take_turn(c.ticket, 30))
+    assert third.owner == "c"
+    await store.append(third, [message_fact("c's run")])
+    assert await store.head(KEY) == 2
+
+
+async def test_the_same_owner_waits_its_turn_too(store: SessionStore) -> None:
+    held = leased(await store.enqueue(KEY, "me", 30))
+    mine = waiting(await store.enqueue(KEY, "me", 30))  # a second run of the same keeper
+    assert (mine.ahead, mine.holder) == (0, "me")
+    assert waiting(await store.take_turn(mine.ticket, 30)).holder == "me"
+    await store.append(held, [message_fact("still the first run's")])  # not fenced off by the waiter
+    await store.release(held)
+    assert leased(await store.take_turn(mine.ticket, 30)).token > held.token
+
+
+async def test_a_ticket_that_is_not_renewed_expires_and_stops_counting(
+    store: SessionStore, now: FakeNow
+) -> None:
+    holder = leased(await store.enqueue(KEY, "holder", 100))
+    crashed = waiting(await store.enqueue(KEY, "crashed", 10))  # its waiter will never renew it
+    alive = waiting(await store.enqueue(KEY, "alive", 30))
+    assert alive.retry_in == pytest.approx(10)  # the line may move when the ticket ahead expires
+    assert crashed.retry_in == pytest.approx(100)  # or when the lease does
+    now.advance(8)
+    renewed = await store.renew_ticket(alive.ticket, 30)
+    assert (renewed.number, renewed.owner) == (alive.ticket.number, "alive")
+    assert renewed.expires_at == pytest.approx(now() + 30)
+    now.advance(3)  # crashed's ticket expired; alive's, renewed, lives on
+    await store.release(holder)
+    taken = leased(await store.take_turn(renewed, 30))
+    assert taken.owner == "alive"
+    with pytest.raises(TicketLostError):
+        await store.take_turn(crashed.ticket, 30)
+    with pytest.raises(TicketLostError):
+        await store.renew_ticket(crashed.ticket, 30)
+
+
+async def test_a_waiting_ticket_keeps_its_place_while_renewed_past_its_first_expiry(
+    store: SessionStore, now: FakeNow
+) -> None:
+    holder = leased(await store.enqueue(KEY, "holder", 100))
+    ticket = waiting(await store.enqueue(KEY, "waiter", 10)).ticket
+    behind = waiting(await store.enqueue(KEY, "behind", 100))
+    for _ in range(5):  # 25 s in all, renewed every 5
+        now.advance(5)
+        ticket = await store.renew_ticket(ticket, 10)
+    assert waiting(await store.take_turn(behind.ticket, 100)).ahead == 1
+    await store.release(holder)
+    assert leased(await store.take_turn(ticket, 10)).owner == "waiter"
+
+
+async def test_a_dropped_ticket_leaves_the_line(store: SessionStore) -> None:
+    holder = leased(await store.enqueue(KEY, "holder", 30))
+    b = waiting(await store.enqueue(KEY, "b", 30))
+    c = waiting(await store.enqueue(KEY, "c", 30))
+    await store.drop_ticket(b.ticket)
+    await store.drop_ticket(b.ticket)  # twice: a no-op
+    assert waiting(await store.take_turn(c.ticket, 30)).ahead == 0
+    with pytest.raises(TicketLostError):
+        await store.take_turn(b.ticket, 30)
+    await store.release(holder)
+    assert leased(await store.take_turn(c.ticket, 30)).owner == "c"
+
+
+async def test_a_ticket_the_line_does_not_hold_is_refused(store: SessionStore) -> None:
+    holder = leased(await store.enqueue(KEY, "holder", 30))
+    real = waiting(await store.enqueue(KEY, "b", 30)).ticket
+    other = waiting(await store.enqueue(KEY, "c", 30)).ticket
+    forged = [
+        Ticket(KEY, "b", real.number + 1_000_000, real.expires_at),  # never issued
+        Ticket(OTHER, "b", real.number, real.expires_at),  # another session's key
+        Ticket(KEY, "someone else", real.number, real.expires_at),  # another owner
+    ]
+    for ticket in forged:
+        with pytest.raises(TicketLostError):
+            await store.take_turn(ticket, 30)
+        with pytest.raises(TicketLostError):
+            await store.renew_ticket(ticket, 30)
+        await store.drop_ticket(ticket)  # a no-op: the real ticket stays in line
+    assert waiting(await store.take_turn(other, 30)).ahead == 1
+    await store.release(holder)
+    assert leased(await store.take_turn(real, 30)).owner == "b"
+
+
+async def test_the_line_outlives_a_delete_of_the_session(store: SessionStore) -> None:
+    holder = leased(await store.enqueue(KEY, "holder", 30))
+    await store.append(holder, [message_fact("gone soon")])
+    b = waiting(await store.enqueue(KEY, "b", 30))
+    await store.delete(KEY)
+    await store.release(holder)
+    taken = leased(await store.take_turn(b.ticket, 30))
+    assert taken.token > holder.token
+    assert await store.append(taken, [message_fact("fresh")]) == 1
+
+
+async def test_tickets_taken_at_once_are_numbered_in_the_order_the_line_got_them(store: SessionStore) -> None:
+    leased(await store.enqueue(KEY, "holder", 30))
+    joined = [waiting(w) for w in await asyncio.gather(*(store.enqueue(KEY, f"w{n}", 30) for n in range(20)))]
+    # Whatever order they were answered in, each counts exactly the tickets numbered before it as ahead.
+    in_line = sorted(joined, key=lambda w: w.ticket.number)
+    assert [w.ahead for w in in_line] == list(range(20))
+    assert len({w.ticket.number for w in joined}) == 20
+
+
+async def test_the_line_wakes_its_listeners_when_it_may_have_moved(store: SessionStore) -> None:
+    wakes: list[None] = []
+    listening = store.listen_turns(KEY, lambda: wakes.append(None))
+    try:
+        holder = leased(await store.enqueue(KEY, "holder", 30))
+        b = waiting(await store.enqueue(KEY, "b", 30))
+        c = waiting(await store.enqueue(KEY, "c", 30))
+        d = waiting(await store.enqueue(KEY, "d", 30))
+        changes = [
+            store.release(holder),  # the lease is free
+            store.take_turn(b.ticket, 30),  # b leaves the line with the lease
+            store.drop_ticket(c.ticket),  # c leaves it without
+        ]
+        for change in changes:
+            before = len(wakes)
+            await change
+            assert len(wakes) > before  # at once: made through this store object
+        assert waiting(await store.take_turn(d.ticket, 30)).ahead == 0
+    finally:
+        listening.close()
 
 
 def test_the_delegating_store_example_runs() -> None:

@@ -1,7 +1,10 @@
 """Two processes run the same agent on the same session (agent_process.py), on SQLite and on PostgreSQL.
 
 What the log must show afterwards: runs never overlap (each run's facts are one unbroken stretch, and a
-run starts only once the one before it ended), and every turn of both processes is there. A process
+run starts only once the one before it ended), and every turn of both processes is there. Runs submitted
+to the two processes start in the order they were submitted, each placed behind exactly the runs submitted
+before it; the place of a process killed (SIGKILL) while its run waits stops holding up the line once its
+ticket expires. A process
 paused (SIGSTOP) past its lease while it holds the session is overtaken by the other, which completes a
 run; when it wakes up, its next append is refused by fencing (the run fails with ``LeaseLostError``) and
 nothing it did after the takeover reaches the log.
@@ -15,8 +18,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import signal
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -44,13 +49,15 @@ def shared_store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     raise AssertionError(f"no store for kind {kind!r}")  # pragma: no cover - each kind adds its own
 
 
-@pytest.fixture
-async def processes(shared_store: str) -> AsyncIterator[tuple[ChildProcess, ChildProcess]]:
-    """Processes ``A`` and ``B`` on the shared store, ready; both ended after the test."""
+@asynccontextmanager
+async def two_processes(
+    shared_store: str, lease_ttl: float
+) -> AsyncIterator[tuple[ChildProcess, ChildProcess]]:
+    """Processes ``A`` and ``B`` on the shared store, ready; both ended afterwards."""
 
     async def start(name: str) -> ChildProcess:
         config = {"store": shared_store, "user": USER, "session": SESSION}
-        child = await ChildProcess.start(SCRIPT, json.dumps({**config, "name": name, "lease_ttl": LEASE_TTL}))
+        child = await ChildProcess.start(SCRIPT, json.dumps({**config, "name": name, "lease_ttl": lease_ttl}))
         started.append(child)
         assert await child.answer(within=60) == {"ready": True}
         return child
@@ -64,6 +71,21 @@ async def processes(shared_store: str) -> AsyncIterator[tuple[ChildProcess, Chil
             if child.process.returncode is None:
                 os.kill(child.pid, signal.SIGCONT)  # a process stopped by a failed test ends too
         await asyncio.gather(*(child.close() for child in started))
+
+
+@pytest.fixture
+async def processes(shared_store: str) -> AsyncIterator[tuple[ChildProcess, ChildProcess]]:
+    """Processes ``A`` and ``B`` on the shared store, with a short lease (a paused one loses it soon)."""
+    async with two_processes(shared_store, LEASE_TTL) as both:
+        yield both
+
+
+@pytest.fixture
+async def patient_processes(shared_store: str) -> AsyncIterator[tuple[ChildProcess, ChildProcess]]:
+    """Processes ``A`` and ``B`` on the shared store, with leases (and places in line) that outlast any
+    stall of a loaded machine: what these tests watch must not depend on one expiring."""
+    async with two_processes(shared_store, 30.0) as both:
+        yield both
 
 
 async def session_log(shared_store: str) -> list[StoredFact]:
@@ -179,3 +201,40 @@ async def test_a_process_paused_past_its_lease_is_overtaken_and_its_next_append_
     assert await a.ask(op="turns", count=1) == {"reasons": ["MODEL_STOP"]}
     runs = check_runs_never_overlap(await session_log(shared_store))
     assert [text for _, text, _ in runs] == ["A holds", "B turn 1", "A turn 1"]
+
+
+async def test_runs_submitted_to_two_processes_start_in_the_order_they_were_submitted(
+    shared_store: str, patient_processes: tuple[ChildProcess, ChildProcess]
+) -> None:
+    a, b = patient_processes
+    by_name = {"A": a, "B": b}
+    choose = random.Random(21)  # A first, B second, then a fixed mix with back-to-back runs of each
+    order = ["A", "B", *(choose.choice("AB") for _ in range(29))]
+    texts = [f"{name} run {n}" for n, name in enumerate(order)]
+    for n, (name, text) in enumerate(zip(order, texts, strict=True)):
+        # The first holds the session (at its model) while the others join the line.
+        placed = await by_name[name].ask(op="submit", text=text, hold=n == 0)
+        assert placed == {"position": n}, text  # behind every run submitted before it, in either process
+    assert await a.ask(op="open") == {"opened": True}
+    done = await asyncio.gather(a.ask(op="wait", within=120), b.ask(op="wait", within=120))
+    assert done == [{"reasons": ["MODEL_STOP"] * order.count(name)} for name in "AB"]
+
+    facts = await session_log(shared_store)
+    runs = check_runs_never_overlap(facts)
+    assert [text for _, text, _ in runs] == texts  # the run submitted second (to B) started second
+    assert sorted(answers(facts)) == sorted(f"{text[0]} noted {text}" for text in texts)
+
+
+async def test_the_place_of_a_process_killed_while_it_waits_stops_holding_up_the_line(
+    shared_store: str, processes: tuple[ChildProcess, ChildProcess]
+) -> None:
+    a, b = processes
+    assert await a.ask(op="submit", text="A run 0", hold=True) == {"position": 0}
+    assert await b.ask(op="submit", text="B run 1") == {"position": 1}
+    assert await a.ask(op="submit", text="A run 2") == {"position": 2}
+    await b.kill()  # its run waits in line; nobody renews its ticket from now on
+    assert await a.ask(op="open") == {"opened": True}
+    # A's second run starts once the dead waiter's ticket expired (a lease's TTL, 1 s, after it was renewed).
+    assert await a.ask(op="wait", within=60) == {"reasons": ["MODEL_STOP", "MODEL_STOP"]}
+    runs = check_runs_never_overlap(await session_log(shared_store))
+    assert [text for _, text, _ in runs] == ["A run 0", "A run 2"]
