@@ -8,9 +8,9 @@ ran the test in-process dies with it: no summary, and the results of every other
 who                 what it does
 ==================  ============================================================================
 ``llm`` tests       A module's ``llm``-marked tests (the selected ones, by node id) run in one
-                    ``python -m pytest`` subprocess, started when the first of them is due. The
-                    child runs one test each time the parent asks for it, so the order of the whole
-                    run is unchanged and nothing runs in both processes at once; each report comes
+                    ``python -m pytest`` subprocess, started ahead (while the tests before them run)
+                    and waiting. The child runs one test each time the parent asks for it, so the
+                    order of the whole run is unchanged and no two tests run at once; each report comes
                     back as a JSON line (``pytest_report_to_serializable``) and is replayed in the
                     parent through ``pytest_runtest_logstart/logreport/logfinish``: the terminal,
                     ``-ra``, ``-x``, the exit code, JUnit and the CI rule on skips see ordinary
@@ -30,12 +30,14 @@ the parent process  never imports ``llama_cpp``: a meta-path finder refuses it, 
                     construction.
 ==================  ============================================================================
 
-One subprocess per module, not per test: a child costs a Python and pytest start-up (the plugins', the
-conftest's and the module's imports: about 2 s each on 2 busy cores, 11 s for the 6 modules with ``llm``
-tests) and loading the model again; module-scoped fixtures (a loaded model, a llama.cpp server) keep
-working; a crash costs one fresh child for the module's remaining tests. Not one child for the whole run:
-a child lives only as long as its module, so a crash cannot take other modules' tests with it. The
-summary line ``isolation: …`` says how many children ran, their start-up time, and how many crashed.
+One subprocess per module. Not per test: a child costs a Python and pytest start-up (pytest's, the
+plugins', the conftest's and the module's imports: 2 to 3 s of CPU on this 2-core machine) and loads the
+model again, and module-scoped fixtures (a loaded model, a llama.cpp server) would be set up per test. Not
+one for the whole run: the modules stay apart as they were (process-wide state such as "the model is
+loaded once per process" is the module's own), a child collects only its own module, and since the
+children of the next two modules start while the tests before them run, their start-up is mostly hidden.
+The summary line ``isolation: …`` says how many children ran, how long the run waited for them to start,
+and how many crashed.
 
 The child gets the options that change how a test runs or how its failure reads (``--tb``, ``-l``,
 verbosity, ``-p``, ``-o``, ``-W``, capture, ``--runxfail``, import and assert modes, the log level, the
@@ -302,7 +304,6 @@ class _Child:
             os.close(control_read)
             os.close(reports_write)
         self._reports = os.fdopen(reports_read, "rb")
-        self.started = time.perf_counter()
         self.ready: str | None = None
         """The node id the child said it is ready to run, until it is told to."""
         self._since = 0
@@ -439,7 +440,9 @@ class _Module:
             yield _failure(item, "setup", *self._unrunnable)
             return
         if child.ready is None:
+            waiting = time.perf_counter()
             record = self._read(child)
+            self._parent.start_up_seconds += time.perf_counter() - waiting
             if record is None or "ready" not in record:
                 # It ended before its first test: it would again, so none of its tests can run.
                 ended, tail = self._forget(child)
@@ -447,7 +450,6 @@ class _Module:
                 yield _failure(item, "setup", *self._unrunnable)
                 return
             child.ready = str(record["ready"])
-            self._parent.start_up_seconds += time.perf_counter() - child.started
         if child.ready != item.nodeid:
             yield _failure(
                 item,
@@ -488,6 +490,11 @@ class _Module:
             yield _failure(
                 item, "teardown", f"crashed: the test process {ended} after this test finished", tail
             )
+
+    def prefetch(self) -> None:
+        """Start the child now, if there is none yet: it starts up while other tests run here, and waits."""
+        if self._child is None and self._unrunnable is None and self.pending:
+            self._start()
 
     def _start(self) -> _Child | None:
         try:
@@ -540,7 +547,8 @@ class _ParentSide:
         self._module_of: dict[str, _Module] = {}
         self.children = 0
         self.start_up_seconds = 0.0
-        """How long the children took from their start to their first test (the cost of isolation)."""
+        """How long this process waited for children to start up (what isolation costs, beyond the
+        children's CPU time)."""
         self.crashes = 0
         self._isolated = 0
         self._seconds = 0.0
@@ -597,6 +605,7 @@ class _ParentSide:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
+        self._prefetch()
         module = self._module_of.get(item.nodeid)
         if module is None or item not in module.pending:
             if item.get_closest_marker(MARK) is None:
@@ -610,6 +619,15 @@ class _ParentSide:
             self._isolated += 1
             self._seconds += time.perf_counter() - started
         return True
+
+    def _prefetch(self) -> None:
+        # The next two modules with isolated tests to run have their children started already: a start-up
+        # (pytest, the plugins, the conftest and the module's imports: seconds) overlaps the tests run
+        # before that module's (here, or in the child before it). No further ahead: a child idles (and
+        # holds its imports) until its first test.
+        upcoming = [module for module in self._modules.values() if module.pending]
+        for module in upcoming[:2]:
+            module.prefetch()
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logstart(self, nodeid: str) -> None:
@@ -652,7 +670,7 @@ class _ParentSide:
             terminalreporter.write_line(
                 f"isolation: {self._isolated} `{MARK}` test(s) of {len(self._modules)} module(s) ran in "
                 f"{self.children} subprocess(es) in {self._seconds:.2f} s "
-                f"(start-up: {self.start_up_seconds:.2f} s); {self.crashes} crashed"
+                f"(waiting for them to start: {self.start_up_seconds:.2f} s); {self.crashes} crashed"
             )
 
     def pytest_unconfigure(self) -> None:

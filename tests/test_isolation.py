@@ -157,8 +157,8 @@ def test_a_native_crash_fails_that_test_and_every_other_result_is_reported(proje
     )
     result.stdout.fnmatch_lines(
         [
-            "isolation: 4 `llm` test(s) of 2 module(s) ran in 3 subprocess(es) in * s (start-up: * s); "
-            "1 crashed",
+            "isolation: 4 `llm` test(s) of 2 module(s) ran in 3 subprocess(es) in * s "
+            "(waiting for them to start: * s); 1 crashed",
             "*short test summary info*",
             "FAILED test_model.py::test_crash - crashed: the test process was killed by SIGSEGV",
         ]
