@@ -168,6 +168,11 @@ def test_a_native_crash_fails_that_test_and_every_other_result_is_reported(proje
     assert len([line for line in result.outlines if re.search(r"\d+ passed", line)]) == 1
 
     pids = ran(project)
+    # In the order of the run, one at a time, though children start ahead and wait.
+    assert list(pids) == [
+        *("test_plain_elsewhere", "test_llm_elsewhere"),
+        *("test_first", "test_before", "test_crash", "test_between", "test_after", "shared-torn-down"),
+    ]
     parent = pids["test_first"]
     assert pids["test_between"] == pids["test_plain_elsewhere"] == pids["shared-torn-down"] == parent
     # Each module's llm tests in a child of their own; after the crash, a fresh one for the rest.
