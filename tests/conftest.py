@@ -13,6 +13,8 @@ from tests import postgres_server
 from tests.model.openai_server import OpenAIServer
 from tests.postgres_server import TestPostgres
 
+pytest_plugins = ["tests.isolation"]  # the `llm` tests run in pytest subprocesses of their own
+
 _started_postgres: list[TestPostgres] = []
 
 

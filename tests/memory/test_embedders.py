@@ -285,6 +285,7 @@ async def test_the_window_recalls_the_relevant_memory_through_the_openai_embedde
 # ---- the embedded llama.cpp model (SmolLM2, loaded once per process) -----------------------------------
 
 
+@pytest.mark.llm
 async def test_embeddings_are_unit_vectors_of_the_model_dimension_llama() -> None:
     embedder = LlamaCppEmbedder()
     vectors = await embedder.embed(["The cat sat on the mat.", ""])
@@ -296,6 +297,7 @@ async def test_embeddings_are_unit_vectors_of_the_model_dimension_llama() -> Non
     assert await embedder.embed([]) == []
 
 
+@pytest.mark.llm
 async def test_the_model_is_loaded_once_per_process_llama() -> None:
     first, second = LlamaCppEmbedder(), LlamaCppEmbedder()
     await first.embed(["one"])
@@ -303,6 +305,7 @@ async def test_the_model_is_loaded_once_per_process_llama() -> None:
     assert len([key for key in embedders_module._LLAMAS if key[0] == str(first.path)]) == 1
 
 
+@pytest.mark.llm
 async def test_recall_ranks_by_the_embedders_similarity_llama() -> None:
     # Which texts a 135M model finds similar is its own affair (and differs between builds); what recall
     # guarantees is the ranking by cosine similarity of the embedder's vectors, and that a stored text

@@ -80,6 +80,7 @@ async def test_the_help_never_shows_the_token_from_the_environment() -> None:
     assert TOKEN not in done.stdout + done.stderr
 
 
+@pytest.mark.llm  # serves the command's default model, the embedded one
 async def test_off_loopback_with_a_token_it_serves_and_checks_it() -> None:
     env = command_env(RXAGENT_TOKEN=TOKEN)  # the token from the environment, not the command line
     process = await start("serve", "--host", "0.0.0.0", "--port", "0", "--tools", "none", env=env)
