@@ -1455,7 +1455,7 @@ async def test_a_chat_says_its_session_and_chat_session_goes_on_with_it(server: 
 
 
 async def test_wrong_answers_are_refused_with_a_sentence_and_record_nothing(
-    server: OpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    server: OpenAIServer, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     db = str(tmp_path / "sessions.db")
     _, command = await waiting_session(server, "--session", "s", "--db", db)
@@ -1499,7 +1499,9 @@ async def test_wrong_answers_are_refused_with_a_sentence_and_record_nothing(
     assert done.code == ExitCode.USAGE, done.stderr
     assert "the tool 'calculator', which this command was not given" in " ".join(done.stderr.split())
     assert await head_of(Path(db), "s") == recorded
-    unknown = await in_process(capsys, "respond", "nobody", "--approve", "call_1", "--db", db)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    on_server = ("--base-url", server.base_url, "--model", "m")  # not the embedded model (not an llm test)
+    unknown = await in_process(capsys, "respond", "nobody", "--approve", "call_1", "--db", db, *on_server)
     assert (unknown.code, unknown.stderr) == (
         2,
         f"rxagent: no session 'nobody' in {db} (`rxagent sessions` lists them)\n",
@@ -1510,7 +1512,7 @@ async def test_wrong_answers_are_refused_with_a_sentence_and_record_nothing(
         f"rxagent: no session 'nobody' in {db} (`rxagent sessions` lists them)\n",
     )
     nowhere = await in_process(
-        capsys, "respond", "s", "--approve", "call_1", "--db", str(tmp_path / "none.db")
+        capsys, "respond", "s", "--approve", "call_1", "--db", str(tmp_path / "none.db"), *on_server
     )
     assert nowhere.code == 2
     assert not (tmp_path / "none.db").exists()  # answering creates no store

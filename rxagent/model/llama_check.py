@@ -27,8 +27,8 @@ from enum import IntEnum
 
 from rxagent.messages import Msg
 from rxagent.model.errors import ModelError
-from rxagent.model.gguf import MissingModelError
-from rxagent.model.llama_runtime import import_llama
+from rxagent.model.gguf import MissingModelError, default_gguf_path
+from rxagent.model.llama_runtime import extra_bufts_wanted, import_llama
 from rxagent.model.types import ChatRequest
 
 __all__ = ["CPU_SPECIFIC_FEATURES", "Verdict", "compiled_features", "main"]
@@ -82,6 +82,12 @@ async def _one_token() -> float:
 def main() -> int:
     """Run the check; return its :class:`Verdict` (the process's exit status)."""
     faulthandler.enable()  # on a crash, stderr shows where (the signal still ends the process)
+    try:  # what no build of llama.cpp can fix is said before the library is loaded
+        default_gguf_path()
+        extra_bufts_wanted(None)
+    except (MissingModelError, ValueError) as error:
+        print(f"the check cannot run: {error}")
+        return Verdict.CANNOT_CHECK
     try:
         llama_cpp = import_llama()
     except Exception as error:  # not installed, or its shared library does not load here

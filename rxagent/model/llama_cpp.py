@@ -238,8 +238,8 @@ class LlamaCppModel:
         use_extra_bufts: bool | None = None,
     ) -> None:
         self._path = default_gguf_path(model_path)
+        self._use_extra_bufts = extra_bufts_wanted(use_extra_bufts)  # a bad setting: refused before loading
         import_llama()
-        self._use_extra_bufts = extra_bufts_wanted(use_extra_bufts)
         self._n_ctx = n_ctx
         self._n_threads = n_threads
         self._max_tokens = max_tokens

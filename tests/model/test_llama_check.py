@@ -20,7 +20,12 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 def check(**env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "rxagent.model.llama_check"],
-        env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+        # prepended: the test run's own PYTHONPATH (the isolation's llama_cpp guard) stays in force
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH")))),
+            **env,
+        },
         capture_output=True,
         text=True,
         timeout=120,
