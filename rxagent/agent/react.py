@@ -330,6 +330,14 @@ class ReActAgent:
             raise SessionBusyError(key, busy.waited, busy.ahead, busy.holder) from None
         try:
             _retry_what_is_safe(self, claim)
+        except UncertainToolCallsError:
+            try:  # what the claim noted stays recorded (the end of a run a crash left open)
+                await claim.flush()
+            except Exception:
+                _log.warning("rxagent: recording session %r failed", key[1], exc_info=True)
+            finally:
+                await self.keeper.release(claim)
+            raise
         except BaseException:
             await self.keeper.release(claim)
             raise
@@ -566,15 +574,12 @@ def _describe(error: BaseException) -> str:
 
 
 def _record_start(run: RunState, claim: Claim, run_input: RunInput) -> str:
-    """Note the run's start (and a new turn's) for the log; a run that ended without a record is noted.
+    """Note the run's start (and a new turn's) for the log (the keeper noted a run the log left open).
 
     New input opens a turn, unless calls wait for answers (then the input will be refused, or, with
     ``recover_pending``, it ends the waiting turn); returns the run's turn.
     """
     projection, recorder = claim.projection, claim.recorder
-    if projection.open_run is not None:
-        lost = "the run ended with no record of how (its process stopped)"
-        recorder.note("run_failed", {"run_id": projection.open_run, "error": lost})
     turn_id = projection.turn_id
     waiting = bool(projection.state.pending) and not run.agent.options.recover_pending
     if (run_input.messages and not waiting) or turn_id is None:

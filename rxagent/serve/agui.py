@@ -290,7 +290,7 @@ async def run_agui(request: web.Request) -> web.StreamResponse:
     else:
         hub.refuse_while_waiting(status, "new input (send resume entries for its interrupts)")
     feed = await handle.open_feed()
-    after = feed.head
+    after = feed.durable_head  # the run's facts come after it (what a failed writer published never does)
     run = hub.submit(handle, [*answers, *([message] if message is not None else [])], request)
     still_waiting = {i: p for i, p in waiting.items() if i not in {a.call_id for a in answers}}
     translator = AguiTranslator(
@@ -336,7 +336,7 @@ async def run_agui(request: web.Request) -> web.StreamResponse:
         if run.done():  # it ended before its end reached this stream: read the feed up to now
             try:
                 async with hub.agent.clock.timeout(hub.settings.stop_timeout):
-                    await take(feed.head)
+                    await take(feed.durable_head)
             except TimeoutError:
                 pass
             if translator.closed:

@@ -66,7 +66,8 @@ async def get_session(request: web.Request) -> web.Response:
     handle = await hub.existing(request.match_info["sid"])
     feed = await handle.open_feed()
     status = await handle.read_status()
-    return json_response({"session_id": handle.key[1], "head": feed.head, "status": status_json(status)})
+    head = feed.durable_head
+    return json_response({"session_id": handle.key[1], "head": head, "status": status_json(status)})
 
 
 async def get_turns(request: web.Request) -> web.Response:
@@ -104,8 +105,19 @@ async def get_feed(request: web.Request) -> web.StreamResponse:
     hub.refuse_while_stopping()
     after = _after(request)
     feed = await handle.open_feed()
-    if after > feed.head:
-        raise ApiError(400, f"the session has no fact {after} yet (its last is {feed.head})")
+    head = feed.durable_head
+    if after > head:
+        # The feed serves durable facts only, so no client of a server of this log can have seen a fact
+        # past its head: the client's numbers are not this log's (another store, a session deleted and
+        # begun again). Skipping to the head would hide the facts under those numbers: say what to do.
+        raise ApiError(
+            409,
+            f"the session's log ends at fact {head}, before {after}: the facts this client numbered past "
+            f"{head} are not this log's. Reconnect from {head} (Last-Event-ID: {head}), or from 0 to "
+            "read the log again",
+            head=head,
+            reconnect_from=head,
+        )
     settings = hub.settings
     stream = EventStream(
         request, heartbeat=settings.heartbeat, send_timeout=settings.send_timeout, clock=hub.agent.clock

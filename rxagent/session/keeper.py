@@ -29,9 +29,12 @@ from rxagent.session.recorder import Recorder
 from rxagent.session.store import Lease, LeaseLostError, SessionStore
 from rxagent.state import SessionKey
 
-__all__ = ["Claim", "SessionBusy", "SessionKeeper"]
+__all__ = ["LOST_RUN", "Claim", "SessionBusy", "SessionKeeper"]
 
 _log = logging.getLogger("rxagent")
+
+LOST_RUN = "the run ended with no record of how (its process stopped)"
+"""The error recorded for a run whose end the log lacks, by whoever takes the session next."""
 _instances = itertools.count(1)
 
 
@@ -119,7 +122,8 @@ class SessionKeeper:
         return self._turns.turn(key)
 
     async def claim(self, turn: Turn, key: SessionKey, *, wait: float | None) -> Claim:
-        """Wait for the turn, then the store's lease, then load the projection.
+        """Wait for the turn, then the store's lease, then load the projection. A run the log leaves open
+        (it started and has no end) is noted as failed, for the claim's first flush.
 
         Raises:
             SessionBusy: ``wait`` seconds passed first (nothing is held then).
@@ -155,6 +159,11 @@ class SessionKeeper:
             flush_interval=self.flush_interval,
             clock=self.clock,
         )
+        if projection.open_run is not None:
+            # The lease is ours, so the run the log leaves open holds nothing any more: its process stopped
+            # (or lost the session) before recording how it ended. Whoever takes the session next records
+            # that, with its first flush: a run, a reconciliation, an injected message, a refused resume.
+            recorder.note("run_failed", {"run_id": projection.open_run, "error": LOST_RUN})
         claim = Claim(key, turn, lease, projection, recorder)
         self._claims[key] = claim
         claim.renewal = self.clock.call_later(self.lease_ttl / 3, lambda: self._renew(claim))

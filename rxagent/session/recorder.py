@@ -281,7 +281,7 @@ class Recorder:
     async def dispatched(self, call: ToolUseBlock) -> None:
         """Record that ``call`` is about to run (with everything before it), before its body starts (in a
         store that outlives the process; elsewhere it is queued for the run's next flush)."""
-        self.projection.uncertain[call.id] = call
+        self.projection.dispatch(call)
         recorded = Fact.later("tool_dispatched", _call_payload, call, self.run_id)
         if self.store.durable:
             await self.flush(recorded)
@@ -290,17 +290,23 @@ class Recorder:
             self._enqueue([recorded])
 
     async def finished(self, result: ToolResultBlock) -> None:
-        """Record ``result`` as soon as its call finished (queued, in a store that does not outlive the
-        process)."""
-        recorded = Fact.later("tool_result", _result_payload, result, self.run_id)
+        """Record ``result`` as soon as its call finished (appended at once in a store that outlives the
+        process, queued elsewhere).
+
+        The result joins the state's partial results at once, as the projection applies a
+        ``tool_result``: the state the run writes later holds it, so no later write of the run (another
+        call's result, the batch's end) can record a list without it. The call stays uncertain until the
+        fact is in the log.
+        """
+        self._capture()
+        self._enqueue([Fact.later("tool_result", _result_payload, result, self.run_id)])
+        partial = self.projection.state.partial_results
+        if all(r.tool_use_id != result.tool_use_id for r in partial):
+            partial.append(result)
+            self._snapshot.partial.append(result)  # recorded by the fact above: not a change to write
+        self._answered.add(result.tool_use_id)
         if self.store.durable:
-            await self.flush(recorded)
-        else:
-            self._enqueue([recorded])
-        self.projection.uncertain.pop(result.tool_use_id, None)
-        recorded = self._snapshot.partial
-        if all(r.tool_use_id != result.tool_use_id for r in recorded):
-            recorded.append(result)  # as the projection applies a tool_result
+            await self.flush()
 
 
 class _Snapshot:

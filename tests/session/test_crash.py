@@ -35,6 +35,7 @@ from rxagent.agent import ReActAgent
 from rxagent.context import RuntimeContext
 from rxagent.model.scripted import ScriptedModel
 from rxagent.session import Reconcile, ReconcileError, SQLiteStore, UncertainToolCallsError
+from rxagent.session.keeper import LOST_RUN
 
 from .child_process import ChildProcess
 from .crash_process import ledger_toolkit
@@ -158,8 +159,11 @@ async def test_a_side_effect_cut_short_by_a_kill_is_uncertain_until_reconciled_a
                 with pytest.raises(UncertainToolCallsError, match=call_id) as refused:
                     await agent.call(None, CTX)
             assert [c.id for c in refused.value.calls] == [call_id]
-            head = len(facts)
-            assert await store.head(KEY) == head  # refusing recorded nothing
+            # Refusing recorded only what the log lacked: the killed run ended, failed, and why.
+            (ended,) = (await store.read(KEY))[len(facts) :]
+            killed = [json.loads(p)["run_id"] for _, kind, p in facts if kind == "run_started"][-1]
+            assert (ended.kind, ended.data()) == ("run_failed", {"run_id": killed, "error": LOST_RUN})
+            head = len(facts) + 1
 
             with pytest.raises(ReconcileError, match="no uncertain call with id 'refund-x'"):
                 await agent.reconcile(CTX, [Reconcile("refund-x", "failed")])
