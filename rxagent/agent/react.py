@@ -442,6 +442,17 @@ class ReActAgent:
         """The session's calls that were dispatched with no recorded outcome (see :meth:`reconcile`)."""
         return list((await self.keeper.peek(session_key(ctx))).uncertain.values())
 
+    def unsafe_to_repeat(self, calls: Iterable[ToolUseBlock]) -> list[ToolUseBlock]:
+        """Of uncertain ``calls``, those a run refuses to run again by itself: calls of tools that are
+        neither idempotent nor read-only (or that this agent does not have). Each must be reconciled
+        (:meth:`reconcile`) before the session runs again; the others are run again without asking."""
+        unsafe: list[ToolUseBlock] = []
+        for call in calls:
+            tool = self.toolkit.get(call.name)
+            if tool is None or not tool.traits.repeatable:
+                unsafe.append(call)
+        return unsafe
+
     async def reconcile(self, ctx: RuntimeContext | None, outcomes: Sequence[Reconcile]) -> None:
         """Settle the session's uncertain calls: each succeeded (with its output), failed, or is to be run
         again by the next run. Once nothing of the batch is open the session can run again.
@@ -621,16 +632,10 @@ def _retry_what_is_safe(agent: ReActAgent, claim: Claim) -> None:
     next model call say) is closed, so the new input follows its results."""
     projection = claim.projection
     state = projection.state
-    refused: list[ToolUseBlock] = []
-    retried: list[ToolUseBlock] = []
-    for call in list(projection.uncertain.values()):
-        tool = agent.toolkit.get(call.name)
-        if tool is not None and tool.traits.repeatable:
-            retried.append(call)
-        else:
-            refused.append(call)
+    refused = agent.unsafe_to_repeat(projection.uncertain.values())
     if refused:
         raise UncertainToolCallsError(refused)
+    retried = list(projection.uncertain.values())
     unstarted = never_started(state, projection)
     for call in retried:
         projection.uncertain.pop(call.id, None)

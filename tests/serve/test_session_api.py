@@ -103,6 +103,7 @@ async def test_sessions_are_listed_and_read_with_their_turns() -> None:
             "queued": 0,
             "pending": [],
             "held_elsewhere": False,
+            "uncertain": [],
         }
         status, turns = await live.get("/api/sessions/older/turns")
         assert status == 200
