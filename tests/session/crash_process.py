@@ -38,6 +38,11 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+if __name__ == "__main__":
+    # Run as a script, this file's folder is first on the path: put the checkout's root before it, so
+    # the child runs the same rxagent as the test that started it (not another installed copy).
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
 from rxagent.agent import AgentOptions, ReActAgent
 from rxagent.context import RuntimeContext
 from rxagent.model.scripted import (
@@ -199,7 +204,7 @@ async def batches(config: dict[str, object]) -> None:
         say({"finished": result.reason})
         await loop.run_in_executor(None, sys.stdin.readline)  # the kill comes here, if not before
         os._exit(3)
-    finally:  # not reached: the process is killed, or ends without cleaning up
+    finally:  # only when the run failed: a killed process closes nothing
         await store.aclose()
 
 

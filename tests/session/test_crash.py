@@ -283,20 +283,24 @@ async def start_batches_child(where: str, ledger: Path, seed: int) -> ChildProce
     return child
 
 
-async def take_over(store: SessionStore, ledger: Path, text: str) -> None:
+async def take_over(store: SessionStore, ledger: Path, text: str) -> str:
     """Finish the round in this process, as an operator would: reconcile what is uncertain from the
-    ledger, then run the session on (with the round's input again if the log never got it)."""
+    ledger, then run the session on (with the round's input again if the log never got it); how."""
     agent = ReActAgent(batch_model(), effect_toolkit(ledger), store=store, options=AgentOptions(lease_ttl=5))
     try:
         messages = (await agent.state(CTX)).messages
         again = None if any(m.role == "user" and m.text == text for m in messages) else text
+        how = "asked again" if again else "carried on"
         async with asyncio.timeout(30):  # the run waits for the dead child's lease to expire
             try:
                 result = await agent.call(again, CTX)
             except UncertainToolCallsError as refused:
-                await agent.reconcile(CTX, outcomes_from_ledger(refused.calls, ledger))
+                outcomes = outcomes_from_ledger(refused.calls, ledger)
+                how = "reconciled: " + ",".join(sorted(o.outcome for o in outcomes))
+                await agent.reconcile(CTX, outcomes)
                 result = await agent.call(None, CTX)
         assert (result.reason, result.text) == ("MODEL_STOP", "done")
+        return how
     finally:
         await agent.aclose()
 
@@ -335,7 +339,7 @@ async def test_random_kills_of_batches_never_do_a_side_effect_twice(
 
             landed = await check_killed(store, KEY, ledger, ids)
             kills.add(landed)
-            await take_over(store, ledger, text)
+            kills.outcomes[await take_over(store, ledger, text)] += 1
             await check_recovered(store, KEY, ledger, ids, landed.open_runs)
     finally:
         await store.aclose()
