@@ -17,13 +17,13 @@ Flushes are serialised (parallel tools flush concurrently), and each one is one 
 run's lease; a flush that fails leaves the recorder where it was, so the caller can drop its cached
 projection and load the log again.
 
-**What others see, and when.** Watchers in this process get each fact at once, through the session's
-feed. Other processes (and other agents on the same store) read the log, so a fact reaches them once it
-is appended: everything queued is flushed in the background ``flush_interval`` seconds after the first of
-it was queued (50 ms by default), or as soon as 256 facts are queued, whichever comes first, besides the
-flushes the run makes itself (at tool calls and at its end). A model streaming for minutes is thus
-followed from elsewhere a few tens of milliseconds behind, and a process that dies mid-stream leaves
-everything but its last ``flush_interval`` in the log.
+**What others see, and when.** Nobody sees a fact before the log has it: watchers in this process get it
+through the session's feed once it is appended, and other processes (and other agents on the same store)
+read the log. Everything queued is flushed in the background ``flush_interval`` seconds after the first of
+it was queued (50 ms by default; 10 ms while watchers follow the session's feed in this process), or as
+soon as 256 facts are queued, whichever comes first, besides the flushes the run makes itself (at tool
+calls and at its end). A model streaming for minutes is thus followed a few tens of milliseconds behind,
+and a process that dies mid-stream leaves everything but its last ``flush_interval`` in the log.
 """
 
 from __future__ import annotations
@@ -185,9 +185,9 @@ class Recorder:
             _log.debug("rxagent: a background flush of the session log failed", exc_info=True)
         finally:
             self._background = None
-            if self._queue and self._timer is None and self.flush_interval is not None and not self._closed:
+            if self._queue and self._timer is None:
                 # Queued while this flush was on its way (its timer found a flush going): not left behind.
-                self._timer = self.clock.call_later(self.flush_interval, self._flush_due)
+                self._arm()
 
     def _capture(self) -> None:
         changes, self._snapshot, answered = self._snapshot.changes(self.projection, self.run_id)
@@ -200,15 +200,26 @@ class Recorder:
         first = self._next
         self._queue.extend(facts)
         self._next += len(facts)
-        if self._timer is None and self.flush_interval is not None and not self._closed:
-            # One timer for everything queued until it fires (not one per fact): the oldest fact waits
-            # at most flush_interval before others can read it.
-            self._timer = self.clock.call_later(self.flush_interval, self._flush_due)
+        if self._timer is None:
+            self._arm()
         if self.feed is not None:
             items = [FeedItem(first + i, f) for i, f in enumerate(facts)]
             if event is not None:  # watchers in this process get the event itself, not JSON to parse
                 items[-1].attach(event)
             self.feed.publish(items)
+
+    def _arm(self) -> None:
+        """Start the timer of the next background flush: one timer for everything queued until it fires
+        (not one per fact), so the oldest fact waits at most ``flush_interval`` before others can read
+        it; while watchers follow the session's feed (which gives out only what the log has), at most
+        the feed's wake interval (10 ms), so they follow a streaming answer as closely as before."""
+        if self.flush_interval is None or self._closed:
+            return
+        delay = self.flush_interval
+        feed = self.feed
+        if feed is not None and feed.watchers:
+            delay = min(delay, feed.interval)
+        self._timer = self.clock.call_later(delay, self._flush_due)
 
     def attach(self, feed: SessionFeed) -> None:
         """Publish to ``feed`` from now on, starting with what is queued and not yet in the log (a watcher

@@ -9,6 +9,8 @@ recorded: each case on a real SQLite file, deterministic.
   recorded) still projects the result, and a dispatched call is never taken for one that never started.
 - A checkpoint keeps the open run, so a run a crash left open is recorded as failed by whoever next takes
   the session (here: a message injected without a run), even after another process wrote a checkpoint.
+- The feed gives a watcher only facts the log has: a run whose appends fail publishes facts that never
+  become durable, and the watcher never gets their numbers, which the log gives to the next run's facts.
 
 (tests/session/test_crash.py and tests/serve/test_crash_serve.py kill real processes at random moments.)
 """
@@ -25,7 +27,9 @@ from rxagent import Msg, ScriptedModel, ScriptedResponse, ScriptedToolCall
 from rxagent.agent import AgentOptions, ReActAgent
 from rxagent.context import RuntimeContext
 from rxagent.messages import TextBlock, ToolResultBlock, ToolUseBlock
-from rxagent.session import DelegatingStore, Fact, Lease, Projection, SQLiteStore
+from rxagent.model.scripted import FunctionModel
+from rxagent.model.types import ChatRequest
+from rxagent.session import DelegatingStore, Fact, FeedGap, Lease, Projection, SQLiteStore
 from rxagent.session.keeper import LOST_RUN
 from rxagent.session.recorder import fact, message_fact
 from rxagent.tools import Toolkit, tool
@@ -215,5 +219,72 @@ async def test_a_run_a_crash_left_open_is_ended_by_whoever_takes_the_session_aft
     assert [f.kind for f in facts[4:]] == ["message"]
     await agent.add_messages(CTX, [Msg.user("Another.")])
     assert [f.kind for f in (await store.read(KEY))[5:]] == ["message"]  # ended once
+    await agent.aclose()
+    await store.aclose()
+
+
+class FailsWhenTold(DelegatingStore):
+    """Appends fail while ``failing`` is set (a writer that lost its store, or was fenced)."""
+
+    failing = False
+
+    async def append(self, lease: Lease, facts: Sequence[Fact]) -> int:
+        if self.failing:
+            raise ConnectionError("the store is out of reach")
+        return await super().append(lease, facts)
+
+
+async def test_a_watcher_gets_only_facts_the_log_has_so_a_failed_writers_numbers_never_reach_it(
+    tmp_path: Path,
+) -> None:
+    store = FailsWhenTold(SQLiteStore(tmp_path / "sessions.db"))
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def respond(request: ChatRequest) -> str:
+        asked = request.messages[-1].text
+        if asked == "two":  # the run whose appends fail waits here, its first facts published
+            entered.set()
+            await release.wait()
+        return {"one": "first answer", "two": "lost answer"}.get(asked, "third answer")
+
+    agent = ReActAgent(FunctionModel(respond), store=store)
+    session = agent.session(CTX)
+    feed = await session.open_feed()
+    feed.interval = 0.0  # watchers wake on the next loop turn: no clock in the way of what they are given
+    seen: list[tuple[int, str, str]] = []
+    third: list[str] = []
+
+    async def watch() -> None:
+        async for item in session.watch(0):
+            assert not isinstance(item, FeedGap)
+            seen.append((item.seq, item.kind, item.payload))
+            if (
+                item.kind == "event"
+                and third
+                and item.run_id == third[0]
+                and '"agent_result"' in item.payload
+            ):
+                return
+
+    watcher = asyncio.ensure_future(watch())
+    assert (await session.submit("one")).text == "first answer"
+    store.failing = True
+    lost = session.submit("two")
+    await asyncio.wait_for(entered.wait(), 10)
+    assert feed.head > feed.durable_head  # its first facts are numbered in the feed, not in the log
+    for _ in range(20):  # turns of the loop in which a watcher given them would have taken them
+        await asyncio.sleep(0)
+    release.set()
+    with pytest.raises(ConnectionError):  # they were never appended
+        await lost
+    store.failing = False
+    run = session.submit("three")
+    third.append(run.id)
+    assert (await run).text == "third answer"
+    await asyncio.wait_for(watcher, 10)
+
+    facts = await store.read(KEY)
+    assert seen == [(f.seq, f.kind, f.payload) for f in facts]  # every number the log's, each once
+    assert "lost answer" not in "".join(p for _, _, p in seen)
     await agent.aclose()
     await store.aclose()
