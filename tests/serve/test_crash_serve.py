@@ -31,7 +31,7 @@ import pytest
 from rxagent.session import SessionStore, open_store
 from tests.serve.conftest import WAIT, SSEReader
 from tests.session.child_process import ChildProcess
-from tests.session.crash_checks import Kills, Landed, check_killed, check_recovered
+from tests.session.crash_checks import Kills, Landed, check_killed, check_recovered, kill_at_random
 from tests.session.crash_process import call_ids, ledger_counts, round_text
 
 SCRIPT = Path(__file__).with_name("crash_serve.py")
@@ -185,10 +185,7 @@ async def test_random_kills_of_a_server_never_do_a_side_effect_twice_and_the_fee
                 async with http.post(f"{url}/api/sessions/{SESSION}/runs", json={"input": text}) as response:
                     assert response.status == 202, await response.text()
                 following = asyncio.ensure_future(feed.follow(url))  # from its last fact: it misses none
-                # A random moment of the round: its model call, its calls, their writes, the batch's end,
-                # the last model call, or after the run.
-                await asyncio.sleep(rng.uniform(0.0, 0.05 * calls + 0.05))
-                await server.kill()
+                await kill_at_random(server, rng, ids)
                 async with asyncio.timeout(WAIT):
                     await following  # the connection broke with the server
 

@@ -1,6 +1,7 @@
 """What a SIGKILL must leave, checked from the session's log and from the side effects' ledger (a file
 outside the store): the crash torture tests of the library (test_crash.py) and of the server
-(tests/serve/test_crash_serve.py) share these checks.
+(tests/serve/test_crash_serve.py) share these checks, and how they pick the moment of a kill
+(:func:`kill_at_random`).
 
 After a kill (:func:`check_killed`):
 
@@ -18,7 +19,9 @@ after the session was taken over and the round finished (:func:`check_recovered`
 
 from __future__ import annotations
 
+import asyncio
 import json
+import random
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,9 +33,10 @@ from rxagent.session import Projection, Reconcile, SessionStore, StoredFact
 from rxagent.session.keeper import LOST_RUN
 from rxagent.state import SessionKey
 
+from .child_process import ChildProcess
 from .crash_process import ledger_counts
 
-__all__ = ["Kills", "Landed", "check_killed", "check_recovered", "outcomes_from_ledger"]
+__all__ = ["Kills", "Landed", "check_killed", "check_recovered", "kill_at_random", "outcomes_from_ledger"]
 
 _ENDS = ("run_finished", "run_failed", "run_cancelled")
 
@@ -151,3 +155,16 @@ async def check_recovered(
     for run_id in killed:
         (end,) = [f for f in facts if f.kind in _ENDS and json.loads(f.payload)["run_id"] == run_id]
         assert (end.kind, json.loads(end.payload)["error"]) == ("run_failed", LOST_RUN)
+
+
+async def kill_at_random(child: ChildProcess, rng: random.Random, ids: Sequence[str]) -> None:
+    """SIGKILL ``child`` at a random moment of the round of calls ``ids``: one time in four anywhere from
+    its start (its model call, its first writes), else from its first call's start on (its calls, each a
+    few ms to 60 ms, their writes, the batch's end, the last model call, or after the run)."""
+    if rng.random() < 0.25:
+        await asyncio.sleep(rng.uniform(0.0, 0.05))
+    else:
+        while (await child.answer()).get("started") not in ids:  # lines of earlier rounds' calls
+            pass
+        await asyncio.sleep(rng.uniform(0.0, 0.04 * len(ids) + 0.03))
+    await child.kill()

@@ -21,9 +21,9 @@ process uses too (without the waits) to finish the session after a kill.
 :func:`~rxagent.session.open_store` takes it), ``user``, ``session``, ``ledger``, ``seed`` and
 ``lease_ttl``. It prints ``{"ready": true}``, reads ``{"input": T}`` with ``T`` a :func:`round_text`,
 prints ``{"running": true}`` and runs it: :func:`batch_model` answers with a batch of side-effecting calls
-(:func:`effect_toolkit`, whose bodies take a few random milliseconds), then with ``"done"``. It prints
-``{"finished": REASON}`` and waits for its kill. The test process and ``rxagent serve``'s children
-(tests/serve/crash_serve.py) use the same tools and model.
+(:func:`effect_toolkit`, whose bodies take a few random milliseconds and print ``{"started": CALL_ID}``),
+then with ``"done"``. It prints ``{"finished": REASON}`` and waits for its kill. The test process and the
+server processes of tests/serve/crash_serve.py use the same tools and model.
 """
 
 from __future__ import annotations
@@ -121,10 +121,12 @@ def ledger_counts(ledger: Path) -> Counter[str]:
 
 def effect_toolkit(ledger: Path, pause: Callable[[], float] | None = None) -> Toolkit:
     """``effect`` (one call at a time) and ``effect_together`` (``concurrency_safe``): each run of a body
-    appends its call's id to ``ledger`` (fsync), between two waits of ``pause()`` seconds."""
+    appends its call's id to ``ledger`` (fsync), between two waits of ``pause()`` seconds; with
+    ``pause``, a body that starts prints ``{"started": CALL_ID}`` first (where a test times its kill)."""
 
     async def body(context: ToolContext) -> str:
         if pause is not None:
+            say({"started": context.call_id})
             await asyncio.sleep(pause())
         await asyncio.to_thread(_record, ledger, context.call_id)
         if pause is not None:

@@ -55,7 +55,7 @@ from rxagent.session import (
 from rxagent.session.keeper import LOST_RUN
 
 from .child_process import ChildProcess
-from .crash_checks import Kills, check_killed, check_recovered, outcomes_from_ledger
+from .crash_checks import Kills, check_killed, check_recovered, kill_at_random, outcomes_from_ledger
 from .crash_process import batch_model, call_ids, effect_toolkit, ledger_toolkit, round_text
 
 SCRIPT = Path(__file__).with_name("crash_process.py")
@@ -330,10 +330,7 @@ async def test_random_kills_of_batches_never_do_a_side_effect_twice(
             child = await upcoming
             child.send(input=text)
             assert await child.answer() == {"running": True}
-            # A random moment of the round: its model call, its calls (each a few ms to 60 ms), their
-            # writes, the batch's end, the last model call, or after the run.
-            await asyncio.sleep(rng.uniform(0.0, 0.04 * calls + 0.03))
-            await child.kill()
+            await kill_at_random(child, rng, ids)
             if number + 1 < ROUNDS:
                 upcoming = asyncio.ensure_future(start(number + 1))  # imports while this kill is checked
 
