@@ -29,12 +29,9 @@ from rxagent.session.recorder import Recorder
 from rxagent.session.store import Lease, LeaseLostError, SessionStore
 from rxagent.state import SessionKey
 
-__all__ = ["LOST_RUN", "Claim", "SessionBusy", "SessionKeeper"]
+__all__ = ["Claim", "SessionBusy", "SessionKeeper"]
 
 _log = logging.getLogger("rxagent")
-
-LOST_RUN = "the run ended with no record of how (its process stopped)"
-"""The error recorded for a run whose end the log lacks, by whoever takes the session next."""
 _instances = itertools.count(1)
 
 
@@ -163,7 +160,7 @@ class SessionKeeper:
             # The lease is ours, so the run the log leaves open holds nothing any more: its process stopped
             # (or lost the session) before recording how it ended. Whoever takes the session next records
             # that, with its first flush: a run, a reconciliation, an injected message, a refused resume.
-            recorder.note("run_failed", {"run_id": projection.open_run, "error": LOST_RUN})
+            recorder.lost(projection.open_run)
         claim = Claim(key, turn, lease, projection, recorder)
         self._claims[key] = claim
         claim.renewal = self.clock.call_later(self.lease_ttl / 3, lambda: self._renew(claim))

@@ -49,13 +49,16 @@ from rxagent.session.projection import Projection
 from rxagent.session.store import Lease, LeaseLostError, SessionStore
 from rxagent.state import AgentState
 
-__all__ = ["Recorder", "fact", "message_fact", "seed_session"]
+__all__ = ["LOST_RUN", "Recorder", "fact", "message_fact", "seed_session"]
 
 _TAIL = 4
 _FLUSH_AT = 256
 """Queued facts (recorded events, mostly) that start a flush in the background."""
 _log = logging.getLogger("rxagent")
 """Recorded messages checked for in-place replacement at each flush."""
+
+LOST_RUN = "the run ended with no record of how (its process stopped)"
+"""The error recorded for a run whose end the log lacks, by whoever takes the session next."""
 
 
 def fact(kind: FactKind, data: dict[str, JsonValue], run_id: str | None = None) -> Fact:
@@ -140,6 +143,13 @@ class Recorder:
         self._snapshot = _Snapshot.of(projection)
         self._background: asyncio.Task[None] | None = None
         self._closed = False
+        self._lost: str | None = None
+
+    def lost(self, run_id: str) -> None:
+        """Record, before anything else this recorder writes, that the run ``run_id`` (which the log leaves
+        open) ended without a record of how: ``run_failed`` with :data:`LOST_RUN`, written by this
+        recorder's run (named by then, if a run uses it)."""
+        self._lost = run_id
 
     def note(self, kind: FactKind, data: dict[str, JsonValue]) -> None:
         """Queue a fact that is not a state change, after the state's changes so far (so the log keeps
@@ -190,6 +200,9 @@ class Recorder:
                 self._arm()
 
     def _capture(self) -> None:
+        if self._lost is not None:
+            lost, self._lost = self._lost, None
+            self._enqueue([fact("run_failed", {"run_id": lost, "error": LOST_RUN}, self.run_id)])
         changes, self._snapshot, answered = self._snapshot.changes(self.projection, self.run_id)
         self._enqueue(changes)
         self._answered |= answered

@@ -23,8 +23,7 @@ from rxagent import Msg, ScriptedModel
 from rxagent.agent import ReActAgent
 from rxagent.messages import ToolUseBlock
 from rxagent.session import SessionStore, SQLiteStore
-from rxagent.session.keeper import LOST_RUN
-from rxagent.session.recorder import fact, message_fact
+from rxagent.session.recorder import LOST_RUN, fact, message_fact
 from rxagent.tools import Toolkit, tool
 from tests.serve.conftest import is_result_of, serving
 

@@ -30,7 +30,7 @@ from typing import Literal
 
 from rxagent.messages import ToolUseBlock
 from rxagent.session import Projection, Reconcile, SessionStore, StoredFact
-from rxagent.session.keeper import LOST_RUN
+from rxagent.session.recorder import LOST_RUN
 from rxagent.state import SessionKey
 
 from .child_process import ChildProcess

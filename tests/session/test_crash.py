@@ -52,7 +52,7 @@ from rxagent.session import (
     UncertainToolCallsError,
     open_store,
 )
-from rxagent.session.keeper import LOST_RUN
+from rxagent.session.recorder import LOST_RUN
 
 from .child_process import ChildProcess
 from .crash_checks import Kills, check_killed, check_recovered, kill_at_random, outcomes_from_ledger

@@ -30,8 +30,7 @@ from rxagent.messages import TextBlock, ToolResultBlock, ToolUseBlock
 from rxagent.model.scripted import FunctionModel
 from rxagent.model.types import ChatRequest
 from rxagent.session import DelegatingStore, Fact, FeedGap, Lease, Projection, SQLiteStore
-from rxagent.session.keeper import LOST_RUN
-from rxagent.session.recorder import fact, message_fact
+from rxagent.session.recorder import LOST_RUN, fact, message_fact
 from rxagent.tools import Toolkit, tool
 
 CTX = RuntimeContext(user_id="ada", session_id="orders")
