@@ -176,7 +176,16 @@ def _batch_done(
             ToolResult(**head, result=r, duration_s=durations.get(r.tool_use_id, 0.0)) for r in batch.results
         ]
     )
-    run.state.partial_results.extend(batch.results)
+    partial = run.state.partial_results
+    recorded = {r.tool_use_id: i for i, r in enumerate(partial)}
+    for result in batch.results:
+        # The journal put each call's result in the state as it finished (so the log never loses it);
+        # the batch's own is the one the model sees (a tool_call interceptor may have rewritten it).
+        at = recorded.get(result.tool_use_id)
+        if at is None:
+            partial.append(result)
+        elif partial[at] is not result:
+            partial[at] = result
     for waiting in batch.waiting:
         if isinstance(waiting, ToolPermissionRequired):
             run.state.pending.append(

@@ -37,7 +37,7 @@ from rxagent.agent.routing import check_answers
 from rxagent.agent.run import tool_view
 from rxagent.context import RuntimeContext
 from rxagent.events import AgentEvent, AgentResult
-from rxagent.messages import Msg, new_id
+from rxagent.messages import Msg, ToolUseBlock, new_id
 from rxagent.operators import from_async_iterable, map_many
 from rxagent.session import FeedGap, FeedItem, FeedPolicy, SessionFeed, one_by_one
 from rxagent.state import PendingCall
@@ -47,9 +47,12 @@ if TYPE_CHECKING:
 
 __all__ = ["RunHandle", "SessionHandle", "SessionState", "SessionStatus"]
 
-SessionState: TypeAlias = Literal["idle", "queued", "running", "waiting_for_approval", "waiting_for_results"]
-"""Where a session stands: nothing to do, runs waiting for their turn, a run going, or calls waiting for a
-human's decision or for external results."""
+SessionState: TypeAlias = Literal[
+    "idle", "queued", "running", "waiting_for_approval", "waiting_for_results", "uncertain"
+]
+"""Where a session stands: nothing to do, runs waiting for their turn, a run going, calls waiting for a
+human's decision or for external results, or calls whose outcome a stopped process lost, which must be
+reconciled before the session runs again (:meth:`~rxagent.agent.ReActAgent.reconcile`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +70,8 @@ class SessionStatus:
         position: the place of the first of the ``queued`` runs in the session's line, which the runs of
             every agent object and process share in the order they were submitted (``1``: it is next;
             ``None``: none waits here, or it has not joined the line yet).
+        uncertain: calls dispatched with no recorded outcome that the session refuses to run again by
+            itself (their tools are neither idempotent nor read-only): each must be reconciled first.
     """
 
     state: SessionState
@@ -75,6 +80,7 @@ class SessionStatus:
     pending: tuple[PendingCall, ...]
     held_elsewhere: bool = False
     position: int | None = None
+    uncertain: tuple[ToolUseBlock, ...] = ()
 
 
 class RunHandle:
@@ -104,8 +110,9 @@ class RunHandle:
     @property
     def status(self) -> Literal["queued", "running", "done"]:
         """``queued`` (waiting for its session, behind the runs submitted before it here or in another
-        process, or for the lease another process holds), ``running`` or ``done``."""
-        if self._future.done():
+        process, or for the lease another process holds), ``running`` or ``done`` (its result is out: what
+        is left is giving the session back, which a run submitted now waits for)."""
+        if self._future.done() or self._result is not None:
             return "done"
         return "queued" if self.control.status != "running" else "running"
 
@@ -347,7 +354,13 @@ class SessionHandle:
         # A run that holds its turn but is still taking the lease or loading the session is not active yet.
         starting = next((run for run in runs if run.status == "running"), None)
         projection = self.agent.keeper.cached(self.key)
-        pending = tuple(projection.state.pending) if projection is not None else ()
+        pending: tuple[PendingCall, ...] = ()
+        uncertain: list[ToolUseBlock] = []
+        if active is not None:  # an ended run still giving the session back: its state is the last word
+            pending = tuple(active.state.pending)
+        elif projection is not None:
+            pending = tuple(projection.state.pending)
+            uncertain = self.agent.unsafe_to_repeat(list(projection.uncertain.values()))
         running: str | None = None
         if active is not None and not active.ended:
             state: SessionState = "running"
@@ -356,36 +369,24 @@ class SessionHandle:
             state, running = "running", starting.id
         elif queued:
             state = "queued"
-        elif any(p.kind == "ask" for p in pending):
-            state = "waiting_for_approval"
-        elif pending:
-            state = "waiting_for_results"
         else:
-            state = "idle"
+            state = _waiting(pending, uncertain)
+        held = self.agent.keeper.held_elsewhere(self.key)
         return SessionStatus(
-            state,
-            running,
-            queued,
-            pending,
-            self.agent.keeper.held_elsewhere(self.key),
-            min(places, default=None),
+            state, running, queued, pending, held, min(places, default=None), tuple(uncertain)
         )
 
     async def read_status(self) -> SessionStatus:
-        """:meth:`status`, with the pending calls read from the session's log when no run is going (on
-        the loop): right for a session this process has not run yet, or one another process ran."""
+        """:meth:`status`, with the pending and uncertain calls read from the session's log when no run is
+        going (on the loop): right for a session this process has not run yet, or one another process ran
+        (or that a process left when it died)."""
         status = self.status()
         if status.state in ("running", "queued"):
             return status
-        pending = tuple((await self.agent.state(self.ctx)).pending)
-        state: SessionState = (
-            "waiting_for_approval"
-            if any(p.kind == "ask" for p in pending)
-            else "waiting_for_results"
-            if pending
-            else "idle"
-        )
-        return SessionStatus(state, None, 0, pending)
+        projection = await self.agent.keeper.peek(self.key)
+        pending = tuple(projection.state.pending)
+        uncertain = tuple(self.agent.unsafe_to_repeat(projection.uncertain.values()))
+        return SessionStatus(_waiting(pending, uncertain), None, 0, pending, uncertain=uncertain)
 
     async def check(self, answers: Sequence[ToolDecision | ExternalResult]) -> None:
         """Check that ``answers`` fit the calls the session waits on now, as :meth:`respond` would need
@@ -439,6 +440,19 @@ class SessionHandle:
             return [event] if event is not None else []
 
         return self.feed(after, policy=policy).pipe(map_many(pick))
+
+
+def _waiting(pending: Sequence[PendingCall], uncertain: Sequence[ToolUseBlock]) -> SessionState:
+    """Where a session with no run going or queued stands: calls to reconcile come first (no run starts
+    before they are), then calls waiting for a decision, then for results (calls to run again wait for
+    nobody: the next run runs them, whatever its input)."""
+    if uncertain:
+        return "uncertain"
+    if any(p.kind == "ask" for p in pending):
+        return "waiting_for_approval"
+    if any(p.kind == "external" for p in pending):
+        return "waiting_for_results"
+    return "idle"
 
 
 def _as_message(message: str | Msg) -> Msg:

@@ -331,6 +331,14 @@ class ReActAgent:
             raise SessionBusyError(key, busy.waited, busy.ahead, busy.holder) from None
         try:
             _retry_what_is_safe(self, claim)
+        except UncertainToolCallsError:
+            try:  # what the claim noted stays recorded (the end of a run a crash left open)
+                await claim.flush()
+            except Exception:
+                _log.warning("rxagent: recording session %r failed", key[1], exc_info=True)
+            finally:
+                await self.keeper.release(claim)
+            raise
         except BaseException:
             await self.keeper.release(claim)
             raise
@@ -434,6 +442,17 @@ class ReActAgent:
     async def uncertain(self, ctx: RuntimeContext | None = None) -> list[ToolUseBlock]:
         """The session's calls that were dispatched with no recorded outcome (see :meth:`reconcile`)."""
         return list((await self.keeper.peek(session_key(ctx))).uncertain.values())
+
+    def unsafe_to_repeat(self, calls: Iterable[ToolUseBlock]) -> list[ToolUseBlock]:
+        """Of uncertain ``calls``, those a run refuses to run again by itself: calls of tools that are
+        neither idempotent nor read-only (or that this agent does not have). Each must be reconciled
+        (:meth:`reconcile`) before the session runs again; the others are run again without asking."""
+        unsafe: list[ToolUseBlock] = []
+        for call in calls:
+            tool = self.toolkit.get(call.name)
+            if tool is None or not tool.traits.repeatable:
+                unsafe.append(call)
+        return unsafe
 
     async def reconcile(self, ctx: RuntimeContext | None, outcomes: Sequence[Reconcile]) -> None:
         """Settle the session's uncertain calls: each succeeded (with its output), failed, or is to be run
@@ -567,15 +586,12 @@ def _describe(error: BaseException) -> str:
 
 
 def _record_start(run: RunState, claim: Claim, run_input: RunInput) -> str:
-    """Note the run's start (and a new turn's) for the log; a run that ended without a record is noted.
+    """Note the run's start (and a new turn's) for the log (the keeper noted a run the log left open).
 
     New input opens a turn, unless calls wait for answers (then the input will be refused, or, with
     ``recover_pending``, it ends the waiting turn); returns the run's turn.
     """
     projection, recorder = claim.projection, claim.recorder
-    if projection.open_run is not None:
-        lost = "the run ended with no record of how (its process stopped)"
-        recorder.note("run_failed", {"run_id": projection.open_run, "error": lost})
     turn_id = projection.turn_id
     waiting = bool(projection.state.pending) and not run.agent.options.recover_pending
     if (run_input.messages and not waiting) or turn_id is None:
@@ -617,16 +633,10 @@ def _retry_what_is_safe(agent: ReActAgent, claim: Claim) -> None:
     next model call say) is closed, so the new input follows its results."""
     projection = claim.projection
     state = projection.state
-    refused: list[ToolUseBlock] = []
-    retried: list[ToolUseBlock] = []
-    for call in list(projection.uncertain.values()):
-        tool = agent.toolkit.get(call.name)
-        if tool is not None and tool.traits.repeatable:
-            retried.append(call)
-        else:
-            refused.append(call)
+    refused = agent.unsafe_to_repeat(projection.uncertain.values())
     if refused:
         raise UncertainToolCallsError(refused)
+    retried = list(projection.uncertain.values())
     unstarted = never_started(state, projection)
     for call in retried:
         projection.uncertain.pop(call.id, None)

@@ -20,7 +20,10 @@ Errors are ``{"error": "<clear message>"}`` and **nothing changes** on one:
 404    no such session (or route)
 409    the input does not fit the session now: an answer for a call that is not pending (unknown
        id, answered twice, the wrong kind of answer), edited arguments the tool refuses, new text
-       while calls wait for answers, answers while a run is going or queued
+       while calls wait for answers, answers while a run is going or queued; new work while calls
+       are uncertain (the body's ``uncertain`` lists them), an outcome for a call that is not
+       uncertain, or an AG-UI reconciliation that leaves one out; a feed position past the log's head
+       (the body's ``head`` and ``reconnect_from`` say where to resume)
 413    a body over the limit (1 MiB by default)
 415    a body that is not ``application/json``
 421    a request not addressed to the server's loopback name (without a token)
@@ -34,14 +37,17 @@ Sessions
     sequence number of its last fact; ``owner``: who holds its lease now, or ``null``).
 ``GET /api/sessions/{sid}``
     ``{"session_id", "head", "status": {"state", "running", "queued", "pending", "held_elsewhere",
-    "position"}}``: ``head`` is the sequence number of the session's newest fact; ``state`` is ``idle``,
-    ``queued``, ``running``, ``waiting_for_approval`` or ``waiting_for_results``; ``running`` the id of
-    the run going in this server, or ``null``; ``queued`` how many runs submitted here wait; ``pending``
-    the calls waiting, each the call's JSON (``id``, ``name``, ``input``, ``raw_arguments``, ``state``, …)
-    plus ``kind`` (``ask``, ``external``, ``retry``) and ``reason``; ``held_elsewhere`` whether the next
-    run waits for the session's lease, held by another server on the same database (whose run goes on
-    there); ``position`` the place of the first run queued here in the session's line, which runs share
-    across servers in the order they were submitted (``1``: it is next), or ``null``.
+    "position", "uncertain"}}``: ``head`` is the sequence number of the session's newest fact in the log;
+    ``state`` is ``idle``, ``queued``, ``running``, ``waiting_for_approval``, ``waiting_for_results`` or
+    ``uncertain``; ``running`` the id of the run going in this server, or ``null``; ``queued`` how many runs
+    submitted here wait; ``pending`` the calls waiting, each the call's JSON (``id``, ``name``, ``input``,
+    ``raw_arguments``, ``state``, …) plus ``kind`` (``ask``, ``external``, ``retry``) and ``reason``;
+    ``held_elsewhere`` whether the next run waits for the session's lease, held by another server on the
+    same database (whose run goes on there); ``position`` the place of the first run queued here in the
+    session's line, which runs share across servers in the order they were submitted (``1``: it is next),
+    or ``null``; ``uncertain`` the calls a stopped server left dispatched with no recorded result, whose
+    tools are neither idempotent nor read-only (each the call's JSON): the session runs nothing until they
+    are reconciled (``state`` is then ``uncertain``).
 ``GET /api/sessions/{sid}/turns``
     ``{"turns": [{"turn_id", "started", "input", "runs": [{"run_id", "started", "ended", "outcome",
     "reason", "error"}], "finished", "reason"}]}`` (see :mod:`rxagent.session.history`).
@@ -56,7 +62,10 @@ Sessions
     ``data`` is the fact's payload (:mod:`rxagent.session.facts`); for ``kind: "event"`` it is the run's
     event as :func:`rxagent.events.event_to_json` writes it (``type``, ``run_id``, ``seq``, ``time``, …).
     A ``Last-Event-ID`` header wins over ``after``: a client that reconnects resumes right after the last
-    event it got, with no gap and no duplicate (an ``after`` beyond the session's head is a 400). While
+    event it got, with no gap and no duplicate. Only facts the log holds are sent (a running run appends
+    what it streams every 50 ms), so a number a client saw is the log's for good, even across a server
+    killed, or one that lost the session to another; a position past the log's head is answered ``409``
+    ``{"error", "head": N, "reconnect_from": N}``, never skipped silently. While
     nothing happens, a comment line ``: ping`` comes every 15 s (``ServeSettings.heartbeat``). Several
     facts that come together are written together (one write per wake of the feed, at most every 10 ms).
     A client that stops reading costs the server a bounded amount (one write of at most 64 KiB and its
@@ -77,6 +86,14 @@ Sessions
     [{"call_id", "output": str, "status"?: "ok"|"error"}]}`` (at least one entry) → ``202 {"run_id"}``:
     a run carries on from the answers. ``arguments`` approves the call with edited arguments. Checked
     whole before anything changes (409 when it does not fit; see above).
+``POST /api/sessions/{sid}/reconcile``
+    ``{"outcomes": [{"call_id", "outcome": "succeeded"|"failed"|"retry", "output"?: str}]}``: says what
+    happened to uncertain calls of the session. ``succeeded``: it was done, ``output`` is its result
+    for the model; ``failed``: it was not done and is not to be run (``output`` says why); ``retry``:
+    not done, the run runs it again (no ``output``). Once none of ``status.uncertain`` is left, a run
+    carries on from the outcomes: ``202 {"run_id"}``; while some are, ``200 {"run_id": null,
+    "uncertain": [the calls left]}``. Checked whole before anything is recorded (400 a malformed entry;
+    409 a call that is not uncertain, one given twice, or a run going or queued).
 ``POST /api/sessions/{sid}/interrupt``
     ``200 {"interrupted": bool}`` (``false``: no run was going). The run ends ``INTERRUPTED``, what it
     finished kept.
@@ -94,7 +111,8 @@ AG-UI
 -----
 ``POST /ag-ui`` with an AG-UI ``RunAgentInput`` (``threadId`` = session id) → SSE of AG-UI events built
 from ``ag_ui.core`` types and written by ``ag_ui.encoder.EventEncoder``. Approvals and external tools are
-AG-UI interrupts, answered by the next input's ``resume`` entries. See :mod:`rxagent.serve.agui` for the
+AG-UI interrupts, answered by the next input's ``resume`` entries; uncertain calls are settled by
+``resume`` entries too (``{"outcome": …}``, as for ``…/reconcile``). See :mod:`rxagent.serve.agui` for the
 mapping, the interrupt payloads and how the input is read. Input errors are answered before the stream
 opens, as the table above says.
 

@@ -47,6 +47,15 @@ approval ``{"allow": bool, "reason"?: str, "arguments"?: object}`` (edited argum
 ``true``/``false``; for a result ``{"output": str, "status"?: "ok"|"error"}``, or a bare string. A
 ``cancelled`` entry denies the approval, or gives the external call an error result.
 
+**Uncertain calls.** A call whose outcome a stopped server lost (dispatched, no result recorded; its tool
+neither idempotent nor read-only) blocks the thread: an input that does not settle it is refused with 409,
+whose body names the calls (``uncertain``, each the call's JSON). Settle them with ``resume`` entries (the
+interrupt id is the call's id) whose ``payload`` is :data:`RECONCILE_SCHEMA`: ``{"outcome": "succeeded",
+"output": str}`` (it was done; ``output`` is its result), ``{"outcome": "failed", "output"?: str}`` (it was
+not done, and is not to be run) or ``{"outcome": "retry"}`` (not done: run it again); a ``cancelled``
+entry counts as ``failed``. Every blocking call at once; then the run carries on from the outcomes (with
+the new user message, if the input has one). ``GET /api/sessions/{threadId}`` names them too.
+
 A client that disconnects stops only its stream: the run goes on, and its events stay in the session's
 feed (``GET /api/sessions/{threadId}/feed``).
 """
@@ -120,11 +129,12 @@ from rxagent.serve.http import ApiError, read_json
 from rxagent.serve.hub import HUB
 from rxagent.serve.session_api import pending_json
 from rxagent.serve.streams import EventStream
-from rxagent.session import FeedGap, FeedItem
+from rxagent.session import FeedGap, FeedItem, Reconcile
 from rxagent.state import PendingCall
 
 __all__ = [
     "APPROVAL_SCHEMA",
+    "RECONCILE_SCHEMA",
     "RESULT_SCHEMA",
     "AguiTranslator",
     "answers_from_resume",
@@ -151,6 +161,22 @@ RESULT_SCHEMA: dict[str, Any] = {
     "required": ["output"],
 }
 """What an external call's resume ``payload`` looks like (a bare string is taken too)."""
+
+RECONCILE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "outcome": {
+            "enum": ["succeeded", "failed", "retry"],
+            "description": "it was done (succeeded), not done and not to be run (failed), or to run again",
+        },
+        "output": {"type": "string", "description": "its result (succeeded) or why it failed"},
+    },
+    "required": ["outcome"],
+}
+"""What a resume ``payload`` settling an uncertain call looks like."""
+
+RECONCILE_HOW = "send resume entries {interruptId: <call id>, payload: {outcome, output?}} for each"
+"""How an AG-UI client reconciles uncertain calls (what a 409 says)."""
 
 _REASONS: dict[str, str] = {"ask": "tool_approval", "external": "external_tool_result"}
 
@@ -200,6 +226,34 @@ def answers_from_resume(
         else:
             answers.append(_external_result(entry))
     return answers, warnings
+
+
+def outcomes_from_resume(entries: Iterable[ResumeEntry], uncertain: Iterable[str]) -> list[Reconcile]:
+    """The outcomes ``resume`` entries give to the uncertain calls (interrupt id = call id); entries
+    naming other calls are left to :func:`answers_from_resume`.
+
+    Raises:
+        ApiError: 400, a payload that does not fit :data:`RECONCILE_SCHEMA`.
+    """
+    ids = set(uncertain)
+    outcomes: list[Reconcile] = []
+    for entry in entries:
+        call_id = entry.interrupt_id
+        if call_id not in ids:
+            continue
+        if entry.status == "cancelled":
+            outcomes.append(Reconcile(call_id, "failed", "the user abandoned this call"))
+            continue
+        fields = _object(entry.payload)
+        outcome, output = fields.get("outcome"), fields.get("output", "")
+        if outcome not in ("succeeded", "failed", "retry") or not isinstance(output, str):
+            raise ApiError(
+                400,
+                f"resume entry {call_id!r}: the payload must be "
+                '{"outcome": "succeeded"|"failed"|"retry", "output"?: str}',
+            )
+        outcomes.append(Reconcile(call_id, outcome, "" if outcome == "retry" else output))
+    return outcomes
 
 
 def _approval(entry: ResumeEntry) -> ToolDecision:
@@ -270,8 +324,17 @@ async def run_agui(request: web.Request) -> web.StreamResponse:
     hub.refuse_while_stopping()
     handle = hub.handle(session_id)
     status = await handle.read_status()
+    entries = run_input.resume or ()
+    settled = [c.id for c in status.uncertain]
+    if settled:  # the thread's uncertain calls first: nothing runs before they are reconciled
+        outcomes = outcomes_from_resume(entries, settled)
+        if not outcomes:
+            hub.refuse_while_waiting(status, "this input", RECONCILE_HOW)
+        await hub.reconcile(handle, outcomes, status, RECONCILE_HOW, every=True)
+        entries = [e for e in entries if e.interrupt_id not in settled]
+        status = await handle.read_status()
     waiting = {p.call.id: p for p in status.pending}
-    answers, warnings = answers_from_resume(run_input.resume or (), waiting)
+    answers, warnings = answers_from_resume(entries, waiting)
     state = await hub.agent.state(handle.ctx)
     message = _new_message(run_input, {m.id for m in state.messages})
     if answers:
@@ -281,16 +344,16 @@ async def run_agui(request: web.Request) -> web.StreamResponse:
             await handle.check(answers)
         except PendingToolCallsError as refused:
             raise ApiError(409, str(refused)) from None
-    elif message is None:
+    elif message is None and not settled:
         raise ApiError(
             409,
             "nothing to run: the last user message is already in the thread, and no resume entry "
             "answers an interrupt",
         )
-    else:
+    elif message is not None:
         hub.refuse_while_waiting(status, "new input (send resume entries for its interrupts)")
     feed = await handle.open_feed()
-    after = feed.head
+    after = feed.durable_head  # the run's facts come after it (what a failed writer published never does)
     run = hub.submit(handle, [*answers, *([message] if message is not None else [])], request)
     still_waiting = {i: p for i, p in waiting.items() if i not in {a.call_id for a in answers}}
     translator = AguiTranslator(
@@ -336,7 +399,7 @@ async def run_agui(request: web.Request) -> web.StreamResponse:
         if run.done():  # it ended before its end reached this stream: read the feed up to now
             try:
                 async with hub.agent.clock.timeout(hub.settings.stop_timeout):
-                    await take(feed.head)
+                    await take(feed.durable_head)
             except TimeoutError:
                 pass
             if translator.closed:

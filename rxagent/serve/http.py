@@ -2,7 +2,8 @@
 
 An endpoint refuses bad input by raising :class:`ApiError`; :func:`json_errors` (the outermost middleware)
 turns it, and aiohttp's own HTTP errors (unknown route, wrong method, body over the limit), into
-``{"error": "<message>"}`` with the status. Refusals happen before anything changes.
+``{"error": "<message>"}`` with the status (and, where a client has something to do, fields saying
+what). Refusals happen before anything changes.
 """
 
 from __future__ import annotations
@@ -30,10 +31,12 @@ class ApiError(Exception):
     The message must not repeat secrets; it may name what was wrong with the input.
     """
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, **details: Any) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.details = details
+        """More fields of the answer, beside ``error``: what a client needs to act on it (JSON values)."""
 
 
 def json_response(data: Mapping[str, Any], status: int = 200) -> web.Response:
@@ -76,7 +79,7 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
     try:
         return await handler(request)
     except ApiError as error:
-        return json_response({"error": error.message}, error.status)
+        return json_response({"error": error.message, **error.details}, error.status)
     except web.HTTPException as error:
         if error.status < 400:
             raise

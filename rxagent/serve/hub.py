@@ -12,22 +12,28 @@ import concurrent.futures
 import contextlib
 import logging
 import re
+from collections.abc import Sequence
 
 from aiohttp import web
 
-from rxagent.agent import AgentInput, ReActAgent, RunHandle, SessionHandle, SessionStatus
+from rxagent.agent import AgentInput, ReActAgent, RunHandle, SessionBusyError, SessionHandle, SessionStatus
 from rxagent.context import RuntimeContext
-from rxagent.serve.http import ApiError
+from rxagent.messages import ToolUseBlock
+from rxagent.serve.http import ApiError, JsonObject
 from rxagent.serve.settings import ServeSettings
 from rxagent.serve.streams import EventStream
+from rxagent.session import Reconcile, ReconcileError
 
-__all__ = ["HUB", "SESSION_ID", "SessionHub"]
+__all__ = ["HUB", "RECONCILE_HOW", "SESSION_ID", "SessionHub", "uncertain_json"]
 
 _log = logging.getLogger("rxagent.serve.runs")
 
 SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
 """What a session id may look like: up to 128 letters, digits and ``._:@-``, starting with a letter or a
 digit (UUIDs and the ids AG-UI clients make fit)."""
+
+RECONCILE_HOW = "POST /api/sessions/{id}/reconcile with an outcome for each"
+"""How a client of the session API reconciles uncertain calls (what a 409 says)."""
 
 
 class SessionHub:
@@ -107,14 +113,54 @@ class SessionHub:
             raise ApiError(503, "the server is stopping")
 
     @staticmethod
-    def refuse_while_waiting(status: SessionStatus, what: str) -> None:
-        """Raise a 409 when the session waits for answers to tool calls and no run is going (new text
-        would be refused by the run; answers must come first)."""
+    def refuse_while_waiting(status: SessionStatus, what: str, how: str = RECONCILE_HOW) -> None:
+        """Raise a 409 when the session waits for answers to tool calls, or has calls to reconcile, and no
+        run is going (new text would be refused by the run; answers, or outcomes, must come first). The
+        answer names the calls to reconcile (``uncertain``) and ``how``."""
+        if status.state == "uncertain":
+            raise ApiError(
+                409,
+                f"the session has tool calls whose outcome is unknown (the process running them stopped): "
+                f"{_listed(status.uncertain)}. Nothing runs until each is reconciled: {how}, before {what}",
+                uncertain=[uncertain_json(c) for c in status.uncertain],
+            )
         if status.state in ("waiting_for_approval", "waiting_for_results"):
             calls = ", ".join(f"{p.call.name} ({p.call.id}, {p.kind})" for p in status.pending)
             raise ApiError(
                 409, f"the session waits for answers to tool calls ({calls}): answer them before {what}"
             )
+
+    async def reconcile(
+        self,
+        handle: SessionHandle,
+        outcomes: Sequence[Reconcile],
+        status: SessionStatus,
+        how: str,
+        *,
+        every: bool = False,
+    ) -> None:
+        """Record what happened to the session's uncertain calls (:meth:`ReActAgent.reconcile`); with
+        ``every``, each call the session refuses to run on must be among them (the input must lead to a
+        run).
+
+        Raises:
+            ApiError: 409, a run is going or queued, a call to reconcile is left out (``every``; named, with
+                ``how``), or an outcome names no uncertain call or one twice (nothing is recorded then).
+        """
+        if status.state in ("running", "queued"):
+            raise ApiError(409, "a run of this session is going or queued: reconcile once it has stopped")
+        given = {o.call_id for o in outcomes}
+        missing = [c for c in status.uncertain if c.id not in given]
+        if every and missing:
+            raise ApiError(
+                409,
+                f"reconcile every uncertain call at once ({how}); missing: {_listed(missing)}",
+                uncertain=[uncertain_json(c) for c in status.uncertain],
+            )
+        try:
+            await self.agent.reconcile(handle.ctx, outcomes)
+        except (ReconcileError, SessionBusyError) as refused:
+            raise ApiError(409, str(refused)) from None
 
     async def stop(self) -> None:
         """Stop every session's work: queued runs are cancelled, running ones interrupted (they end
@@ -133,6 +179,15 @@ class SessionHub:
                     await asyncio.gather(*finishing)
         for stream in list(self.streams):
             stream.end()
+
+
+def uncertain_json(call: ToolUseBlock) -> JsonObject:
+    """An uncertain call as the API writes it: the call's JSON (``id``, ``name``, ``input``, …)."""
+    return call.model_dump(mode="json")
+
+
+def _listed(calls: Sequence[ToolUseBlock]) -> str:
+    return ", ".join(f"{c.name} ({c.id})" for c in calls)
 
 
 def _log_end(run: RunHandle, ids: dict[str, str | None]) -> None:

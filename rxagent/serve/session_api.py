@@ -17,9 +17,9 @@ from aiohttp import web
 
 from rxagent.agent import ExternalResult, PendingToolCallsError, SessionHandle, SessionStatus, ToolDecision
 from rxagent.serve.http import ApiError, JsonObject, json_response, read_json
-from rxagent.serve.hub import HUB
+from rxagent.serve.hub import HUB, RECONCILE_HOW, uncertain_json
 from rxagent.serve.streams import EventStream
-from rxagent.session import FeedGap, FeedItem, SessionFeed
+from rxagent.session import FeedGap, FeedItem, Reconcile, SessionFeed
 from rxagent.state import PendingCall
 
 __all__ = ["encode_feed", "pending_json", "routes", "status_json"]
@@ -38,6 +38,7 @@ def routes() -> list[web.RouteDef]:
         web.post("/api/sessions/{sid}/runs", post_run),
         web.post("/api/sessions/{sid}/steer", post_steer),
         web.post("/api/sessions/{sid}/respond", post_respond),
+        web.post("/api/sessions/{sid}/reconcile", post_reconcile),
         web.post("/api/sessions/{sid}/interrupt", post_interrupt),
     ]
 
@@ -66,7 +67,8 @@ async def get_session(request: web.Request) -> web.Response:
     handle = await hub.existing(request.match_info["sid"])
     feed = await handle.open_feed()
     status = await handle.read_status()
-    return json_response({"session_id": handle.key[1], "head": feed.head, "status": status_json(status)})
+    head = feed.durable_head
+    return json_response({"session_id": handle.key[1], "head": head, "status": status_json(status)})
 
 
 async def get_turns(request: web.Request) -> web.Response:
@@ -86,6 +88,7 @@ def status_json(status: SessionStatus) -> JsonObject:
         "pending": [pending_json(p) for p in status.pending],
         "held_elsewhere": status.held_elsewhere,
         "position": status.position,
+        "uncertain": [uncertain_json(c) for c in status.uncertain],
     }
 
 
@@ -105,8 +108,19 @@ async def get_feed(request: web.Request) -> web.StreamResponse:
     hub.refuse_while_stopping()
     after = _after(request)
     feed = await handle.open_feed()
-    if after > feed.head:
-        raise ApiError(400, f"the session has no fact {after} yet (its last is {feed.head})")
+    head = feed.durable_head
+    if after > head:
+        # The feed serves durable facts only, so no client of a server of this log can have seen a fact
+        # past its head: the client's numbers are not this log's (another store, a session deleted and
+        # begun again). Skipping to the head would hide the facts under those numbers: say what to do.
+        raise ApiError(
+            409,
+            f"the session's log ends at fact {head}, before {after}: the facts this client numbered past "
+            f"{head} are not this log's. Reconnect from {head} (Last-Event-ID: {head}), or from 0 to "
+            "read the log again",
+            head=head,
+            reconnect_from=head,
+        )
     settings = hub.settings
     stream = EventStream(
         request, heartbeat=settings.heartbeat, send_timeout=settings.send_timeout, clock=hub.agent.clock
@@ -259,6 +273,25 @@ async def _check_answers(handle: SessionHandle, answers: list[ToolDecision | Ext
         raise ApiError(409, str(refused)) from None
 
 
+async def post_reconcile(request: web.Request) -> web.Response:
+    """``POST /api/sessions/{sid}/reconcile``: say what happened to (some of) the session's uncertain
+    calls; once none is left, a run carries on from the outcomes."""
+    hub = request.app[HUB]
+    handle = await hub.existing(request.match_info["sid"])
+    body = await read_json(request, hub.settings.max_body)
+    _only(body, required={"outcomes"})
+    outcomes = [_outcome(o, i) for i, o in enumerate(_list(body, "outcomes"))]
+    if not outcomes:
+        raise ApiError(400, "send at least one entry in 'outcomes'")
+    hub.refuse_while_stopping()
+    await hub.reconcile(handle, outcomes, await handle.read_status(), RECONCILE_HOW)
+    left = (await handle.read_status()).uncertain
+    if left:  # recorded; the session still runs nothing
+        return json_response({"run_id": None, "uncertain": [uncertain_json(c) for c in left]})
+    run = hub.submit(handle, None, request)
+    return json_response({"run_id": run.id}, 202)
+
+
 async def post_interrupt(request: web.Request) -> web.Response:
     """``POST /api/sessions/{sid}/interrupt``: interrupt the running run (``false``: none was going)."""
     hub = request.app[HUB]
@@ -336,6 +369,20 @@ def _result(value: Any, index: int) -> ExternalResult:
     if status not in ("ok", "error"):
         raise ApiError(400, f"{where}'status' must be 'ok' or 'error'")
     return ExternalResult(_text(entry, "call_id", where), output, status)
+
+
+def _outcome(value: Any, index: int) -> Reconcile:
+    entry = _entry(value, "outcomes", index, {"call_id", "outcome"}, {"output"})
+    where = f"outcomes[{index}]: "
+    outcome = entry["outcome"]
+    if outcome not in ("succeeded", "failed", "retry"):
+        raise ApiError(400, f"{where}'outcome' must be 'succeeded', 'failed' or 'retry'")
+    output = entry.get("output", "")
+    if not isinstance(output, str):
+        raise ApiError(400, f"{where}'output' must be a string, not {_kind(output)}")
+    if outcome == "retry" and output:
+        raise ApiError(400, f"{where}a call to run again has no 'output' (its run gives it one)")
+    return Reconcile(_text(entry, "call_id", where), outcome, output)
 
 
 def _kind(value: Any) -> str:

@@ -7,9 +7,9 @@ tool calls dispatched and their results, runs and turns starting and ending).
 
 ::
 
-    writer (the run holding the lease):  publish(7) publish(8) publish(9) … (before they are durable)
+    writer (the run holding the lease):  publish(7) publish(8) publish(9) … durable(9) …
     ring (the newest items, shared):     [ … 5 6 7 8 9 ]
-    watcher from 0:  log 1..4 (catching up, in pages) ─▶ ring 5..9 ─▶ live 10, 11, …
+    watcher from 0:  log 1..4 (catching up, in pages) ─▶ ring 5..9 ─▶ live 10, 11, … (once durable)
     watcher from 8:  ring 9 ─▶ live …
 
 **Replay, then live, with no gap and no duplicate.** A watcher starting after sequence ``n`` reads the
@@ -26,9 +26,16 @@ the oldest item still held and says so with a :class:`FeedGap` (what it names is
 ``disconnect`` ends its iteration with :class:`FeedLagError`. Stopping a watcher (leaving
 ``async for``, disposing) never stops a run.
 
-**In-process and across processes.** Items published by a run in this process reach watchers at once,
-before they are durable; the log is read only for what the ring no longer holds. While the feed has
-watchers and no run of this process writes the session (:meth:`SessionFeed.writing_here`), one task
+**Only durable facts.** A run in this process publishes its items as it queues them, before they are in
+the log, but watchers get an item only once the log has it (:meth:`SessionFeed.durable`, which the run's
+recorder calls after each append: at each tool call, at the run's end, and at most ``flush_interval``
+after anything was queued, 50 ms by default). A sequence number a watcher saw is thus the log's for
+good: a writer that dies, or is fenced after losing its lease, never leaves a watcher holding a number
+the log then gives to another fact. What the ring holds past the durable head is dropped when the writer
+fails (:meth:`SessionFeed.reset`).
+
+**In-process and across processes.** The log is read only for what the ring no longer holds. While the
+feed has watchers and no run of this process writes the session (:meth:`SessionFeed.writing_here`), one task
 *follows* the log for them: it reads what others append (another process, another agent on the same
 store) and publishes it, so watchers see the same items with the same numbers, as soon as they are
 durable. It reads after each notice of an append when the store sends them
@@ -208,8 +215,15 @@ class SessionFeed:
 
     @property
     def head(self) -> int:
-        """The sequence number of the newest item published (or read by :meth:`follow`)."""
+        """The sequence number of the newest item published (or read by :meth:`follow`); items past
+        :attr:`durable_head` are not in the log yet, and watchers do not get them yet."""
         return self._head
+
+    @property
+    def durable_head(self) -> int:
+        """The sequence number of the newest item the log has, as this feed knows: what watchers get up
+        to, and where a client reconnects from."""
+        return min(self._durable, self._head)
 
     def reset(self, head: int) -> None:
         """Forget what the ring holds: the log is the truth again from ``head`` on (a writer's items that
@@ -228,18 +242,17 @@ class SessionFeed:
         self._wake()
 
     def publish(self, items: Sequence[FeedItem]) -> None:
-        """Add items (numbered right after the head, in order) and wake the watchers soon."""
+        """Add items (numbered right after the head, in order); watchers get them once :meth:`durable`
+        says the log has them (nobody is woken here: a delta costs the run no more than an append)."""
         for item in items:
             if item.seq != self._head + 1:
                 raise ValueError(f"feed item {item.seq} does not follow {self._head}")
             self._ring.append(item)
             self._head = item.seq
             self._synced = True
-        if items:
-            self._schedule()
 
     def durable(self, seq: int) -> None:
-        """Everything up to ``seq`` is in the log now (a watcher catching up may read that far)."""
+        """Everything up to ``seq`` is in the log now: watchers get it, woken soon."""
         if seq > self._durable:
             self._durable = seq
             self._schedule()
@@ -318,9 +331,11 @@ class SessionFeed:
                         yield [FeedItem.of(fact) for fact in facts]
                     continue
                 caught_up = True
-                new = self._head - cursor
-                if new > 0:  # the newest items, taken from the ring's right end: O(new), not O(ring)
-                    batch = list(itertools.islice(reversed(ring), new))
+                durable = self.durable_head
+                new = durable - cursor
+                if new > 0:  # the newest durable items, from the ring's right end: O(new), not O(ring)
+                    ahead = self._head - durable  # published, not in the log yet: not given out
+                    batch = list(itertools.islice(reversed(ring), ahead, ahead + new))
                     batch.reverse()
                     cursor = batch[-1].seq
                     yield batch

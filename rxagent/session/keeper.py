@@ -194,7 +194,8 @@ class SessionKeeper:
         return Place(key)
 
     async def claim(self, place: Place, key: SessionKey, *, wait: float | None) -> Claim:
-        """Join the session's line, wait for the lease, then load the projection.
+        """Join the session's line, wait for the lease, then load the projection. A run the log leaves open
+        (it started and has no end) is noted as failed, for the claim's first flush.
 
         Raises:
             SessionBusy: ``wait`` seconds passed first (nothing is held then, and the place left the line).
@@ -224,6 +225,11 @@ class SessionKeeper:
             flush_interval=self.flush_interval,
             clock=self.clock,
         )
+        if projection.open_run is not None:
+            # The lease is ours, so the run the log leaves open holds nothing any more: its process stopped
+            # (or lost the session) before recording how it ended. Whoever takes the session next records
+            # that, with its first flush: a run, a reconciliation, an injected message, a refused resume.
+            recorder.lost(projection.open_run)
         claim = Claim(key, place, lease, projection, recorder)
         self._claims[key] = claim
         claim.renewal = self.clock.call_later(self.lease_ttl / 3, lambda: self._renew(claim))

@@ -2,9 +2,17 @@
 
 :class:`Projection` applies facts in sequence order to an :class:`~rxagent.state.AgentState` and keeps what
 the log says besides the conversation: the calls dispatched with no recorded outcome (*uncertain*: a
-side effect may have happened), the turn in progress, the last sequence number and where the last
-checkpoint is. Loading a session is ``Projection.replay(facts)`` from its last checkpoint; a process that
-holds a session's lease keeps its projection in memory and only appends.
+side effect may have happened), the calls of the open batch that were dispatched at all (so a call that
+ran is never taken for one that never started), the turn and the run in progress, the last sequence number
+and where the last checkpoint is.
+
+**The log's facts decide, not a batch's bookkeeping.** A ``tool_result`` fact is the call's outcome: a
+later ``partial_results`` fact of the same open batch that lacks it (as a run written before this rule
+could record) does not erase it, and a call with ``tool_dispatched`` and no result stays uncertain
+whatever its batch recorded after.
+
+Loading a session is ``Projection.replay(facts)`` from its last checkpoint; a process that holds a
+session's lease keeps its projection in memory and only appends.
 """
 
 from __future__ import annotations
@@ -35,6 +43,8 @@ class Projection:
         state: the conversation, pending calls, partial results, extras and groups.
         seq: the sequence number of the last fact applied (0: none).
         uncertain: calls dispatched with no recorded outcome, by call id, in dispatch order.
+        dispatched: ids of the open batch's calls (the newest assistant message's) recorded as dispatched,
+            whatever became of them.
         turn_id: the turn in progress (``None`` between turns).
         open_run: a run that started and has no end recorded (it crashed, or it is running now).
         checkpoint_seq: where the last checkpoint is (0: none).
@@ -43,7 +53,9 @@ class Projection:
     """
 
     __slots__ = (
+        "_recorded",
         "checkpoint_seq",
+        "dispatched",
         "memo",
         "open_run",
         "seq",
@@ -57,6 +69,9 @@ class Projection:
         self.state = state or AgentState()
         self.seq = 0
         self.uncertain: dict[str, ToolUseBlock] = {}
+        self.dispatched: set[str] = set()
+        self._recorded: dict[str, ToolResultBlock] = {}
+        """Results of the open batch's calls as ``tool_result`` facts recorded them (replay only)."""
         self.turn_id: str | None = None
         self.open_run: str | None = None
         self.checkpoint_seq = 0
@@ -108,19 +123,36 @@ class Projection:
         elif kind == "reconciled":
             self.uncertain.pop(str(json.loads(fact.payload)["call_id"]), None)
 
+    def dispatch(self, call: ToolUseBlock) -> None:
+        """``call`` was recorded as dispatched: it is uncertain until its result is, and it counts as
+        started for good (what the writer calls for its own ``tool_dispatched`` facts)."""
+        self.uncertain[call.id] = call
+        batch = self._open_batch()
+        # Only the open batch's calls are kept: a batch closes long before the next is dispatched.
+        self.dispatched = {i for i in self.dispatched if i in batch}
+        self.dispatched.add(call.id)
+
+    def _open_batch(self) -> set[str]:
+        """The ids of the calls of the newest assistant message, if no message came after it."""
+        messages = self.state.messages
+        if not messages or messages[-1].role != "assistant":
+            return set()
+        return {c.id for c in messages[-1].tool_calls}
+
     def _apply_call_fact(self, kind: str, data: dict[str, Any]) -> None:
         state = self.state
         if kind == "tool_dispatched":
-            call = ToolUseBlock.model_validate(data["call"])
-            self.uncertain[call.id] = call
+            self.dispatch(ToolUseBlock.model_validate(data["call"]))
         elif kind == "tool_result":
             result = ToolResultBlock.model_validate(data["result"])
             self.uncertain.pop(result.tool_use_id, None)
+            self._recorded[result.tool_use_id] = result
             if all(r.tool_use_id != result.tool_use_id for r in state.partial_results):
                 state.partial_results.append(result)
         elif kind == "message":
             message = Msg.model_validate(data["message"])
             state.messages.append(message)
+            self._recorded.clear()  # a new batch, or the open one sent on: its results are in the history
             self._answered(message.tool_results)
         else:  # message_replaced
             message = Msg.model_validate(data["message"])
@@ -134,7 +166,13 @@ class Projection:
         if kind == "pending":
             state.pending = _PENDING.validate_python(data["pending"])
         elif kind == "partial_results":
-            state.partial_results = _RESULTS.validate_python(data["results"])
+            results = _RESULTS.validate_python(data["results"])
+            given = {r.tool_use_id for r in results}
+            batch = self._open_batch()
+            # A recorded result stays the call's outcome: a list written without it does not erase it.
+            kept = self._recorded.items()
+            results.extend(r for i, r in kept if i not in given and i in batch and i not in self.uncertain)
+            state.partial_results = results
             self._answered(state.partial_results)
         elif kind == "extras":
             state.extras = cast("dict[str, Any]", data["extras"])
@@ -161,6 +199,8 @@ class Projection:
         twin = Projection(copied)
         twin.seq, twin.turn_id, twin.open_run = self.seq, self.turn_id, self.open_run
         twin.uncertain = dict(self.uncertain)
+        twin.dispatched = set(self.dispatched)
+        twin._recorded = dict(self._recorded)
         twin.checkpoint_seq, twin.since_checkpoint = self.checkpoint_seq, self.since_checkpoint
         return twin
 
@@ -168,7 +208,15 @@ class Projection:
         """The projection as a :class:`~rxagent.session.facts.Checkpoint` of its sequence number."""
         uncertain = [call.model_dump(mode="json") for call in self.uncertain.values()]
         state = self.state.model_dump(mode="json")
-        payload = json.dumps({"state": state, "uncertain": uncertain, "turn_id": self.turn_id})
+        payload = json.dumps(
+            {
+                "state": state,
+                "uncertain": uncertain,
+                "dispatched": sorted(self.dispatched),
+                "turn_id": self.turn_id,
+                "open_run": self.open_run,  # a run that crashed stays known, to be recorded as ended
+            }
+        )
         return Checkpoint(self.seq, payload)
 
     def restore(self, checkpoint: Checkpoint) -> None:
@@ -176,11 +224,15 @@ class Projection:
         data = json.loads(checkpoint.payload)
         self.seq = self.checkpoint_seq = checkpoint.seq
         self.since_checkpoint = 0
-        self.open_run = None
         self.state = AgentState.model_validate(data["state"])
         self.uncertain = {}
         for raw in data.get("uncertain") or ():
             call = ToolUseBlock.model_validate(raw)
             self.uncertain[call.id] = call
+        self.dispatched = {str(i) for i in data.get("dispatched") or ()}
+        partial = self.state.partial_results
+        self._recorded = {r.tool_use_id: r for r in partial if r.tool_use_id in self.dispatched}
         turn = data.get("turn_id")
         self.turn_id = str(turn) if turn is not None else None
+        run = data.get("open_run")
+        self.open_run = str(run) if run is not None else None

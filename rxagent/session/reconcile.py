@@ -57,10 +57,13 @@ class ReconcileError(ValueError):
 
 def never_started(state: AgentState, projection: Projection) -> list[ToolUseBlock]:
     """Calls of the open batch (the newest assistant message, with no tool message after it) that have
-    no result, wait for nothing and were never dispatched: they cannot have happened."""
+    no result, wait for nothing and have no ``tool_dispatched`` fact in the log: they cannot have
+    happened. A call the log says was dispatched is never one of them, whatever its batch recorded
+    after (it is uncertain, or it has its result)."""
     if not state.messages or state.messages[-1].role != "assistant":
         return []
     known = {r.tool_use_id for r in state.partial_results} | {p.call.id for p in state.pending}
+    known |= projection.dispatched
     return [
         c for c in state.messages[-1].tool_calls if c.id not in known and c.id not in projection.uncertain
     ]

@@ -17,13 +17,13 @@ Flushes are serialised (parallel tools flush concurrently), and each one is one 
 run's lease; a flush that fails leaves the recorder where it was, so the caller can drop its cached
 projection and load the log again.
 
-**What others see, and when.** Watchers in this process get each fact at once, through the session's
-feed. Other processes (and other agents on the same store) read the log, so a fact reaches them once it
-is appended: everything queued is flushed in the background ``flush_interval`` seconds after the first of
-it was queued (50 ms by default), or as soon as 256 facts are queued, whichever comes first, besides the
-flushes the run makes itself (at tool calls and at its end). A model streaming for minutes is thus
-followed from elsewhere a few tens of milliseconds behind, and a process that dies mid-stream leaves
-everything but its last ``flush_interval`` in the log.
+**What others see, and when.** Nobody sees a fact before the log has it: watchers in this process get it
+through the session's feed once it is appended, and other processes (and other agents on the same store)
+read the log. Everything queued is flushed in the background ``flush_interval`` seconds after the first of
+it was queued (50 ms by default; 10 ms while watchers follow the session's feed in this process), or as
+soon as 256 facts are queued, whichever comes first, besides the flushes the run makes itself (at tool
+calls and at its end). A model streaming for minutes is thus followed a few tens of milliseconds behind,
+and a process that dies mid-stream leaves everything but its last ``flush_interval`` in the log.
 """
 
 from __future__ import annotations
@@ -49,13 +49,16 @@ from rxagent.session.projection import Projection
 from rxagent.session.store import Lease, LeaseLostError, SessionStore
 from rxagent.state import AgentState
 
-__all__ = ["Recorder", "fact", "message_fact", "seed_session"]
+__all__ = ["LOST_RUN", "Recorder", "fact", "message_fact", "seed_session"]
 
 _TAIL = 4
 _FLUSH_AT = 256
 """Queued facts (recorded events, mostly) that start a flush in the background."""
 _log = logging.getLogger("rxagent")
 """Recorded messages checked for in-place replacement at each flush."""
+
+LOST_RUN = "the run ended with no record of how (its process stopped)"
+"""The error recorded for a run whose end the log lacks, by whoever takes the session next."""
 
 
 def fact(kind: FactKind, data: dict[str, JsonValue], run_id: str | None = None) -> Fact:
@@ -140,6 +143,13 @@ class Recorder:
         self._snapshot = _Snapshot.of(projection)
         self._background: asyncio.Task[None] | None = None
         self._closed = False
+        self._lost: str | None = None
+
+    def lost(self, run_id: str) -> None:
+        """Record, before anything else this recorder writes, that the run ``run_id`` (which the log leaves
+        open) ended without a record of how: ``run_failed`` with :data:`LOST_RUN`, written by this
+        recorder's run (named by then, if a run uses it)."""
+        self._lost = run_id
 
     def note(self, kind: FactKind, data: dict[str, JsonValue]) -> None:
         """Queue a fact that is not a state change, after the state's changes so far (so the log keeps
@@ -185,11 +195,14 @@ class Recorder:
             _log.debug("rxagent: a background flush of the session log failed", exc_info=True)
         finally:
             self._background = None
-            if self._queue and self._timer is None and self.flush_interval is not None and not self._closed:
+            if self._queue and self._timer is None:
                 # Queued while this flush was on its way (its timer found a flush going): not left behind.
-                self._timer = self.clock.call_later(self.flush_interval, self._flush_due)
+                self._arm()
 
     def _capture(self) -> None:
+        if self._lost is not None:
+            lost, self._lost = self._lost, None
+            self._enqueue([fact("run_failed", {"run_id": lost, "error": LOST_RUN}, self.run_id)])
         changes, self._snapshot, answered = self._snapshot.changes(self.projection, self.run_id)
         self._enqueue(changes)
         self._answered |= answered
@@ -200,15 +213,26 @@ class Recorder:
         first = self._next
         self._queue.extend(facts)
         self._next += len(facts)
-        if self._timer is None and self.flush_interval is not None and not self._closed:
-            # One timer for everything queued until it fires (not one per fact): the oldest fact waits
-            # at most flush_interval before others can read it.
-            self._timer = self.clock.call_later(self.flush_interval, self._flush_due)
+        if self._timer is None:
+            self._arm()
         if self.feed is not None:
             items = [FeedItem(first + i, f) for i, f in enumerate(facts)]
             if event is not None:  # watchers in this process get the event itself, not JSON to parse
                 items[-1].attach(event)
             self.feed.publish(items)
+
+    def _arm(self) -> None:
+        """Start the timer of the next background flush: one timer for everything queued until it fires
+        (not one per fact), so the oldest fact waits at most ``flush_interval`` before others can read
+        it; while watchers follow the session's feed (which gives out only what the log has), at most
+        the feed's wake interval (10 ms), so they follow a streaming answer as closely as before."""
+        if self.flush_interval is None or self._closed:
+            return
+        delay = self.flush_interval
+        feed = self.feed
+        if feed is not None and feed.watchers:
+            delay = min(delay, feed.interval)
+        self._timer = self.clock.call_later(delay, self._flush_due)
 
     def attach(self, feed: SessionFeed) -> None:
         """Publish to ``feed`` from now on, starting with what is queued and not yet in the log (a watcher
@@ -281,7 +305,7 @@ class Recorder:
     async def dispatched(self, call: ToolUseBlock) -> None:
         """Record that ``call`` is about to run (with everything before it), before its body starts (in a
         store that outlives the process; elsewhere it is queued for the run's next flush)."""
-        self.projection.uncertain[call.id] = call
+        self.projection.dispatch(call)
         recorded = Fact.later("tool_dispatched", _call_payload, call, self.run_id)
         if self.store.durable:
             await self.flush(recorded)
@@ -290,17 +314,23 @@ class Recorder:
             self._enqueue([recorded])
 
     async def finished(self, result: ToolResultBlock) -> None:
-        """Record ``result`` as soon as its call finished (queued, in a store that does not outlive the
-        process)."""
-        recorded = Fact.later("tool_result", _result_payload, result, self.run_id)
+        """Record ``result`` as soon as its call finished (appended at once in a store that outlives the
+        process, queued elsewhere).
+
+        The result joins the state's partial results at once, as the projection applies a
+        ``tool_result``: the state the run writes later holds it, so no later write of the run (another
+        call's result, the batch's end) can record a list without it. The call stays uncertain until the
+        fact is in the log.
+        """
+        self._capture()
+        self._enqueue([Fact.later("tool_result", _result_payload, result, self.run_id)])
+        partial = self.projection.state.partial_results
+        if all(r.tool_use_id != result.tool_use_id for r in partial):
+            partial.append(result)
+            self._snapshot.partial.append(result)  # recorded by the fact above: not a change to write
+        self._answered.add(result.tool_use_id)
         if self.store.durable:
-            await self.flush(recorded)
-        else:
-            self._enqueue([recorded])
-        self.projection.uncertain.pop(result.tool_use_id, None)
-        recorded = self._snapshot.partial
-        if all(r.tool_use_id != result.tool_use_id for r in recorded):
-            recorded.append(result)  # as the projection applies a tool_result
+            await self.flush()
 
 
 class _Snapshot:

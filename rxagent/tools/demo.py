@@ -2,7 +2,8 @@
 
 They are real tools (the file reader cannot leave its directory; the calculator evaluates arithmetic
 only, never Python, and refuses a result too large *before* computing it), small enough to read in one
-sitting as examples of ``@tool``.
+sitting as examples of ``@tool``. Each is read-only (``read_only=True``): a process that dies inside one
+leaves no call to reconcile, the next run simply runs it again.
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ def _bounded(value: float | complex) -> float:
     return value
 
 
-@tool(concurrency_safe=True)
+@tool(concurrency_safe=True, read_only=True)
 def calculator(
     expression: Annotated[
         str, Field(description="arithmetic such as '17 * 23' or '(2 + 3) ** 2'", max_length=200)
@@ -104,7 +105,7 @@ def calculator(
     return str(value)
 
 
-@tool(concurrency_safe=True)
+@tool(concurrency_safe=True, read_only=True)
 def clock(
     timezone: Annotated[
         str, Field(description="an IANA time zone such as 'Europe/Oslo'", max_length=64)
@@ -130,7 +131,7 @@ class FileReader:
             raise ValueError(f"{self.root} is not a directory")
         self.max_bytes = max_bytes
 
-    @tool(concurrency_safe=True)
+    @tool(concurrency_safe=True, read_only=True)
     def read_file(
         self,
         path: Annotated[str, Field(description="a path relative to the allowed directory", max_length=300)],

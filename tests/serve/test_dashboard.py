@@ -849,3 +849,33 @@ async def test_the_page_ships_in_the_wheel(tmp_path: Path) -> None:
             archive.read("rxagent/serve/dashboard.html")
             == (ROOT / "rxagent/serve/dashboard.html").read_bytes()
         )
+
+
+# ---- uncertain calls ---------------------------------------------------------------------------------------
+
+
+async def test_an_uncertain_call_gets_a_card_and_its_outcome_lets_the_session_carry_on(
+    browser: Browser, tmp_path: Path
+) -> None:
+    from rxagent.session import SQLiteStore
+    from tests.serve.test_reconcile import SESSION, killed_inside_the_refund
+    from tests.serve.test_reconcile import refunds as refund_tools
+
+    store = SQLiteStore(tmp_path / "sessions.db")
+    await killed_inside_the_refund(store)  # a server died while the refund ran
+    ran: list[str] = []
+    agent = ReActAgent(ScriptedModel(["A-1 was refunded before."]), refund_tools(ran), store=store)
+    async with serving(agent) as live, dashboard(browser, live) as dash:
+        await dash.open(SESSION)
+        await dash.state_is("uncertain")
+        card = dash.page.locator('.approval[data-call="r1"][data-kind="uncertain"]')
+        assert await dash.page.locator(".approval").count() == 1  # the read-only call needs nobody
+        assert await dash.page.locator("#input-send").is_disabled()
+        await card.locator("textarea.result").fill("refunded A-1")
+        await card.locator("button.reconcile-done").click(timeout=MS)
+        await dash.answer_is("A-1 was refunded before.")
+        await dash.state_is("idle")
+        await dash.until("() => document.querySelectorAll('.approval').length === 0")
+        assert len(dash.posts("/reconcile")) == 1
+    assert ran == []  # never run twice
+    await store.aclose()

@@ -1,4 +1,4 @@
-"""Crashes: a process running an agent on a SQLite session is SIGKILLed while a side-effecting tool runs.
+"""Crashes: a process running an agent on a session is SIGKILLed while side-effecting tools run.
 
 Each kill comes at a random moment of the tool's run (a seeded RNG picks whether the side effect was done
 yet, and a delay): before the tool wrote its line, or after it wrote it and before its result was
@@ -15,6 +15,15 @@ recorded. After each kill the test process loads the session and checks what the
 The next session's child starts (and imports) while the test checks the last one, so 20 kills stay
 within about a minute.
 
+**The torture test** (:func:`test_random_kills_of_batches_never_do_a_side_effect_twice`): on SQLite and on
+PostgreSQL, rounds of batches of two and three side-effecting calls, run one by one and ``concurrency_safe``
+together, each round's process SIGKILLed at a random moment (seeded: ``RXAGENT_CRASH_SEED`` picks another
+seed; the seed and the counts are printed). Each call appends its id to a ledger file (fsync) outside the
+store. After each kill (tests/session/crash_checks.py): every call's side effect happened 0 or 1 times,
+and one that happened has its recorded result or is reported uncertain. Then this process takes the
+session over (reconciling uncertain calls from the ledger), and the round ends with every call done
+exactly once and the killed run recorded as failed.
+
 Bad inputs tried: reconciling a call id that is not uncertain, reconciling a call twice in one request,
 and reconciling once nothing is uncertain (each a :class:`ReconcileError`, nothing recorded).
 """
@@ -23,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -31,13 +41,22 @@ from pathlib import Path
 
 import pytest
 
-from rxagent.agent import ReActAgent
+from rxagent.agent import AgentOptions, ReActAgent
 from rxagent.context import RuntimeContext
 from rxagent.model.scripted import ScriptedModel
-from rxagent.session import Reconcile, ReconcileError, SQLiteStore, UncertainToolCallsError
+from rxagent.session import (
+    Reconcile,
+    ReconcileError,
+    SessionStore,
+    SQLiteStore,
+    UncertainToolCallsError,
+    open_store,
+)
+from rxagent.session.recorder import LOST_RUN
 
 from .child_process import ChildProcess
-from .crash_process import ledger_toolkit
+from .crash_checks import Kills, check_killed, check_recovered, kill_at_random, outcomes_from_ledger
+from .crash_process import batch_model, call_ids, effect_toolkit, ledger_toolkit, round_text
 
 SCRIPT = Path(__file__).with_name("crash_process.py")
 USER, SESSION = "ada", "orders"
@@ -158,8 +177,11 @@ async def test_a_side_effect_cut_short_by_a_kill_is_uncertain_until_reconciled_a
                 with pytest.raises(UncertainToolCallsError, match=call_id) as refused:
                     await agent.call(None, CTX)
             assert [c.id for c in refused.value.calls] == [call_id]
-            head = len(facts)
-            assert await store.head(KEY) == head  # refusing recorded nothing
+            # Refusing recorded only what the log lacked: the killed run ended, failed, and why.
+            (ended,) = (await store.read(KEY))[len(facts) :]
+            killed = [json.loads(p)["run_id"] for _, kind, p in facts if kind == "run_started"][-1]
+            assert (ended.kind, ended.data()) == ("run_failed", {"run_id": killed, "error": LOST_RUN})
+            head = len(facts) + 1
 
             with pytest.raises(ReconcileError, match="no uncertain call with id 'refund-x'"):
                 await agent.reconcile(CTX, [Reconcile("refund-x", "failed")])
@@ -233,3 +255,91 @@ async def test_an_idempotent_call_cut_short_by_a_kill_is_run_again_by_the_next_r
             results = [f.data() for f in after if f.kind == "tool_result"]
             assert [r["result"]["tool_use_id"] for r in results] == [call_id]  # type: ignore[index,call-overload]
             await agent.aclose()
+
+
+# ---- the torture test --------------------------------------------------------------------------------------
+
+SEED = int(os.environ.get("RXAGENT_CRASH_SEED", "2112"))
+ROUNDS = 16
+"""Kills per store: two sizes of batch, sequential and together, four rounds each."""
+
+
+async def start_batches_child(where: str, ledger: Path, seed: int) -> ChildProcess:
+    config = {
+        "batches": True,
+        "store": where,
+        "user": USER,
+        "session": SESSION,
+        "ledger": str(ledger),
+        "seed": seed,
+        "lease_ttl": LEASE_TTL,
+    }
+    child = await ChildProcess.start(SCRIPT, json.dumps(config))
+    try:
+        assert await child.answer(within=60) == {"ready": True}
+    except BaseException:
+        await child.close()
+        raise
+    return child
+
+
+async def take_over(store: SessionStore, ledger: Path, text: str) -> str:
+    """Finish the round in this process, as an operator would: reconcile what is uncertain from the
+    ledger, then run the session on (with the round's input again if the log never got it); how."""
+    agent = ReActAgent(batch_model(), effect_toolkit(ledger), store=store, options=AgentOptions(lease_ttl=5))
+    try:
+        messages = (await agent.state(CTX)).messages
+        again = None if any(m.role == "user" and m.text == text for m in messages) else text
+        how = "asked again" if again else "carried on"
+        async with asyncio.timeout(30):  # the run waits for the dead child's lease to expire
+            try:
+                result = await agent.call(again, CTX)
+            except UncertainToolCallsError as refused:
+                outcomes = outcomes_from_ledger(refused.calls, ledger)
+                how = "reconciled: " + ",".join(sorted(o.outcome for o in outcomes))
+                await agent.reconcile(CTX, outcomes)
+                result = await agent.call(None, CTX)
+        assert (result.reason, result.text) == ("MODEL_STOP", "done")
+        return how
+    finally:
+        await agent.aclose()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_random_kills_of_batches_never_do_a_side_effect_twice(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path, children: list[ChildProcess]
+) -> None:
+    where = str(tmp_path / "sessions.db") if kind == "sqlite" else request.getfixturevalue("postgres_url")
+    ledger = tmp_path / "ledger.txt"
+    seed = SEED + (kind == "postgres")
+    rng = random.Random(seed)
+    kills = Kills.new()
+
+    async def start(number: int) -> ChildProcess:
+        child = await start_batches_child(where, ledger, seed * 1000 + number)
+        children.append(child)
+        return child
+
+    store = open_store(where)
+    upcoming = asyncio.ensure_future(start(0))
+    try:
+        for number in range(ROUNDS):
+            together, calls = bool(number % 2), 2 + (number // 2) % 2
+            ids, text = call_ids(number, calls), round_text(number, calls, together)
+            child = await upcoming
+            child.send(input=text)
+            assert await child.answer() == {"running": True}
+            await kill_at_random(child, rng, ids)
+            if number + 1 < ROUNDS:
+                upcoming = asyncio.ensure_future(start(number + 1))  # imports while this kill is checked
+
+            landed = await check_killed(store, KEY, ledger, ids)
+            kills.add(landed)
+            kills.outcomes[await take_over(store, ledger, text)] += 1
+            await check_recovered(store, KEY, ledger, ids, landed.open_runs)
+    finally:
+        await store.aclose()
+    print(f"crash torture on {kind}, seed {seed}: {kills}")
+    assert kills.total == ROUNDS
+    assert kills.where["inside the batch"] >= ROUNDS // 4  # the moments do fall inside the batches

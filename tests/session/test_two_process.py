@@ -190,7 +190,7 @@ async def test_a_process_paused_past_its_lease_is_overtaken_and_its_next_append_
     assert lost["error"] == "the run ended with no record of how (its process stopped)"  # type: ignore[index,call-overload]
     assert lost["run_id"] == runs[0][0]  # type: ignore[index,call-overload]
     # The result A's tool got before the pause was kept, and B sent it on before its own input.
-    first = next(f for f in facts if f.run_id == runs[1][0]).data()["message"]  # type: ignore[index,call-overload]
+    first = next(f for f in facts if f.run_id == runs[1][0] and f.kind == "message").data()["message"]  # type: ignore[index,call-overload]
     assert first["role"] == "tool"  # type: ignore[index]
     assert [(r["tool_use_id"], r["output"][0]["text"]) for r in first["content"]] == [
         ("A-1", "noted A holds")

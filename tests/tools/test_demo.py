@@ -9,7 +9,17 @@ from threading import Thread
 
 import pytest
 
+from rxagent import Msg
+from rxagent.agent import ReActAgent
+from rxagent.context import RuntimeContext
+from rxagent.messages import ToolUseBlock
+from rxagent.model.scripted import ScriptedModel
+from rxagent.session import SQLiteStore
+from rxagent.session.recorder import fact, message_fact
+from rxagent.tools import Toolkit
 from rxagent.tools.demo import MAX_RESULT_DIGITS, FileReader, calculator, clock, demo_tools
+
+KEY = (None, "sums")
 
 
 @pytest.mark.parametrize(
@@ -106,3 +116,34 @@ def test_file_reader_reads_no_more_than_it_keeps(tmp_path: Path) -> None:
     with (tmp_path / "huge.bin").open("wb") as file:
         file.truncate(8 * 1024**3)
     assert FileReader(tmp_path, max_bytes=10).read_file("huge.bin") == "\x00" * 10 + "\n[… cut off]"
+
+
+async def test_the_demo_tools_are_read_only_so_a_crash_inside_one_never_strands_its_session(
+    tmp_path: Path,
+) -> None:
+    assert all(t.traits.read_only for t in demo_tools(["calculator", "clock", "files"], files_root=tmp_path))
+    # A log as a process killed inside the calculator leaves it: the call dispatched, no result.
+    store = SQLiteStore(tmp_path / "sessions.db")
+    call = ToolUseBlock(id="c1", name="calculator", input={"expression": "6 * 7"}, raw_arguments="")
+    lease = await store.acquire(KEY, "the process that died", 60)
+    assert lease is not None
+    await store.append(
+        lease,
+        [
+            fact("run_started", {"run_id": "run_1", "turn_id": "turn_1"}, "run_1"),
+            message_fact("message", Msg.user("What is 6 * 7?"), "run_1"),
+            message_fact("message", Msg.model_validate({"role": "assistant", "content": [call]}), "run_1"),
+            fact("tool_dispatched", {"call": call.model_dump(mode="json")}, "run_1"),
+        ],
+    )
+    await store.release(lease)
+    agent = ReActAgent(ScriptedModel(["42."]), Toolkit(demo_tools(["calculator"])), store=store)
+    ctx = RuntimeContext(session_id=KEY[1])
+
+    result = await agent.call(None, ctx)  # nobody is asked: running it again changes nothing
+
+    assert result.text == "42."
+    state = await agent.state(ctx)
+    assert [r.text for m in state.messages for r in m.tool_results] == ["42"]
+    await agent.aclose()
+    await store.aclose()
