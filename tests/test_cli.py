@@ -1249,7 +1249,10 @@ async def test_respond_deny_never_runs_the_call(server: OpenAIServer) -> None:
 
     assert done.code == ExitCode.ANSWER, done.stderr
     events = done.events()
-    assert not [e for e in events if e["type"] in ("tool_execution_started", "tool_result")]
+    assert not [e for e in events if e["type"] == "tool_execution_started"]
+    # The denial is an outcome like any other: one tool_result event, before the tool message.
+    [told] = [e for e in events if e["type"] == "tool_result"]
+    assert (told["result"]["tool_use_id"], told["result"]["status"]) == ("call_1", "denied")
     # The denial is the first message the run completes: the tool's result, which the model sees next.
     tool_message = next(e["message"] for e in events if e["type"] == "message_completed")
     [result] = tool_message["content"]

@@ -25,8 +25,9 @@ rxagent event                          AG-UI events
 ``MessageCompleted`` (assistant)       ``TEXT_MESSAGE_END`` (and closes thinking and calls still open)
 ``ToolExecutionStarted``, ``ToolResult``  ``STEP_STARTED`` / ``STEP_FINISHED`` (``tool NAME ID``),
                                        ``TOOL_CALL_RESULT``
-``MessageCompleted`` (tool results)    ``TOOL_CALL_RESULT`` for results no tool reported (a denial, an
-                                       external result)
+``MessageCompleted`` (tool results)    ``TOOL_CALL_RESULT`` for results no ``ToolResult`` told (denials,
+                                       external results and rejections have their own ``ToolResult``:
+                                       each result is told once)
 ``AgentResult``                        ``STATE_SNAPSHOT``, then ``RUN_FINISHED`` (outcome ``success``
                                        with the answer as ``result``; ``interrupt`` for calls waiting for
                                        an approval or an external result; ``cancelled`` for an interrupted
@@ -636,7 +637,7 @@ class AguiTranslator:
         message = event.message
         if message.role == "assistant":
             return self._end_reasoning() + self._end_text() + self._end_calls()
-        # Results no tool reported (a denial, an external result, an interrupted call) are told here.
+        # Results no ToolResult told (a custom step's that added one without its event) are told here.
         return [self._told(r) for r in message.tool_results if r.tool_use_id not in self._results]
 
     def _execution_started(self, event: ToolExecutionStarted) -> list[BaseEvent]:

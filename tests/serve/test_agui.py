@@ -297,6 +297,8 @@ async def test_an_external_tool_is_an_interrupt_answered_with_its_result() -> No
         second = await agui(live, run_input("t", "run-2", resume=resume))
         assert isinstance(second[-1], RunFinishedEvent)
         assert second[-1].result["text"] == "Signed."  # type: ignore[index]
+        (told,) = of_type(second, ToolCallResultEvent)  # the result's ToolResult and tool message: told once
+        assert (told.tool_call_id, told.content) == ("e1", "signed by Ada")
         assert model.requests[1].messages[-1].tool_results[0].text == "signed by Ada"
 
 
