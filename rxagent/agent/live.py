@@ -17,6 +17,13 @@ be called from any thread (a UI thread, a widget callback): they hand their work
 Disconnecting is not stopping: a watcher that stops watching (leaves its ``async for``, disposes its
 subscription) never affects a run. Stopping is :meth:`SessionHandle.interrupt` (the run ends
 ``INTERRUPTED``, what finished kept) or :meth:`RunHandle.cancel` (cleanup only).
+
+**One answer per call.** A call waiting for an approval or an external result takes one answer: the first.
+:meth:`~SessionHandle.respond` refuses an answer for a call that a run submitted here already carries an
+answer for (:class:`~rxagent.agent.inputs.AnswerTakenError`, at once, before anything is queued), and a run
+that carries answers checks them again when it takes the session, under its lease, before it starts: an
+answer the log records already (another process, another handle) refuses it the same way, with no event
+and nothing recorded.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
@@ -32,14 +39,30 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 from reactivex import Observable, abc
 
 from rxagent.agent.control import RunControl
-from rxagent.agent.inputs import AgentInput, ExternalResult, ToolDecision
+from rxagent.agent.inputs import (
+    AgentInput,
+    AnswerTakenError,
+    ExternalResult,
+    ToolDecision,
+    check_message,
+    normalise_input,
+)
 from rxagent.agent.routing import check_answers
 from rxagent.agent.run import tool_view
 from rxagent.context import RuntimeContext
 from rxagent.events import AgentEvent, AgentResult
 from rxagent.messages import Msg, new_id
 from rxagent.operators import from_async_iterable, map_many
-from rxagent.session import FeedGap, FeedItem, FeedPolicy, SessionFeed, one_by_one
+from rxagent.session import (
+    AnswerKind,
+    AnswerRecord,
+    FeedGap,
+    FeedItem,
+    FeedPolicy,
+    SessionFeed,
+    answers_of,
+    one_by_one,
+)
 from rxagent.state import PendingCall
 
 if TYPE_CHECKING:
@@ -98,6 +121,7 @@ class RunHandle:
         self.control = RunControl()
         self._session = session
         self._future: concurrent.futures.Future[AgentResult] = concurrent.futures.Future()
+        self._began: concurrent.futures.Future[bool] = concurrent.futures.Future()
         self._subscription: abc.DisposableBase | None = None
         self._result: AgentResult | None = None
 
@@ -118,6 +142,13 @@ class RunHandle:
         """Whether it ended (with a result or an error, or cancelled)."""
         return self._future.done()
 
+    async def began(self) -> bool:
+        """Wait until the run began (it holds its session and emitted its first event: its input passed
+        the checks made as it took the session) or ended first (on the loop). ``True`` once it began;
+        ``False`` when it ended without beginning (refused, cancelled, or failed to take its session:
+        awaiting the handle raises why)."""
+        return await asyncio.wrap_future(self._began)
+
     def interrupt(self) -> bool:
         """Interrupt it (from any thread); ``False`` if it is not running."""
         return self.control.interrupt()
@@ -133,7 +164,14 @@ class RunHandle:
             subscription.dispose()
         if not self._future.done():
             self._future.cancel()
+        self._begin(False)
         self._session.finished(self)
+
+    def _begin(self, began: bool) -> None:
+        if not self._began.done():
+            self._began.set_result(began)
+            if began:
+                self._session.run_began(self)
 
     def add_done_callback(self, callback: Callable[[RunHandle], object]) -> None:
         """Call ``callback(self)`` once the run ended (with a result or an error, or cancelled); at once if
@@ -161,12 +199,14 @@ class RunHandle:
 
     def start(self, events: Observable[AgentEvent]) -> None:
         def on_next(event: AgentEvent) -> None:
+            self._begin(True)
             if isinstance(event, AgentResult) and event.run_id == self.id:
                 self._result = event
 
         def on_error(error: Exception) -> None:
             if not self._future.done():
                 self._future.set_exception(error)
+            self._begin(False)
             self._session.finished(self)
 
         def on_completed() -> None:
@@ -175,6 +215,7 @@ class RunHandle:
                     self._future.set_result(self._result)
                 else:
                     self._future.set_exception(RuntimeError("the run ended without a result"))
+            self._begin(False)
             self._session.finished(self)
 
         self._subscription = events.subscribe(on_next, on_error, on_completed)
@@ -197,6 +238,10 @@ class SessionHandle:
         self._idle = asyncio.Event()
         self._idle.set()
         self._stopping = False
+        self._guard = threading.Lock()
+        self._taken: dict[str, AnswerRecord] = {}
+        """Answers carried by runs submitted here that have not ended, by call id (guarded: ``submit`` may
+        be called from any thread)."""
         self.last_run: RunHandle | None = None
         """The run submitted most recently (a steer that started one included)."""
 
@@ -223,12 +268,28 @@ class SessionHandle:
         :meth:`~rxagent.context.RuntimeContext.with_traceparent`); without it the run has the session
         context's trace id.
 
+        An input that answers waiting calls is refused when a run submitted here and not ended yet carries
+        an answer for one of them (only the first answer counts; see the module); the answers are checked
+        once more when the run takes the session.
+
         Raises:
             ValueError: ``traceparent`` is not a valid header (nothing is queued; the W3C asks a server
                 to ignore such a header: catch this and submit without it).
+            InvalidInputError: text a log cannot keep (see :mod:`rxagent.agent.inputs`); nothing is queued.
+            AnswerTakenError: an answer for a call another answer was taken for; nothing is queued.
+            TypeError: not an agent input.
         """
+        decisions = normalise_input(input).decisions
         ctx = self.ctx if traceparent is None else self.ctx.with_traceparent(traceparent)
         run = RunHandle(self, input, ctx)
+        if decisions:
+            with self._guard:  # checked and taken in one step, whichever thread answers
+                for decision in decisions:
+                    taken = self._taken.get(decision.call_id)
+                    if taken is not None:
+                        raise AnswerTakenError(taken)
+                for decision in decisions:
+                    self._taken[decision.call_id] = AnswerRecord(decision.call_id, _kind(decision), run.id)
         self.last_run = run
         self._runs.append(run)
         self._idle.clear()
@@ -249,19 +310,36 @@ class SessionHandle:
         traceparent: str | None = None,
     ) -> RunHandle:
         """Answer calls waiting for approval or for external results (a run that carries on from them);
-        ``traceparent`` as for :meth:`submit`."""
+        ``traceparent`` as for :meth:`submit`.
+
+        Raises:
+            AnswerTakenError: a run submitted here and not ended carries an answer for one of these calls
+                already (nothing is queued). The run checks its answers again as it takes the session:
+                awaiting it raises ``AnswerTakenError`` when the log has an answer for one of them by then
+                (given through another handle or process); it then never began.
+        """
         return self.submit(answers, traceparent=traceparent)
 
     def steer(self, message: str | Msg) -> None:
         """Deliver ``message`` (a user message) into the running run at its next reasoning boundary: it
         joins the history right before the next model turn, recorded where it took effect. When no run is
-        going, or the run ends before such a boundary, it starts the next run (see :attr:`last_run`)."""
-        self.on_loop(self._deliver, _as_message(message), True)
+        going, or the run ends before such a boundary, it starts the next run (see :attr:`last_run`).
+
+        Raises:
+            InvalidInputError: text a log cannot keep (nothing is delivered).
+        """
+        delivered = _as_message(message)
+        self.on_loop(self._deliver, delivered, True)
 
     def inject(self, message: str | Msg) -> None:
         """Add ``message`` to the conversation without starting a turn: into the running run at its next
-        boundary, or, when none is going, straight into the session's history (no model call)."""
-        self.on_loop(self._deliver, _as_message(message), False)
+        boundary, or, when none is going, straight into the session's history (no model call).
+
+        Raises:
+            InvalidInputError: text a log cannot keep (nothing is delivered).
+        """
+        delivered = _as_message(message)
+        self.on_loop(self._deliver, delivered, False)
 
     def _deliver(self, message: Msg, steer: bool) -> None:
         active = self.agent.active_run(self.ctx)
@@ -282,6 +360,9 @@ class SessionHandle:
         if steered:
             self.submit(steered)
 
+    def run_began(self, run: RunHandle) -> None:
+        """A submitted run began (called by the run handle, on the loop)."""
+
     def _chore(self, work: Any) -> None:
         self._chores += 1
         self._idle.clear()
@@ -299,9 +380,13 @@ class SessionHandle:
         return active is not None and active.control.interrupt()
 
     def finished(self, run: RunHandle) -> None:
-        """A submitted run ended (called by the run handle, on the loop)."""
+        """A submitted run ended (called by the run handle, on the loop): the answers it carried are in
+        the log now, or were never taken."""
         if run in self._runs:
             self._runs.remove(run)
+        with self._guard:
+            for call_id in [i for i, taken in self._taken.items() if taken.run_id == run.id]:
+                del self._taken[call_id]
         self._check_idle()
 
     def _check_idle(self) -> None:
@@ -392,13 +477,46 @@ class SessionHandle:
         (on the loop; nothing changes).
 
         Raises:
+            AnswerTakenError: a call another answer was taken for (by a run submitted here that has not
+                ended, or as the log records it).
             PendingToolCallsError: an unknown call id, two answers for one call, the wrong kind of answer,
                 or edited arguments the tool refuses (see
                 :func:`~rxagent.agent.routing.check_answers`).
         """
+        self.refuse_taken(a.call_id for a in answers)
         state = await self.agent.state(self.ctx)
         waiting = {p.call.id: p for p in state.pending if p.kind != "retry"}
+        gone = [a.call_id for a in answers if a.call_id not in waiting]
+        if gone:
+            taken = await self.taken_answers(gone)
+            for call_id in gone:
+                if call_id in taken:
+                    raise AnswerTakenError(taken[call_id])
         check_answers(answers, waiting, tool_view(self.agent.toolkit, self.ctx, state))
+
+    def refuse_taken(self, call_ids: Iterable[str]) -> None:
+        """Refuse answers to ``call_ids`` when a run submitted here that has not ended carries an answer
+        for one of them (from any thread; what :meth:`submit` checks as it queues answers).
+
+        Raises:
+            AnswerTakenError: the first such call, with the answer taken.
+        """
+        with self._guard:
+            for call_id in call_ids:
+                taken = self._taken.get(call_id)
+                if taken is not None:
+                    raise AnswerTakenError(taken)
+
+    async def taken_answers(self, call_ids: Sequence[str]) -> dict[str, AnswerRecord]:
+        """The answers taken for ``call_ids``, by call id (on the loop): carried by runs submitted here
+        that have not ended, or recorded in the session's log (by any run, in any process). A call with
+        none is left out."""
+        with self._guard:
+            taken = {i: self._taken[i] for i in call_ids if i in self._taken}
+        rest = [i for i in call_ids if i not in taken]
+        if rest:
+            taken.update(answers_of(await self.agent.facts(self.ctx), rest))
+        return taken
 
     # ---- watching -----------------------------------------------------------------------------------------
 
@@ -442,4 +560,12 @@ class SessionHandle:
 
 
 def _as_message(message: str | Msg) -> Msg:
-    return Msg.user(message) if isinstance(message, str) else message
+    made = Msg.user(message) if isinstance(message, str) else message
+    check_message(made, "message")
+    return made
+
+
+def _kind(answer: ToolDecision | ExternalResult) -> AnswerKind:
+    if isinstance(answer, ExternalResult):
+        return "external_result"
+    return "approval" if answer.allow else "denial"

@@ -4,7 +4,9 @@ The input is an AG-UI ``RunAgentInput``; its ``threadId`` is the session id. The
 conversation, so of the input's ``messages`` only the **last user message** counts, and only when the
 session does not have it yet (by message id: sending the same input twice runs once). ``resume`` entries
 answer the interrupts of the run before (an entry naming no open interrupt is ignored, with a warning
-event; interrupts left unanswered stay open, and the run ends interrupted again). ``state``, ``tools``,
+event; interrupts left unanswered stay open, and the run ends interrupted again). An interrupt takes one
+answer, the first: a resume entry for an interrupt that was answered already (another tab, another
+client) is refused with 409, naming the call and the answer taken, and nothing runs. ``state``, ``tools``,
 ``context`` and ``forwardedProps`` are not used: the agent's own tools run on the server.
 
 The answer is a stream of ``ag_ui.core`` events encoded by ``ag_ui.encoder.EventEncoder``, translated from
@@ -95,7 +97,14 @@ from ag_ui.encoder import EventEncoder
 from aiohttp import web
 from pydantic import ValidationError
 
-from rxagent.agent import ExternalResult, PendingToolCallsError, RunHandle, ToolDecision
+from rxagent.agent import (
+    AnswerTakenError,
+    ExternalResult,
+    PendingToolCallsError,
+    RunHandle,
+    SessionHandle,
+    ToolDecision,
+)
 from rxagent.events import (
     AgentEvent,
     AgentResult,
@@ -118,7 +127,7 @@ from rxagent.events import (
 )
 from rxagent.messages import Msg, ToolResultBlock, ToolUseBlock
 from rxagent.serve.http import ApiError, read_json
-from rxagent.serve.hub import HUB
+from rxagent.serve.hub import HUB, refusal
 from rxagent.serve.session_api import pending_json
 from rxagent.serve.streams import EventStream
 from rxagent.session import FeedGap, FeedItem
@@ -270,18 +279,23 @@ async def run_agui(request: web.Request) -> web.StreamResponse:
     session_id = hub.session_id(run_input.thread_id)
     hub.refuse_while_stopping()
     handle = hub.handle(session_id)
+    feed = await handle.open_feed()
+    after = feed.head  # the run's facts come after it
     status = await handle.read_status()
     waiting = {p.call.id: p for p in status.pending}
-    answers, warnings = answers_from_resume(run_input.resume or (), waiting)
+    resume = run_input.resume or ()
+    await _refuse_taken(handle, [e.interrupt_id for e in resume if e.interrupt_id not in waiting])
+    answers, warnings = answers_from_resume(resume, waiting)
     state = await hub.agent.state(handle.ctx)
     message = _new_message(run_input, {m.id for m in state.messages})
     if answers:
-        if status.state in ("running", "queued"):
-            raise ApiError(409, "a run of this thread is going or queued: resume once it has ended")
         try:
             await handle.check(answers)
+            handle.refuse_taken(a.call_id for a in answers)  # again: nothing is awaited from here on
         except PendingToolCallsError as refused:
-            raise ApiError(409, str(refused)) from None
+            raise refusal(refused) from None
+        if handle.status().state in ("running", "queued"):
+            raise ApiError(409, "a run of this thread is going or queued: resume once it has ended")
     elif message is None:
         raise ApiError(
             409,
@@ -290,9 +304,11 @@ async def run_agui(request: web.Request) -> web.StreamResponse:
         )
     else:
         hub.refuse_while_waiting(status, "new input (send resume entries for its interrupts)")
-    feed = await handle.open_feed()
-    after = feed.head
-    run = hub.submit(handle, [*answers, *([message] if message is not None else [])], request)
+    carried = [*answers, *([message] if message is not None else [])]
+    if answers:
+        run = await hub.submit_answers(handle, carried, request)  # 409 when another answer came first
+    else:
+        run = hub.submit(handle, carried, request)
     still_waiting = {i: p for i, p in waiting.items() if i not in {a.call_id for a in answers}}
     translator = AguiTranslator(
         run_input.thread_id,
@@ -353,6 +369,17 @@ async def run_agui(request: web.Request) -> web.StreamResponse:
         hub.streams.discard(stream)
         settled.cancel()
     return stream.response
+
+
+async def _refuse_taken(handle: SessionHandle, interrupt_ids: list[str]) -> None:
+    """Refuse (409) resume entries for interrupts that were open and took an answer already (another tab,
+    another client); entries naming no interrupt at all are ignored later, as AG-UI asks."""
+    if not interrupt_ids:
+        return
+    taken = await handle.taken_answers(interrupt_ids)
+    for interrupt_id in interrupt_ids:
+        if interrupt_id in taken:
+            raise refusal(AnswerTakenError(taken[interrupt_id]))
 
 
 def _take_batch(batch: list[FeedItem], run_id: str, translator: AguiTranslator) -> list[BaseEvent]:

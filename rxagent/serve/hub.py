@@ -15,13 +15,21 @@ import re
 
 from aiohttp import web
 
-from rxagent.agent import AgentInput, ReActAgent, RunHandle, SessionHandle, SessionStatus
+from rxagent.agent import (
+    AgentInput,
+    AnswerTakenError,
+    PendingToolCallsError,
+    ReActAgent,
+    RunHandle,
+    SessionHandle,
+    SessionStatus,
+)
 from rxagent.context import RuntimeContext
 from rxagent.serve.http import ApiError
 from rxagent.serve.settings import ServeSettings
 from rxagent.serve.streams import EventStream
 
-__all__ = ["HUB", "SESSION_ID", "SessionHub"]
+__all__ = ["HUB", "SESSION_ID", "SessionHub", "refusal"]
 
 _log = logging.getLogger("rxagent.serve.runs")
 
@@ -101,6 +109,30 @@ class SessionHub:
         run.add_done_callback(lambda ended: _log_end(ended, ids))
         return run
 
+    async def submit_answers(
+        self, handle: SessionHandle, input: AgentInput, request: web.Request
+    ) -> RunHandle:
+        """:meth:`submit` for an input that answers waiting calls, once the answers are taken: the run
+        holds the session and checked them there, under its lease (it began), or it ended first.
+
+        Raises:
+            ApiError: 409 naming the call and the answer taken, when another answer to one of these calls
+                was taken first (by a run going here, or one the log records: another server, another
+                tab); no run starts then.
+        """
+        try:
+            run = self.submit(handle, input, request)
+        except AnswerTakenError as taken:  # a run submitted here carries an answer for the call already
+            raise refusal(taken) from None
+        if not await run.began():
+            try:
+                run.result()
+            except AnswerTakenError as taken:  # the log had an answer when the run took the session
+                raise refusal(taken) from None
+            except Exception:  # the run's own failure, as for any run: its end tells the client
+                pass
+        return run
+
     def refuse_while_stopping(self) -> None:
         """Raise a 503 while the server stops (it starts nothing new then)."""
         if self.stopping:
@@ -133,6 +165,17 @@ class SessionHub:
                     await asyncio.gather(*finishing)
         for stream in list(self.streams):
             stream.end()
+
+
+def refusal(error: PendingToolCallsError) -> ApiError:
+    """The 409 for answers that do not fit the session: for a second answer to a call, one that names
+    the call (``call_id``), the answer taken (``taken``: ``approval``, ``denial`` or ``external_result``)
+    and the run that took it (``taken_by``)."""
+    if isinstance(error, AnswerTakenError):
+        taken = error.taken
+        details = {"call_id": taken.call_id, "taken": taken.kind, "taken_by": taken.run_id}
+        return ApiError(409, str(error), details)
+    return ApiError(409, str(error))
 
 
 def _log_end(run: RunHandle, ids: dict[str, str | None]) -> None:

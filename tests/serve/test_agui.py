@@ -256,10 +256,11 @@ async def test_an_approval_round_trip_through_interrupt_and_resume_runs_the_tool
         assert finished.outcome.type == "success"
         assert ran == ["refund A-1"]
 
-        status, _ = await live.post(
+        status, error = await live.post(
             "/ag-ui", run_input("t", "run-3", ("m1", "Refund order A-1."), resume=resume)
         )
-        assert status == 409  # nothing is waiting any more: the entry is ignored and nothing is new
+        assert status == 409  # the interrupt was answered: only the first answer counts
+        assert (error["call_id"], error["taken"]) == ("r1", "approval")
         assert ran == ["refund A-1"]
 
 
