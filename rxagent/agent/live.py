@@ -24,13 +24,20 @@ answer for (:class:`~rxagent.agent.inputs.AnswerTakenError`, at once, before any
 that carries answers checks them again when it takes the session, under its lease, before it starts: an
 answer the log records already (another process, another handle) refuses it the same way, with no event
 and nothing recorded.
+
+**Messages keep their order.** What :meth:`~SessionHandle.steer` and :meth:`~SessionHandle.inject` deliver
+reaches the session in the order it was delivered, whichever way each goes (into the running run at its
+next boundary, into the history, or as the input of the next run): messages wait on the handle until
+those before them have reached the session.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import threading
+from collections import deque
 from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -69,6 +76,8 @@ if TYPE_CHECKING:
     from rxagent.agent.react import ReActAgent
 
 __all__ = ["RunHandle", "SessionHandle", "SessionState", "SessionStatus"]
+
+_log = logging.getLogger("rxagent")
 
 SessionState: TypeAlias = Literal["idle", "queued", "running", "waiting_for_approval", "waiting_for_results"]
 """Where a session stands: nothing to do, runs waiting for their turn, a run going, or calls waiting for a
@@ -242,6 +251,11 @@ class SessionHandle:
         self._taken: dict[str, AnswerRecord] = {}
         """Answers carried by runs submitted here that have not ended, by call id (guarded: ``submit`` may
         be called from any thread)."""
+        self._mail: deque[tuple[Msg, bool]] = deque()
+        """Steered (``True``) and injected messages waiting for those before them to reach the session."""
+        self._mail_busy: RunHandle | asyncio.Future[None] | None = None
+        """What the messages delivered before are on their way in: a run they started that has not begun,
+        or their write into the history."""
         self.last_run: RunHandle | None = None
         """The run submitted most recently (a steer that started one included)."""
 
@@ -324,6 +338,7 @@ class SessionHandle:
         """Deliver ``message`` (a user message) into the running run at its next reasoning boundary: it
         joins the history right before the next model turn, recorded where it took effect. When no run is
         going, or the run ends before such a boundary, it starts the next run (see :attr:`last_run`).
+        Messages steered and injected reach the session in the order they were delivered (see the module).
 
         Raises:
             InvalidInputError: text a log cannot keep (nothing is delivered).
@@ -333,7 +348,8 @@ class SessionHandle:
 
     def inject(self, message: str | Msg) -> None:
         """Add ``message`` to the conversation without starting a turn: into the running run at its next
-        boundary, or, when none is going, straight into the session's history (no model call).
+        boundary, or, when none is going, straight into the session's history (no model call) — after the
+        messages delivered before it.
 
         Raises:
             InvalidInputError: text a log cannot keep (nothing is delivered).
@@ -342,37 +358,62 @@ class SessionHandle:
         self.on_loop(self._deliver, delivered, False)
 
     def _deliver(self, message: Msg, steer: bool) -> None:
-        active = self.agent.active_run(self.ctx)
-        if active is not None and not active.ended:
-            active.inbox.append((message, steer))
-            return
-        self.take_left_over([(message, steer)])
+        self._mail.append((message, steer))
+        self._idle.clear()
+        self._send_mail()
 
     def take_left_over(self, entries: Sequence[tuple[Msg, bool]]) -> None:
-        """Messages a run did not take in before it ended: steered ones start the next run together,
-        injected ones join the history."""
-        steered = [m for m, steer in entries if steer]
-        injected = [m for m, steer in entries if not steer]
-        if self._stopping:  # no new run while the session stops: the messages join the history
-            injected, steered = [m for m, _ in entries], []
-        if injected:
-            self._chore(self.agent.add_messages(self.ctx, injected))
-        if steered:
-            self.submit(steered)
+        """Messages a run did not take in before it ended (on the loop): they go on ahead of any delivered
+        since, together — as the input of the next run when one of them was steered, else into the
+        history."""
+        self._mail.extendleft(reversed(entries))
+        self._idle.clear()
+        self._send_mail()
+
+    def _send_mail(self) -> None:
+        """Hand the waiting messages on, in order: into the run holding the session (it hands back what
+        it does not take in), else as one batch, once the batch before it has reached the session."""
+        if not self._mail or self._mail_busy is not None:
+            return
+        active = self.agent.active_run(self.ctx)
+        if active is not None:  # it holds the session until it has handed its inbox back
+            active.inbox.extend(self._mail)
+            self._mail.clear()
+            return
+        entries = list(self._mail)
+        self._mail.clear()
+        messages = [m for m, _ in entries]
+        # No new run while the session stops: the messages join the history.
+        if self._stopping or not any(steer for _, steer in entries):
+            self._mail_busy = self._chore(self.agent.add_messages(self.ctx, messages))
+        else:
+            self._mail_busy = self.submit(messages)
+
+    def _mail_sent(self, what: RunHandle | asyncio.Future[None]) -> None:
+        if self._mail_busy is what:
+            self._mail_busy = None
+            self._send_mail()
+        self._check_idle()
 
     def run_began(self, run: RunHandle) -> None:
-        """A submitted run began (called by the run handle, on the loop)."""
+        """A submitted run began (called by the run handle, on the loop): the messages delivered since
+        it was submitted may go into it."""
+        self._mail_sent(run)
 
-    def _chore(self, work: Any) -> None:
+    def _chore(self, work: Any) -> asyncio.Future[None]:
         self._chores += 1
         self._idle.clear()
-        task = asyncio.ensure_future(work)
+        task: asyncio.Future[None] = asyncio.ensure_future(work)
 
-        def done(_: asyncio.Future[Any]) -> None:
+        def done(_: asyncio.Future[None]) -> None:
             self._chores -= 1
-            self._check_idle()
+            error = None if task.cancelled() else task.exception()
+            if error is not None:
+                _log.warning("rxagent: adding messages to session %r failed", self.key[1], exc_info=error)
+            self._mail_sent(task)
 
         task.add_done_callback(done)
+        return task
 
     def interrupt(self) -> bool:
         """Interrupt the running run (from any thread); ``False`` when none is going."""
@@ -387,10 +428,10 @@ class SessionHandle:
         with self._guard:
             for call_id in [i for i, taken in self._taken.items() if taken.run_id == run.id]:
                 del self._taken[call_id]
-        self._check_idle()
+        self._mail_sent(run)
 
     def _check_idle(self) -> None:
-        if not self._runs and not self._chores:
+        if not self._runs and not self._chores and not self._mail and self._mail_busy is None:
             self._idle.set()
 
     async def wait(self) -> None:
