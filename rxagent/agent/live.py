@@ -155,8 +155,8 @@ class RunHandle:
         """Wait until the run began (it holds its session and emitted its first event: its input passed
         the checks made as it took the session) or ended first (on the loop). ``True`` once it began;
         ``False`` when it ended without beginning (refused, cancelled, or failed to take its session:
-        awaiting the handle raises why)."""
-        return await asyncio.wrap_future(self._began)
+        awaiting the handle raises why). A waiter that is cancelled stops waiting, as for the result."""
+        return await asyncio.shield(asyncio.wrap_future(self._began))
 
     def interrupt(self) -> bool:
         """Interrupt it (from any thread); ``False`` if it is not running."""

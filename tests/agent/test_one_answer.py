@@ -201,3 +201,29 @@ async def test_a_second_answer_is_refused_at_once_while_the_first_is_queued_and_
         assert refunds["Q-1"] == 0
     finally:
         await agent.aclose()
+
+
+async def test_a_cancelled_wait_for_a_run_to_begin_is_only_that_waiters(tmp_path: Path) -> None:
+    # An HTTP client that leaves while its answer's run takes the session cancels its wait, not the run's
+    # beginning: other waiters still learn of it.
+    agent = refund_agent(SQLiteStore(tmp_path / "sessions.db"))
+    ctx = RuntimeContext(session_id="began")
+    try:
+        await waiting_for_approval(agent, ctx, "B-1")
+        run = agent.session(ctx).respond(ToolDecision("r-B-1", True))
+        waiting = asyncio.Event()
+
+        async def wait() -> bool:
+            waiting.set()
+            return await run.began()  # in the same step as set(): inside this await when the test resumes
+
+        waiter = asyncio.ensure_future(wait())
+        await waiting.wait()
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        assert await asyncio.wait_for(run.began(), WAIT)
+        assert (await asyncio.wait_for(run, WAIT)).reason == "MODEL_STOP"
+        assert refunds["B-1"] == 1
+    finally:
+        await agent.aclose()
