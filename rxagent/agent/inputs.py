@@ -137,7 +137,8 @@ class InvalidInputError(ValueError):
     """
 
     def __init__(self, where: str, problem: str) -> None:
-        super().__init__(f"{where}: {problem}")
+        shown = where if len(where) <= 120 else f"{where[:60]}…{where[-50:]}"  # a deep path stays readable
+        super().__init__(f"{shown}: {problem}")
         self.where = where
         self.problem = problem
 
