@@ -3,9 +3,11 @@ the running run at its next boundary, into the history with no run going, as the
 handed back by a run that ended before taking them in.
 
 300 messages, steered or injected at random (a seeded generator), delivered while runs start, go, end and
-hand the session on; between deliveries the test yields to the loop a random number of times, so each
-delivery lands in a different state. Checked on the in-memory store and on a real SQLite file: the user
-messages of the log, and those of every request the model got, are the delivered ones in order.
+hand the session on; between deliveries the test yields to the loop a random number of times (now and then
+until everything delivered has landed), so each delivery lands in a different state. Checked on the
+in-memory store and on a real SQLite file: the user messages of the log, and those of every request the
+model got, are the delivered ones in order (on the code before this, 49 of the in-memory run's 300 were
+out of place).
 """
 
 from __future__ import annotations
@@ -59,7 +61,11 @@ async def test_300_steered_and_injected_messages_keep_their_order(tmp_path: Path
             else:
                 handle.inject(Msg.user(text))
                 kinds["inject"] += 1
-            await loop_turns(rng.choice((0, 0, 1, 2, 5, 20)))
+            pause = rng.choice((0, 0, 1, 2, 5, 20, -1))
+            if pause < 0:  # now and then, until what was delivered has landed (SQLite works on a thread)
+                await asyncio.wait_for(handle.wait(), WAIT)
+            else:
+                await loop_turns(pause)
         await asyncio.wait_for(handle.wait(), WAIT)
         agent.keeper.forget(handle.key)  # read the log back, not the projection kept in memory
         logged = [m.text for m in (await agent.state(ctx)).messages if m.role == "user"]
