@@ -43,7 +43,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from rxagent.agent import AgentInput, AgentOptions, AnyMiddleware, ReActAgent, RunControl, ToolDecision
+from rxagent.agent import (
+    AgentInput,
+    AgentOptions,
+    AnswerTakenError,
+    AnyMiddleware,
+    ReActAgent,
+    RunControl,
+    ToolDecision,
+)
 from rxagent.agent.react import session_key
 from rxagent.cli_sessions import (
     DENIED,
@@ -783,6 +791,9 @@ async def _run_once(
             # (the session's next turn starts once it is done) before the command closes the store.
             await agent.keeper.settled(session_key(ctx))
             raise
+        except AnswerTakenError as taken:  # refused as it took the session: another answer came first
+            output.note(str(taken))
+            return ExitCode.USAGE, None
         except Exception as error:
             # A failed run may end with an AgentResult (reason ERROR) before its error, or with the error
             # alone: either way the run failed.

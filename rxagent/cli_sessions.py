@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import JsonValue
 
-from rxagent.agent import ExternalResult, PendingToolCallsError, ToolDecision
+from rxagent.agent import AnswerTakenError, ExternalResult, PendingToolCallsError, ToolDecision
 from rxagent.context import RuntimeContext
 from rxagent.messages import ToolUseBlock
 from rxagent.session import Projection, SessionInfo, SessionStore, open_store
@@ -215,9 +215,9 @@ async def refuse_answers(
     (``None``: they fit, and the run may start). Only reads: a refused answer records nothing.
 
     Refused: an unknown session; a session that waits for nothing; a call that is not waiting (unknown, or
-    answered already); the wrong kind of answer (``--result`` for a call that asks, ``--approve`` for an
-    external one); an approval of a tool this command was not given; two answers for one call; edited
-    arguments the tool's schema rejects.
+    answered already: then the answer taken is named); the wrong kind of answer (``--result`` for a call
+    that asks, ``--approve`` for an external one); an approval of a tool this command was not given; two
+    answers for one call; edited arguments the tool's schema rejects.
     """
     session = ctx.session_id or ""
     if await agent.store.head((ctx.user_id, session)) == 0:
@@ -229,6 +229,9 @@ async def refuse_answers(
         call_id = answer.call_id
         pending = waiting.get(call_id)
         if pending is None:
+            taken = await agent.session(ctx).taken_answers([call_id])
+            if call_id in taken:  # another answer came first: say which
+                return str(AnswerTakenError(taken[call_id]))
             if call_id in answered:
                 why = f"call {call_id!r} of session {session!r} is not waiting: it has its result already"
             else:

@@ -1249,7 +1249,10 @@ async def test_respond_deny_never_runs_the_call(server: OpenAIServer) -> None:
 
     assert done.code == ExitCode.ANSWER, done.stderr
     events = done.events()
-    assert not [e for e in events if e["type"] in ("tool_execution_started", "tool_result")]
+    assert not [e for e in events if e["type"] == "tool_execution_started"]
+    # The denial is an outcome like any other: one tool_result event, before the tool message.
+    [told] = [e for e in events if e["type"] == "tool_result"]
+    assert (told["result"]["tool_use_id"], told["result"]["status"]) == ("call_1", "denied")
     # The denial is the first message the run completes: the tool's result, which the model sees next.
     tool_message = next(e["message"] for e in events if e["type"] == "message_completed")
     [result] = tool_message["content"]
@@ -1263,6 +1266,24 @@ async def test_respond_deny_never_runs_the_call(server: OpenAIServer) -> None:
         "tool_call_id": "call_1",
         "content": "The user denied this call: the user said no.",
     }
+
+
+async def test_two_respond_commands_at_once_take_one_answer_and_refuse_the_other_in_a_sentence(
+    server: OpenAIServer,
+) -> None:
+    _, approve = await waiting_session(server)
+    deny = list(approve)
+    deny[2] = "--deny"
+    server.script(text_reply("Done."))  # one run carries on: the one whose answer is taken
+
+    approved, denied = await asyncio.gather(rxagent(*approve), rxagent(*deny))
+
+    assert sorted([approved.code, denied.code]) == [ExitCode.ANSWER, ExitCode.USAGE], (approved, denied)
+    refused, taken = (denied, "approved") if denied.code == ExitCode.USAGE else (approved, "denied")
+    assert f"rxagent: tool call 'call_1' was answered already: {taken} by run run_" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert "AnswerTakenError" not in refused.stderr  # a sentence, not an exception's name
+    assert len(server.requests) == 2  # the asking run's model call, and the taken answer's
 
 
 async def test_respond_with_edited_arguments_runs_them_and_refuses_what_the_schema_refuses(
@@ -1522,7 +1543,6 @@ async def test_wrong_answers_are_refused_with_a_sentence_and_record_nothing(
     server.script(text_reply("It is 4."))
     assert (await in_process(capsys, *respond, "--approve", "call_1")).code == 0
     recorded = await head_of(Path(db), "s")
-    assert (
-        "call 'call_1' of session 's' is not waiting: it has its result already (the calls it waits on: none)"
-        in await refused("--deny", "call_1")
+    assert "tool call 'call_1' was answered already: approved by run run_" in await refused(
+        "--deny", "call_1"
     )

@@ -20,8 +20,11 @@ from rxagent.agent.decisions import (
     route_input,
 )
 from rxagent.agent.inputs import (
+    MAX_NESTING,
     AgentInput,
+    AnswerTakenError,
     ExternalResult,
+    InvalidInputError,
     PendingToolCallsError,
     RunInput,
     SessionBusyError,
@@ -64,12 +67,14 @@ from rxagent.agent.transcript import repair_transcript
 
 __all__ = [
     "DEFAULT_SESSION",
+    "MAX_NESTING",
     "OUTPUT_TOOL",
     "Act",
     "ActingDecision",
     "ActingStep",
     "AgentInput",
     "AgentOptions",
+    "AnswerTakenError",
     "AnyMiddleware",
     "CheckOutput",
     "ChildSessions",
@@ -77,6 +82,7 @@ __all__ = [
     "ExternalResult",
     "Finish",
     "Interrupt",
+    "InvalidInputError",
     "Middleware",
     "Next",
     "Node",

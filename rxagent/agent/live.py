@@ -17,14 +17,28 @@ be called from any thread (a UI thread, a widget callback): they hand their work
 Disconnecting is not stopping: a watcher that stops watching (leaves its ``async for``, disposes its
 subscription) never affects a run. Stopping is :meth:`SessionHandle.interrupt` (the run ends
 ``INTERRUPTED``, what finished kept) or :meth:`RunHandle.cancel` (cleanup only).
+
+**One answer per call.** A call waiting for an approval or an external result takes one answer: the first.
+:meth:`~SessionHandle.respond` refuses an answer for a call that a run submitted here already carries an
+answer for (:class:`~rxagent.agent.inputs.AnswerTakenError`, at once, before anything is queued), and a run
+that carries answers checks them again when it takes the session, under its lease, before it starts: an
+answer the log records already (another process, another handle) refuses it the same way, with no event
+and nothing recorded.
+
+**Messages keep their order.** What :meth:`~SessionHandle.steer` and :meth:`~SessionHandle.inject` deliver
+reaches the session in the order it was delivered, whichever way each goes (into the running run at its
+next boundary, into the history, or as the input of the next run): messages wait on the handle until
+those before them have reached the session.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import threading
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections import deque
+from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
@@ -32,20 +46,38 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 from reactivex import Observable, abc
 
 from rxagent.agent.control import RunControl
-from rxagent.agent.inputs import AgentInput, ExternalResult, ToolDecision
+from rxagent.agent.inputs import (
+    AgentInput,
+    AnswerTakenError,
+    ExternalResult,
+    ToolDecision,
+    check_message,
+    normalise_input,
+)
 from rxagent.agent.routing import check_answers
 from rxagent.agent.run import tool_view
 from rxagent.context import RuntimeContext
 from rxagent.events import AgentEvent, AgentResult
 from rxagent.messages import Msg, ToolUseBlock, new_id
 from rxagent.operators import from_async_iterable, map_many
-from rxagent.session import FeedGap, FeedItem, FeedPolicy, SessionFeed, one_by_one
+from rxagent.session import (
+    AnswerKind,
+    AnswerRecord,
+    FeedGap,
+    FeedItem,
+    FeedPolicy,
+    SessionFeed,
+    answers_of,
+    one_by_one,
+)
 from rxagent.state import PendingCall
 
 if TYPE_CHECKING:
     from rxagent.agent.react import ReActAgent
 
 __all__ = ["RunHandle", "SessionHandle", "SessionState", "SessionStatus"]
+
+_log = logging.getLogger("rxagent")
 
 SessionState: TypeAlias = Literal[
     "idle", "queued", "running", "waiting_for_approval", "waiting_for_results", "uncertain"
@@ -104,6 +136,7 @@ class RunHandle:
         self.control = RunControl()
         self._session = session
         self._future: concurrent.futures.Future[AgentResult] = concurrent.futures.Future()
+        self._began: concurrent.futures.Future[bool] = concurrent.futures.Future()
         self._subscription: abc.DisposableBase | None = None
         self._result: AgentResult | None = None
 
@@ -125,6 +158,13 @@ class RunHandle:
         """Whether it ended (with a result or an error, or cancelled)."""
         return self._future.done()
 
+    async def began(self) -> bool:
+        """Wait until the run began (it holds its session and emitted its first event: its input passed
+        the checks made as it took the session) or ended first (on the loop). ``True`` once it began;
+        ``False`` when it ended without beginning (refused, cancelled, or failed to take its session:
+        awaiting the handle raises why). A waiter that is cancelled stops waiting, as for the result."""
+        return await asyncio.shield(asyncio.wrap_future(self._began))
+
     def interrupt(self) -> bool:
         """Interrupt it (from any thread); ``False`` if it is not running."""
         return self.control.interrupt()
@@ -140,7 +180,14 @@ class RunHandle:
             subscription.dispose()
         if not self._future.done():
             self._future.cancel()
+        self._begin(False)
         self._session.finished(self)
+
+    def _begin(self, began: bool) -> None:
+        if not self._began.done():
+            self._began.set_result(began)
+            if began:
+                self._session.run_began(self)
 
     def add_done_callback(self, callback: Callable[[RunHandle], object]) -> None:
         """Call ``callback(self)`` once the run ended (with a result or an error, or cancelled); at once if
@@ -168,12 +215,14 @@ class RunHandle:
 
     def start(self, events: Observable[AgentEvent]) -> None:
         def on_next(event: AgentEvent) -> None:
+            self._begin(True)
             if isinstance(event, AgentResult) and event.run_id == self.id:
                 self._result = event
 
         def on_error(error: Exception) -> None:
             if not self._future.done():
                 self._future.set_exception(error)
+            self._begin(False)
             self._session.finished(self)
 
         def on_completed() -> None:
@@ -182,6 +231,7 @@ class RunHandle:
                     self._future.set_result(self._result)
                 else:
                     self._future.set_exception(RuntimeError("the run ended without a result"))
+            self._begin(False)
             self._session.finished(self)
 
         self._subscription = events.subscribe(on_next, on_error, on_completed)
@@ -204,6 +254,15 @@ class SessionHandle:
         self._idle = asyncio.Event()
         self._idle.set()
         self._stopping = False
+        self._guard = threading.Lock()
+        self._taken: dict[str, AnswerRecord] = {}
+        """Answers carried by runs submitted here that have not ended, by call id (guarded: ``submit`` may
+        be called from any thread)."""
+        self._mail: deque[tuple[Msg, bool]] = deque()
+        """Steered (``True``) and injected messages waiting for those before them to reach the session."""
+        self._mail_busy: RunHandle | asyncio.Future[None] | None = None
+        """What the messages delivered before are on their way in: a run they started that has not begun,
+        or their write into the history."""
         self.last_run: RunHandle | None = None
         """The run submitted most recently (a steer that started one included)."""
 
@@ -230,12 +289,28 @@ class SessionHandle:
         :meth:`~rxagent.context.RuntimeContext.with_traceparent`); without it the run has the session
         context's trace id.
 
+        An input that answers waiting calls is refused when a run submitted here and not ended yet carries
+        an answer for one of them (only the first answer counts; see the module); the answers are checked
+        once more when the run takes the session.
+
         Raises:
             ValueError: ``traceparent`` is not a valid header (nothing is queued; the W3C asks a server
                 to ignore such a header: catch this and submit without it).
+            InvalidInputError: text a log cannot keep (see :mod:`rxagent.agent.inputs`); nothing is queued.
+            AnswerTakenError: an answer for a call another answer was taken for; nothing is queued.
+            TypeError: not an agent input.
         """
+        decisions = normalise_input(input).decisions
         ctx = self.ctx if traceparent is None else self.ctx.with_traceparent(traceparent)
         run = RunHandle(self, input, ctx)
+        if decisions:
+            with self._guard:  # checked and taken in one step, whichever thread answers
+                for decision in decisions:
+                    taken = self._taken.get(decision.call_id)
+                    if taken is not None:
+                        raise AnswerTakenError(taken)
+                for decision in decisions:
+                    self._taken[decision.call_id] = AnswerRecord(decision.call_id, _kind(decision), run.id)
         self.last_run = run
         self._runs.append(run)
         self._idle.clear()
@@ -256,49 +331,96 @@ class SessionHandle:
         traceparent: str | None = None,
     ) -> RunHandle:
         """Answer calls waiting for approval or for external results (a run that carries on from them);
-        ``traceparent`` as for :meth:`submit`."""
+        ``traceparent`` as for :meth:`submit`.
+
+        Raises:
+            AnswerTakenError: a run submitted here and not ended carries an answer for one of these calls
+                already (nothing is queued). The run checks its answers again as it takes the session:
+                awaiting it raises ``AnswerTakenError`` when the log has an answer for one of them by then
+                (given through another handle or process); it then never began.
+        """
         return self.submit(answers, traceparent=traceparent)
 
     def steer(self, message: str | Msg) -> None:
         """Deliver ``message`` (a user message) into the running run at its next reasoning boundary: it
         joins the history right before the next model turn, recorded where it took effect. When no run is
-        going, or the run ends before such a boundary, it starts the next run (see :attr:`last_run`)."""
-        self.on_loop(self._deliver, _as_message(message), True)
+        going, or the run ends before such a boundary, it starts the next run (see :attr:`last_run`).
+        Messages steered and injected reach the session in the order they were delivered (see the module).
+
+        Raises:
+            InvalidInputError: text a log cannot keep (nothing is delivered).
+        """
+        delivered = _as_message(message)
+        self.on_loop(self._deliver, delivered, True)
 
     def inject(self, message: str | Msg) -> None:
         """Add ``message`` to the conversation without starting a turn: into the running run at its next
-        boundary, or, when none is going, straight into the session's history (no model call)."""
-        self.on_loop(self._deliver, _as_message(message), False)
+        boundary, or, when none is going, straight into the session's history (no model call) — after the
+        messages delivered before it.
+
+        Raises:
+            InvalidInputError: text a log cannot keep (nothing is delivered).
+        """
+        delivered = _as_message(message)
+        self.on_loop(self._deliver, delivered, False)
 
     def _deliver(self, message: Msg, steer: bool) -> None:
-        active = self.agent.active_run(self.ctx)
-        if active is not None and not active.ended:
-            active.inbox.append((message, steer))
-            return
-        self.take_left_over([(message, steer)])
+        self._mail.append((message, steer))
+        self._idle.clear()
+        self._send_mail()
 
     def take_left_over(self, entries: Sequence[tuple[Msg, bool]]) -> None:
-        """Messages a run did not take in before it ended: steered ones start the next run together,
-        injected ones join the history."""
-        steered = [m for m, steer in entries if steer]
-        injected = [m for m, steer in entries if not steer]
-        if self._stopping:  # no new run while the session stops: the messages join the history
-            injected, steered = [m for m, _ in entries], []
-        if injected:
-            self._chore(self.agent.add_messages(self.ctx, injected))
-        if steered:
-            self.submit(steered)
+        """Messages a run did not take in before it ended (on the loop): they go on ahead of any delivered
+        since, together — as the input of the next run when one of them was steered, else into the
+        history."""
+        self._mail.extendleft(reversed(entries))
+        self._idle.clear()
+        self._send_mail()
 
-    def _chore(self, work: Any) -> None:
+    def _send_mail(self) -> None:
+        """Hand the waiting messages on, in order: into the run holding the session (it hands back what
+        it does not take in), else as one batch, once the batch before it has reached the session."""
+        if not self._mail or self._mail_busy is not None:
+            return
+        active = self.agent.active_run(self.ctx)
+        if active is not None:  # it holds the session until it has handed its inbox back
+            active.inbox.extend(self._mail)
+            self._mail.clear()
+            return
+        entries = list(self._mail)
+        self._mail.clear()
+        messages = [m for m, _ in entries]
+        # No new run while the session stops: the messages join the history.
+        if self._stopping or not any(steer for _, steer in entries):
+            self._mail_busy = self._chore(self.agent.add_messages(self.ctx, messages))
+        else:
+            self._mail_busy = self.submit(messages)
+
+    def _mail_sent(self, what: RunHandle | asyncio.Future[None]) -> None:
+        if self._mail_busy is what:
+            self._mail_busy = None
+            self._send_mail()
+        self._check_idle()
+
+    def run_began(self, run: RunHandle) -> None:
+        """A submitted run began (called by the run handle, on the loop): the messages delivered since
+        it was submitted may go into it."""
+        self._mail_sent(run)
+
+    def _chore(self, work: Any) -> asyncio.Future[None]:
         self._chores += 1
         self._idle.clear()
-        task = asyncio.ensure_future(work)
+        task: asyncio.Future[None] = asyncio.ensure_future(work)
 
-        def done(_: asyncio.Future[Any]) -> None:
+        def done(_: asyncio.Future[None]) -> None:
             self._chores -= 1
-            self._check_idle()
+            error = None if task.cancelled() else task.exception()
+            if error is not None:
+                _log.warning("rxagent: adding messages to session %r failed", self.key[1], exc_info=error)
+            self._mail_sent(task)
 
         task.add_done_callback(done)
+        return task
 
     def interrupt(self) -> bool:
         """Interrupt the running run (from any thread); ``False`` when none is going."""
@@ -306,13 +428,17 @@ class SessionHandle:
         return active is not None and active.control.interrupt()
 
     def finished(self, run: RunHandle) -> None:
-        """A submitted run ended (called by the run handle, on the loop)."""
+        """A submitted run ended (called by the run handle, on the loop): the answers it carried are in
+        the log now, or were never taken."""
         if run in self._runs:
             self._runs.remove(run)
-        self._check_idle()
+        with self._guard:
+            for call_id in [i for i, taken in self._taken.items() if taken.run_id == run.id]:
+                del self._taken[call_id]
+        self._mail_sent(run)
 
     def _check_idle(self) -> None:
-        if not self._runs and not self._chores:
+        if not self._runs and not self._chores and not self._mail and self._mail_busy is None:
             self._idle.set()
 
     async def wait(self) -> None:
@@ -393,13 +519,46 @@ class SessionHandle:
         (on the loop; nothing changes).
 
         Raises:
+            AnswerTakenError: a call another answer was taken for (by a run submitted here that has not
+                ended, or as the log records it).
             PendingToolCallsError: an unknown call id, two answers for one call, the wrong kind of answer,
                 or edited arguments the tool refuses (see
                 :func:`~rxagent.agent.routing.check_answers`).
         """
+        self.refuse_taken(a.call_id for a in answers)
         state = await self.agent.state(self.ctx)
         waiting = {p.call.id: p for p in state.pending if p.kind != "retry"}
+        gone = [a.call_id for a in answers if a.call_id not in waiting]
+        if gone:
+            taken = await self.taken_answers(gone)
+            for call_id in gone:
+                if call_id in taken:
+                    raise AnswerTakenError(taken[call_id])
         check_answers(answers, waiting, tool_view(self.agent.toolkit, self.ctx, state))
+
+    def refuse_taken(self, call_ids: Iterable[str]) -> None:
+        """Refuse answers to ``call_ids`` when a run submitted here that has not ended carries an answer
+        for one of them (from any thread; what :meth:`submit` checks as it queues answers).
+
+        Raises:
+            AnswerTakenError: the first such call, with the answer taken.
+        """
+        with self._guard:
+            for call_id in call_ids:
+                taken = self._taken.get(call_id)
+                if taken is not None:
+                    raise AnswerTakenError(taken)
+
+    async def taken_answers(self, call_ids: Sequence[str]) -> dict[str, AnswerRecord]:
+        """The answers taken for ``call_ids``, by call id (on the loop): carried by runs submitted here
+        that have not ended, or recorded in the session's log (by any run, in any process). A call with
+        none is left out."""
+        with self._guard:
+            taken = {i: self._taken[i] for i in call_ids if i in self._taken}
+        rest = [i for i in call_ids if i not in taken]
+        if rest:
+            taken.update(answers_of(await self.agent.facts(self.ctx), rest))
+        return taken
 
     # ---- watching -----------------------------------------------------------------------------------------
 
@@ -456,4 +615,12 @@ def _waiting(pending: Sequence[PendingCall], uncertain: Sequence[ToolUseBlock]) 
 
 
 def _as_message(message: str | Msg) -> Msg:
-    return Msg.user(message) if isinstance(message, str) else message
+    made = Msg.user(message) if isinstance(message, str) else message
+    check_message(made, "message")
+    return made
+
+
+def _kind(answer: ToolDecision | ExternalResult) -> AnswerKind:
+    if isinstance(answer, ExternalResult):
+        return "external_result"
+    return "approval" if answer.allow else "denial"

@@ -33,10 +33,12 @@ from rxagent.agent.compose import ChildSessions, RunContextFactory, RunOutcome, 
 from rxagent.agent.control import RunControl
 from rxagent.agent.inputs import (
     AgentInput,
+    AnswerTakenError,
     ExternalResult,
     RunInput,
     SessionBusyError,
     ToolDecision,
+    check_message,
     normalise_input,
 )
 from rxagent.agent.live import SessionHandle
@@ -66,6 +68,7 @@ from rxagent.session import (
     SessionStore,
     StoredFact,
     TurnRecord,
+    answers_of,
     open_store,
     turns_of,
 )
@@ -219,7 +222,7 @@ class ReActAgent:
             place = keeper.place(key)
             run_control.bind(asyncio.get_running_loop(), place)
             try:
-                claim = await self._claim(place, key)
+                claim = await self._claim(place, key, run_input.decisions)
             except BaseException:
                 run_control.unbind()
                 raise
@@ -322,14 +325,19 @@ class ReActAgent:
 
         return using_resource(acquire, use, release)
 
-    async def _claim(self, place: Place, key: SessionKey) -> Claim:
-        """Take the session for a run; refuse while calls of it have no known outcome."""
+    async def _claim(
+        self, place: Place, key: SessionKey, answers: Sequence[ToolDecision | ExternalResult] = ()
+    ) -> Claim:
+        """Take the session for a run; refuse while calls of it have no known outcome, and refuse answers
+        for calls the log records an answer for already (checked under the lease the run then records its
+        own answers under: one answer per call, whoever sends them)."""
         wait = self.options.session_wait
         try:
             claim = await self.keeper.claim(place, key, wait=wait)
         except SessionBusy as busy:
             raise SessionBusyError(key, busy.waited, busy.ahead, busy.holder) from None
         try:
+            await self._refuse_taken(claim, answers)  # first: refusing it leaves the projection as it was
             _retry_what_is_safe(self, claim)
         except UncertainToolCallsError:
             try:  # what the claim noted stays recorded (the end of a run a crash left open)
@@ -343,6 +351,16 @@ class ReActAgent:
             await self.keeper.release(claim)
             raise
         return claim
+
+    async def _refuse_taken(self, claim: Claim, answers: Sequence[ToolDecision | ExternalResult]) -> None:
+        waiting = {p.call.id for p in claim.projection.state.pending}
+        gone = [a.call_id for a in answers if a.call_id not in waiting]
+        if not gone:  # the usual case: the log is read only for answers to calls that wait no more
+            return
+        taken = answers_of(await self.store.read(claim.key), gone)
+        for call_id in gone:
+            if call_id in taken:
+                raise AnswerTakenError(taken[call_id])
 
     def call_observable(
         self, input: AgentInput, ctx: RuntimeContext | None = None, *, control: RunControl | None = None
@@ -492,7 +510,13 @@ class ReActAgent:
 
     async def add_messages(self, ctx: RuntimeContext | None, messages: Sequence[Msg]) -> None:
         """Add ``messages`` to the session's history without a model call (waiting, as a run would, for a
-        run that holds the session): context the next run will see."""
+        run that holds the session): context the next run will see.
+
+        Raises:
+            InvalidInputError: text a log cannot keep (see :mod:`rxagent.agent.inputs`); nothing is added.
+        """
+        for index, message in enumerate(messages):
+            check_message(message, f"messages[{index}]")
         key = session_key(ctx)
         claim = await self._take(key)
         try:

@@ -62,7 +62,9 @@ def start_step(route: RouteDecision = route_input) -> Callable[[Start, RunState]
 
 
 def apply_input(run_input: RunInput, run: RunState) -> tuple[tuple[ToolUseBlock, ...], list[AgentEvent]]:
-    """Apply ``run_input`` to the session: returns the calls a human approved and the events to emit.
+    """Apply ``run_input`` to the session: returns the calls a human approved and the events to emit (a
+    ``ToolResult`` for each denial, external result or call answered as interrupted, then the tool
+    message when the batch is complete).
 
     Raises:
         PendingToolCallsError: the input does not fit the pending calls (nothing was changed).
@@ -80,13 +82,14 @@ def apply_input(run_input: RunInput, run: RunState) -> tuple[tuple[ToolUseBlock,
                 f"this session has tool calls waiting for a decision or a result: {waiting}. Send "
                 "ToolDecision / ExternalResult values, or enable AgentOptions.recover_pending"
             )
+        told: list[AgentEvent] = []
         for pending in state.pending:
             text = "The user moved on without deciding on this call; it was not run."
-            state.partial_results.append(result_of(pending.call, text, "interrupted"))
+            told += run.add_result(result_of(pending.call, text, "interrupted"))
         state.pending.clear()
         closing = run.close_tool_batch()
         state.messages.extend(run_input.messages)
-        return (), closing
+        return (), told + closing
     if run_input.decisions:
         raise PendingToolCallsError("this session has no tool calls waiting; there is nothing to decide")
     state.messages.extend(run_input.messages)
@@ -106,11 +109,12 @@ def _retry(
         )
     state.pending = others
     approved: tuple[ToolUseBlock, ...] = ()
+    told: list[AgentEvent] = []
     if run_input.decisions:
-        approved, _ = _resume(run, run_input.decisions, run_input.messages, more_to_run=True)
+        approved, told = _resume(run, run_input.decisions, run_input.messages, more_to_run=True)
     else:
         run.deferred_input = list(run_input.messages)
-    return (*retries, *approved), []
+    return (*retries, *approved), told
 
 
 def _resume(
@@ -124,25 +128,26 @@ def _resume(
     by_id = {p.call.id: p for p in state.pending}
     edits = check_answers(decisions, by_id, run.view)  # everything is checked before anything changes
     approved: list[ToolUseBlock] = []
+    told: list[AgentEvent] = []  # a ToolResult for each answer that is a result: every outcome is an event
     for decision in decisions:
         call = by_id.pop(decision.call_id).call
         run.note("decision", _decision_record(decision, edits.get(call.id)))
         if isinstance(decision, ExternalResult):
-            state.partial_results.append(result_of(call, decision.output, decision.status))
+            told += run.add_result(result_of(call, decision.output, decision.status))
         elif decision.allow:
             edited = edits.get(call.id)
             approved.append(_record_edit(run, call, edited) if edited is not None else call)
         else:
             why = f": {decision.reason}" if decision.reason else ""
-            state.partial_results.append(result_of(call, f"The user denied this call{why}.", "denied"))
+            told += run.add_result(result_of(call, f"The user denied this call{why}.", "denied"))
     state.pending = list(by_id.values())
     run.deferred_input = list(messages)  # joins the history after the tool results it follows
     if approved or state.pending or more_to_run:
-        return tuple(approved), []
+        return tuple(approved), told
     closing = run.close_tool_batch()
     state.messages.extend(run.deferred_input)
     run.deferred_input = []
-    return (), closing
+    return (), told + closing
 
 
 def _decision_record(

@@ -19,7 +19,15 @@ from pydantic import JsonValue
 from rxagent.agent.control import RunControl
 from rxagent.agent.transcript import repair_transcript
 from rxagent.context import RunContext, RuntimeContext
-from rxagent.events import AgentEvent, MessageCompleted, Phase, PhaseChanged, RunReason, UsageTotals
+from rxagent.events import (
+    AgentEvent,
+    MessageCompleted,
+    Phase,
+    PhaseChanged,
+    RunReason,
+    ToolResult,
+    UsageTotals,
+)
 from rxagent.messages import Msg, ToolResultBlock, ToolResultStatus, new_id
 from rxagent.model.types import provider_of
 from rxagent.retry import RetryBudget
@@ -190,6 +198,15 @@ class RunState:
             closing.append(MessageCompleted(**self.head, message=message))
         return closing
 
+    def add_result(self, result: ToolResultBlock) -> list[AgentEvent]:
+        """Add to the batch a result no tool execution reported (a human's denial, an external result, a
+        reviewer's rejection, a call cut short): returns its :class:`~rxagent.events.ToolResult` event to
+        emit (none when nobody watches), so every outcome is an event, as an executed call's is."""
+        self.state.partial_results.append(result)
+        if self.quiet:
+            return []
+        return [ToolResult(**self.head, result=result, duration_s=0.0)]
+
     def settle(self, unfinished: str, status: ToolResultStatus, *, answer_waiting: bool) -> list[AgentEvent]:
         """Answer the calls of the last assistant message that ran or were running; close the batch if done.
 
@@ -197,31 +214,32 @@ class RunState:
         so the model does not charge again); calls still running get ``unfinished`` with ``status``.
         Calls waiting for a decision or a result are answered as interrupted when ``answer_waiting``
         (an interrupt: the user moved on), else they stay pending (a cancel or a failure changes no
-        decision the caller still has to make).
+        decision the caller still has to make). Returns the events to emit: a ``ToolResult`` for each
+        result added, then the batch's closing events.
         """
         answered = {r.tool_use_id for r in self.state.partial_results}
         waiting = {p.call.id for p in self.state.pending}
         last = self.state.messages[-1] if self.state.messages else None
         dangling = last.tool_calls if last is not None and last.role == "assistant" else ()
+        told: list[AgentEvent] = []
         for call in dangling:
             if call.id in answered or (call.id in waiting and not answer_waiting):
                 continue
             finished = self.finished_calls.get(call.id)
             if finished is not None:
-                self.state.partial_results.append(finished)
+                told += self.add_result(finished)
             elif call.id in waiting:
-                self.state.partial_results.append(result_of(call, "Interrupted by the user.", "interrupted"))
+                told += self.add_result(result_of(call, "Interrupted by the user.", "interrupted"))
             else:
-                self.state.partial_results.append(result_of(call, unfinished, status))
+                told += self.add_result(result_of(call, unfinished, status))
         self.finished_calls.clear()
         if answer_waiting:
             for pending in self.state.pending:  # waiting calls outside that message (a damaged state)
                 if pending.call.id not in answered and all(c.id != pending.call.id for c in dangling):
-                    self.state.partial_results.append(
-                        result_of(pending.call, "Interrupted by the user.", "interrupted")
-                    )
+                    interrupted = result_of(pending.call, "Interrupted by the user.", "interrupted")
+                    told += self.add_result(interrupted)
             self.state.pending = []
-        return [] if self.state.pending else self.close_tool_batch()
+        return told if self.state.pending else told + self.close_tool_batch()
 
     def note(self, kind: FactKind, data: dict[str, JsonValue]) -> None:
         """Note a fact for the session's log (written with the next flush; nothing without a recorder)."""

@@ -191,7 +191,10 @@ class RunView:
                 self._call(event.call.id, event.call.name).status = "waiting for an external result"
             case ToolResult():
                 call = self._call(event.result.tool_use_id, event.result.name)
-                call.status = f"{event.result.status} · {event.duration_s:.2f} s"
+                ran = call.status == "running"  # a denial or an external result never ran: no duration
+                call.status = (
+                    f"{event.result.status} · {event.duration_s:.2f} s" if ran else event.result.status
+                )
                 call.progress, call.done = "", True
             case RunStarted():
                 self.messages.extend(event.input)

@@ -14,16 +14,22 @@ Errors are ``{"error": "<clear message>"}`` and **nothing changes** on one:
 
 =====  =======================================================================================
 400    malformed input: not JSON, not an object, an unknown or missing field, a wrong type, an
-       empty text, an invalid session id, a bad ``after`` / ``Last-Event-ID``
+       empty text, an invalid session id, a bad ``after`` / ``Last-Event-ID``, lists and objects
+       nested deeper than 100 levels (checked before the body is parsed), text that is not valid
+       Unicode (a lone surrogate such as ``"\\udc80"``, which UTF-8 cannot encode)
 401    a token is set and the request does not carry it
 403    a change (POST) from another origin
 404    no such session (or route)
 409    the input does not fit the session now: an answer for a call that is not pending (unknown
        id, answered twice, the wrong kind of answer), edited arguments the tool refuses, new text
-       while calls wait for answers, answers while a run is going or queued; new work while calls
-       are uncertain (the body's ``uncertain`` lists them), an outcome for a call that is not
-       uncertain, or an AG-UI reconciliation that leaves one out; a feed position past the log's head
-       (the body's ``head`` and ``reconnect_from`` say where to resume)
+       while calls wait for answers, answers while a run is going or queued. A call takes one
+       answer, the first: a second one (another tab, another server) is refused, with ``call_id``,
+       ``taken`` (``approval``, ``denial``, ``external_result``) and ``taken_by`` (the run) beside
+       ``error``, and no run starts. Also: new work while calls are uncertain (the body's
+       ``uncertain`` lists them), an outcome for a call that is not uncertain, or an AG-UI
+       reconciliation that leaves one out; a feed position past the log's head (the body's ``head``
+       and ``reconnect_from`` say where to resume); a session whose log holds a fact that cannot be
+       read (``unreadable_fact``: its sequence number), on every endpoint that reads the session
 413    a body over the limit (1 MiB by default)
 415    a body that is not ``application/json``
 421    a request not addressed to the server's loopback name (without a token)
@@ -85,7 +91,9 @@ Sessions
     ``{"decisions": [{"call_id", "allow": bool, "reason"?: str, "arguments"?: object}], "results":
     [{"call_id", "output": str, "status"?: "ok"|"error"}]}`` (at least one entry) → ``202 {"run_id"}``:
     a run carries on from the answers. ``arguments`` approves the call with edited arguments. Checked
-    whole before anything changes (409 when it does not fit; see above).
+    whole before anything changes (409 when it does not fit; see above). The 202 comes once the run
+    holds the session and took the answers there (under its lease): an answer the log already has for
+    a call is a 409, whoever gave it.
 ``POST /api/sessions/{sid}/reconcile``
     ``{"outcomes": [{"call_id", "outcome": "succeeded"|"failed"|"retry", "output"?: str}]}``: says what
     happened to uncertain calls of the session. ``succeeded``: it was done, ``output`` is its result
@@ -94,7 +102,7 @@ Sessions
     carries on from the outcomes: ``202 {"run_id"}``; while some are, ``200 {"run_id": null,
     "uncertain": [the calls left]}``. Checked whole before anything is recorded (400 a malformed entry;
     409 a call that is not uncertain, one given twice, or a run going or queued).
-``POST /api/sessions/{sid}/interrupt``
+``POST /api/sessions/{sid}/interrupt`` (no body, or ``{}``)
     ``200 {"interrupted": bool}`` (``false``: no run was going). The run ends ``INTERRUPTED``, what it
     finished kept.
 

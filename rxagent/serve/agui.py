@@ -4,7 +4,9 @@ The input is an AG-UI ``RunAgentInput``; its ``threadId`` is the session id. The
 conversation, so of the input's ``messages`` only the **last user message** counts, and only when the
 session does not have it yet (by message id: sending the same input twice runs once). ``resume`` entries
 answer the interrupts of the run before (an entry naming no open interrupt is ignored, with a warning
-event; interrupts left unanswered stay open, and the run ends interrupted again). ``state``, ``tools``,
+event; interrupts left unanswered stay open, and the run ends interrupted again). An interrupt takes one
+answer, the first: a resume entry for an interrupt that was answered already (another tab, another
+client) is refused with 409, naming the call and the answer taken, and nothing runs. ``state``, ``tools``,
 ``context`` and ``forwardedProps`` are not used: the agent's own tools run on the server.
 
 The answer is a stream of ``ag_ui.core`` events encoded by ``ag_ui.encoder.EventEncoder``, translated from
@@ -25,8 +27,9 @@ rxagent event                          AG-UI events
 ``MessageCompleted`` (assistant)       ``TEXT_MESSAGE_END`` (and closes thinking and calls still open)
 ``ToolExecutionStarted``, ``ToolResult``  ``STEP_STARTED`` / ``STEP_FINISHED`` (``tool NAME ID``),
                                        ``TOOL_CALL_RESULT``
-``MessageCompleted`` (tool results)    ``TOOL_CALL_RESULT`` for results no tool reported (a denial, an
-                                       external result)
+``MessageCompleted`` (tool results)    ``TOOL_CALL_RESULT`` for results no ``ToolResult`` told (denials,
+                                       external results and rejections have their own ``ToolResult``:
+                                       each result is told once)
 ``AgentResult``                        ``STATE_SNAPSHOT``, then ``RUN_FINISHED`` (outcome ``success``
                                        with the answer as ``result``; ``interrupt`` for calls waiting for
                                        an approval or an external result; ``cancelled`` for an interrupted
@@ -103,7 +106,14 @@ from ag_ui.encoder import EventEncoder
 from aiohttp import web
 from pydantic import ValidationError
 
-from rxagent.agent import ExternalResult, PendingToolCallsError, RunHandle, ToolDecision
+from rxagent.agent import (
+    AnswerTakenError,
+    ExternalResult,
+    PendingToolCallsError,
+    RunHandle,
+    SessionHandle,
+    ToolDecision,
+)
 from rxagent.events import (
     AgentEvent,
     AgentResult,
@@ -126,7 +136,7 @@ from rxagent.events import (
 )
 from rxagent.messages import Msg, ToolResultBlock, ToolUseBlock
 from rxagent.serve.http import ApiError, read_json
-from rxagent.serve.hub import HUB
+from rxagent.serve.hub import HUB, refusal
 from rxagent.serve.session_api import pending_json
 from rxagent.serve.streams import EventStream
 from rxagent.session import FeedGap, FeedItem, Reconcile
@@ -323,6 +333,8 @@ async def run_agui(request: web.Request) -> web.StreamResponse:
     session_id = hub.session_id(run_input.thread_id)
     hub.refuse_while_stopping()
     handle = hub.handle(session_id)
+    feed = await handle.open_feed()
+    after = feed.head  # the run's facts come after it
     status = await handle.read_status()
     entries = run_input.resume or ()
     settled = [c.id for c in status.uncertain]
@@ -334,16 +346,18 @@ async def run_agui(request: web.Request) -> web.StreamResponse:
         entries = [e for e in entries if e.interrupt_id not in settled]
         status = await handle.read_status()
     waiting = {p.call.id: p for p in status.pending}
+    await _refuse_taken(handle, [e.interrupt_id for e in entries if e.interrupt_id not in waiting])
     answers, warnings = answers_from_resume(entries, waiting)
     state = await hub.agent.state(handle.ctx)
     message = _new_message(run_input, {m.id for m in state.messages})
     if answers:
-        if status.state in ("running", "queued"):
-            raise ApiError(409, "a run of this thread is going or queued: resume once it has ended")
         try:
             await handle.check(answers)
+            handle.refuse_taken(a.call_id for a in answers)  # again: nothing is awaited from here on
         except PendingToolCallsError as refused:
-            raise ApiError(409, str(refused)) from None
+            raise refusal(refused) from None
+        if handle.status().state in ("running", "queued"):
+            raise ApiError(409, "a run of this thread is going or queued: resume once it has ended")
     elif message is None and not settled:
         raise ApiError(
             409,
@@ -354,7 +368,11 @@ async def run_agui(request: web.Request) -> web.StreamResponse:
         hub.refuse_while_waiting(status, "new input (send resume entries for its interrupts)")
     feed = await handle.open_feed()
     after = feed.durable_head  # the run's facts come after it (what a failed writer published never does)
-    run = hub.submit(handle, [*answers, *([message] if message is not None else [])], request)
+    carried = [*answers, *([message] if message is not None else [])]
+    if answers:
+        run = await hub.submit_answers(handle, carried, request)  # 409 when another answer came first
+    else:
+        run = hub.submit(handle, carried, request)
     still_waiting = {i: p for i, p in waiting.items() if i not in {a.call_id for a in answers}}
     translator = AguiTranslator(
         run_input.thread_id,
@@ -415,6 +433,17 @@ async def run_agui(request: web.Request) -> web.StreamResponse:
         hub.streams.discard(stream)
         settled.cancel()
     return stream.response
+
+
+async def _refuse_taken(handle: SessionHandle, interrupt_ids: list[str]) -> None:
+    """Refuse (409) resume entries for interrupts that were open and took an answer already (another tab,
+    another client); entries naming no interrupt at all are ignored later, as AG-UI asks."""
+    if not interrupt_ids:
+        return
+    taken = await handle.taken_answers(interrupt_ids)
+    for interrupt_id in interrupt_ids:
+        if interrupt_id in taken:
+            raise refusal(AnswerTakenError(taken[interrupt_id]))
 
 
 def _take_batch(batch: list[FeedItem], run_id: str, translator: AguiTranslator) -> list[BaseEvent]:
@@ -699,7 +728,7 @@ class AguiTranslator:
         message = event.message
         if message.role == "assistant":
             return self._end_reasoning() + self._end_text() + self._end_calls()
-        # Results no tool reported (a denial, an external result, an interrupted call) are told here.
+        # Results no ToolResult told (a custom step's that added one without its event) are told here.
         return [self._told(r) for r in message.tool_results if r.tool_use_id not in self._results]
 
     def _execution_started(self, event: ToolExecutionStarted) -> list[BaseEvent]:

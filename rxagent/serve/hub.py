@@ -16,7 +16,16 @@ from collections.abc import Sequence
 
 from aiohttp import web
 
-from rxagent.agent import AgentInput, ReActAgent, RunHandle, SessionBusyError, SessionHandle, SessionStatus
+from rxagent.agent import (
+    AgentInput,
+    AnswerTakenError,
+    PendingToolCallsError,
+    ReActAgent,
+    RunHandle,
+    SessionBusyError,
+    SessionHandle,
+    SessionStatus,
+)
 from rxagent.context import RuntimeContext
 from rxagent.messages import ToolUseBlock
 from rxagent.serve.http import ApiError, JsonObject
@@ -24,7 +33,7 @@ from rxagent.serve.settings import ServeSettings
 from rxagent.serve.streams import EventStream
 from rxagent.session import Reconcile, ReconcileError
 
-__all__ = ["HUB", "RECONCILE_HOW", "SESSION_ID", "SessionHub", "uncertain_json"]
+__all__ = ["HUB", "RECONCILE_HOW", "SESSION_ID", "SessionHub", "refusal", "uncertain_json"]
 
 _log = logging.getLogger("rxagent.serve.runs")
 
@@ -105,6 +114,30 @@ class SessionHub:
         ids = {"run_id": run.id, "session_id": handle.ctx.session_id, "trace_id": run.ctx.trace_id}
         _log.info("run %s queued on session %s", run.id, handle.ctx.session_id, extra=ids)
         run.add_done_callback(lambda ended: _log_end(ended, ids))
+        return run
+
+    async def submit_answers(
+        self, handle: SessionHandle, input: AgentInput, request: web.Request
+    ) -> RunHandle:
+        """:meth:`submit` for an input that answers waiting calls, once the answers are taken: the run
+        holds the session and checked them there, under its lease (it began), or it ended first.
+
+        Raises:
+            ApiError: 409 naming the call and the answer taken, when another answer to one of these calls
+                was taken first (by a run going here, or one the log records: another server, another
+                tab); no run starts then.
+        """
+        try:
+            run = self.submit(handle, input, request)
+        except AnswerTakenError as taken:  # a run submitted here carries an answer for the call already
+            raise refusal(taken) from None
+        if not await run.began():
+            try:
+                run.result()
+            except AnswerTakenError as taken:  # the log had an answer when the run took the session
+                raise refusal(taken) from None
+            except Exception:  # the run's own failure, as for any run: its end tells the client
+                pass
         return run
 
     def refuse_while_stopping(self) -> None:
@@ -188,6 +221,17 @@ def uncertain_json(call: ToolUseBlock) -> JsonObject:
 
 def _listed(calls: Sequence[ToolUseBlock]) -> str:
     return ", ".join(f"{c.name} ({c.id})" for c in calls)
+
+
+def refusal(error: PendingToolCallsError) -> ApiError:
+    """The 409 for answers that do not fit the session: for a second answer to a call, one that names
+    the call (``call_id``), the answer taken (``taken``: ``approval``, ``denial`` or ``external_result``)
+    and the run that took it (``taken_by``)."""
+    if isinstance(error, AnswerTakenError):
+        taken = error.taken
+        details = {"call_id": taken.call_id, "taken": taken.kind, "taken_by": taken.run_id}
+        return ApiError(409, str(error), **details)
+    return ApiError(409, str(error))
 
 
 def _log_end(run: RunHandle, ids: dict[str, str | None]) -> None:

@@ -17,7 +17,7 @@ from aiohttp import web
 
 from rxagent.agent import ExternalResult, PendingToolCallsError, SessionHandle, SessionStatus, ToolDecision
 from rxagent.serve.http import ApiError, JsonObject, json_response, read_json
-from rxagent.serve.hub import HUB, RECONCILE_HOW, uncertain_json
+from rxagent.serve.hub import HUB, RECONCILE_HOW, refusal, uncertain_json
 from rxagent.serve.streams import EventStream
 from rxagent.session import FeedGap, FeedItem, Reconcile, SessionFeed
 from rxagent.state import PendingCall
@@ -258,19 +258,23 @@ async def post_respond(request: web.Request) -> web.Response:
         raise ApiError(400, "send at least one entry in 'decisions' or 'results'")
     hub.refuse_while_stopping()
     await _check_answers(handle, answers)
-    run = hub.submit(handle, answers, request)
+    run = await hub.submit_answers(handle, answers, request)
     return json_response({"run_id": run.id}, 202)
 
 
 async def _check_answers(handle: SessionHandle, answers: list[ToolDecision | ExternalResult]) -> None:
-    """Refuse (409) answers while a run is going or queued, or answers that do not fit the pending calls."""
+    """Refuse (409) answers for calls answered already (naming the answer taken), answers that do not
+    fit the pending calls, or answers while a run is going or queued."""
+    try:
+        await handle.check(answers)
+        # Again after the wait, with nothing awaited from here to the submission: a run that took one of
+        # these calls' answers meanwhile is named, not reported as "a run is going".
+        handle.refuse_taken(a.call_id for a in answers)
+    except PendingToolCallsError as refused:
+        raise refusal(refused) from None
     status = handle.status()
     if status.state in ("running", "queued"):
         raise ApiError(409, "a run of this session is going or queued: answer its calls once it has stopped")
-    try:
-        await handle.check(answers)
-    except PendingToolCallsError as refused:
-        raise ApiError(409, str(refused)) from None
 
 
 async def post_reconcile(request: web.Request) -> web.Response:
@@ -293,9 +297,12 @@ async def post_reconcile(request: web.Request) -> web.Response:
 
 
 async def post_interrupt(request: web.Request) -> web.Response:
-    """``POST /api/sessions/{sid}/interrupt``: interrupt the running run (``false``: none was going)."""
+    """``POST /api/sessions/{sid}/interrupt`` (no body, or ``{}``): interrupt the running run (``false``:
+    none was going)."""
     hub = request.app[HUB]
     handle = await hub.existing(request.match_info["sid"])
+    if request.body_exists:  # a body is checked as any other: nothing is taken from it
+        _only(await read_json(request, hub.settings.max_body))
     return json_response({"interrupted": handle.interrupt()})
 
 

@@ -13,9 +13,9 @@
 
 from __future__ import annotations
 
-from rxagent.session.facts import Checkpoint, Fact, FactKind, StoredFact
+from rxagent.session.facts import Checkpoint, Fact, FactKind, StoredFact, UnreadableFactError
 from rxagent.session.feed import FeedGap, FeedItem, FeedLagError, FeedPolicy, SessionFeed, one_by_one
-from rxagent.session.history import RunRecord, TurnRecord, turns_of
+from rxagent.session.history import AnswerKind, AnswerRecord, RunRecord, TurnRecord, answers_of, turns_of
 from rxagent.session.keeper import Claim, Place, SessionBusy, SessionKeeper
 from rxagent.session.memory import MemoryStore
 from rxagent.session.open import check_store, default_db_path, open_store, store_file, store_name
@@ -36,6 +36,8 @@ from rxagent.session.store import (
 )
 
 __all__ = [
+    "AnswerKind",
+    "AnswerRecord",
     "Checkpoint",
     "Claim",
     "DelegatingStore",
@@ -67,7 +69,9 @@ __all__ = [
     "TicketLostError",
     "TurnRecord",
     "UncertainToolCallsError",
+    "UnreadableFactError",
     "Waiting",
+    "answers_of",
     "check_store",
     "default_db_path",
     "one_by_one",

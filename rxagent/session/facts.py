@@ -44,7 +44,7 @@ from typing import Any, Literal, TypeAlias, TypeVar
 
 from pydantic import JsonValue
 
-__all__ = ["PROJECTING", "Checkpoint", "Fact", "FactKind", "StoredFact"]
+__all__ = ["PROJECTING", "Checkpoint", "Fact", "FactKind", "StoredFact", "UnreadableFactError"]
 
 _S = TypeVar("_S")
 
@@ -158,6 +158,31 @@ class StoredFact:
 
         value: JsonValue = json.loads(self.payload)
         return value
+
+
+class UnreadableFactError(ValueError):
+    """A fact of a session's log cannot be read: its payload is not the JSON its kind needs (the log was
+    damaged, or written by something that does not keep this format). Reading the session stops at it and
+    says which fact it is; the facts before it are intact (``fork`` the session up to ``seq - 1`` to go on
+    from there).
+
+    Attributes:
+        seq: the fact's sequence number.
+        kind: its kind.
+        reason: what could not be read.
+    """
+
+    def __init__(self, seq: int, kind: str, reason: str) -> None:
+        super().__init__(f"fact {seq} ({kind}) of the session's log cannot be read: {reason}")
+        self.seq = seq
+        self.kind = kind
+        self.reason = reason
+
+    @classmethod
+    def of(cls, fact: StoredFact, error: Exception) -> UnreadableFactError:
+        """The error for ``fact``, whose payload failed to decode with ``error``."""
+        reason = " ".join(f"{type(error).__name__}: {error}".split())
+        return cls(fact.seq, fact.kind, reason[:300])
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,7 @@ from typing import Any, cast
 from pydantic import TypeAdapter
 
 from rxagent.messages import Msg, ToolResultBlock, ToolUseBlock
-from rxagent.session.facts import Checkpoint, Fact, StoredFact
+from rxagent.session.facts import Checkpoint, Fact, StoredFact, UnreadableFactError
 from rxagent.state import AgentState, PendingCall
 
 __all__ = ["Projection"]
@@ -91,19 +91,25 @@ class Projection:
         return projection
 
     def apply(self, fact: StoredFact) -> None:
-        """Apply one fact (facts must come in sequence order, each once)."""
+        """Apply one fact (facts must come in sequence order, each once).
+
+        Raises:
+            UnreadableFactError: the fact's payload cannot be read (the projection is then unusable).
+        """
         if fact.seq <= self.seq:
             raise ValueError(f"fact {fact.seq} is not after {self.seq}: facts must be applied in order, once")
         self.seq = fact.seq
         self.since_checkpoint += 1
         kind = fact.kind
-        if kind in ("tool_dispatched", "tool_result", "message", "message_replaced"):
-            self._apply_call_fact(kind, json.loads(fact.payload))
-            return
-        if kind in ("pending", "partial_results", "extras", "active_groups"):
-            self._apply_state_fact(kind, json.loads(fact.payload))
-            return
-        self.track(fact)
+        try:
+            if kind in ("tool_dispatched", "tool_result", "message", "message_replaced"):
+                self._apply_call_fact(kind, json.loads(fact.payload))
+            elif kind in ("pending", "partial_results", "extras", "active_groups"):
+                self._apply_state_fact(kind, json.loads(fact.payload))
+            else:
+                self.track(fact)
+        except (ValueError, KeyError, TypeError) as error:  # a ValidationError and bad JSON are ValueErrors
+            raise UnreadableFactError.of(fact, error) from error
 
     def track(self, fact: Fact | StoredFact) -> None:
         """Keep the bookkeeping beside the state (the open turn and run, the uncertain calls) in step with

@@ -256,10 +256,11 @@ async def test_an_approval_round_trip_through_interrupt_and_resume_runs_the_tool
         assert finished.outcome.type == "success"
         assert ran == ["refund A-1"]
 
-        status, _ = await live.post(
+        status, error = await live.post(
             "/ag-ui", run_input("t", "run-3", ("m1", "Refund order A-1."), resume=resume)
         )
-        assert status == 409  # nothing is waiting any more: the entry is ignored and nothing is new
+        assert status == 409  # the interrupt was answered: only the first answer counts
+        assert (error["call_id"], error["taken"]) == ("r1", "approval")
         assert ran == ["refund A-1"]
 
 
@@ -297,6 +298,8 @@ async def test_an_external_tool_is_an_interrupt_answered_with_its_result() -> No
         second = await agui(live, run_input("t", "run-2", resume=resume))
         assert isinstance(second[-1], RunFinishedEvent)
         assert second[-1].result["text"] == "Signed."  # type: ignore[index]
+        (told,) = of_type(second, ToolCallResultEvent)  # the result's ToolResult and tool message: told once
+        assert (told.tool_call_id, told.content) == ("e1", "signed by Ada")
         assert model.requests[1].messages[-1].tool_results[0].text == "signed by Ada"
 
 

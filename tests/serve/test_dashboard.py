@@ -464,6 +464,8 @@ async def test_deny_never_runs_the_call(browser: Browser) -> None:
         detail = await dash.call_detail("refund")
         assert "The user denied this call" in detail["result"]
         assert "denied" in detail["summary"]
+        # The denial is told by its tool_result event and by the tool message: shown once all the same.
+        assert await dash.page.locator('#calls details[data-name="refund"]').count() == 1
         assert refunds == []
 
 

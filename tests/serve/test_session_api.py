@@ -485,7 +485,7 @@ async def test_while_calls_wait_new_input_and_steering_are_refused() -> None:
         assert await live.get("/api/sessions/s") == before
 
 
-async def test_answers_while_a_run_is_going_are_refused() -> None:
+async def test_a_second_answer_while_the_first_one_runs_is_refused_naming_the_first() -> None:
     model = ValveModel(asks_refund(), ScriptedResponse(text="later"))
     agent = ReActAgent(model, Toolkit([refund]), permissions=Permissions().ask("refund"))
     async with serving(agent) as live:
@@ -501,7 +501,8 @@ async def test_answers_while_a_run_is_going_are_refused() -> None:
             "/api/sessions/s/respond", {"decisions": [{"call_id": "r1", "allow": True}]}
         )
         assert code == 409
-        assert "a run of this session is going" in error["error"]
+        assert (error["call_id"], error["taken"], error["taken_by"]) == ("r1", "denial", answer["run_id"])
+        assert error["error"].startswith("tool call 'r1' was answered already: denied by run")
         model.open()
         await _result_of(live, "s", answer["run_id"])
         assert refunds == []

@@ -1,9 +1,10 @@
 """A reviewer that approves or rejects each batch of tool calls before it runs.
 
 ``reviewed(reviewer)`` wraps the act step: the reviewer sees the batch and gives a :class:`Verdict` per
-call; rejected calls get ``denied`` results carrying the reviewer's reason (the model reads them), and
-only the approved ones run. Calls a human already approved are not reviewed again. A reviewer is any async
-function of the calls and the run; :func:`model_reviewer` asks a model for the verdicts::
+call; rejected calls get ``denied`` results carrying the reviewer's reason (the model reads them; a
+``ToolResult`` event tells each, after the reviewer's ``StepNote``), and only the approved ones run.
+Calls a human already approved are not reviewed again. A reviewer is any async function of the calls and
+the run; :func:`model_reviewer` asks a model for the verdicts::
 
     agent = ReActAgent(model, toolkit, steps={Act: reviewed(model_reviewer(model))})
 """
@@ -18,13 +19,13 @@ import reactivex
 from pydantic import JsonValue
 from reactivex import Observable
 
-from rxagent.agent import Act, RunState, StepOutput, act_step, after_tools, emit, extract_json
+from rxagent.agent import Act, Next, RunState, StepOutput, act_step, after_tools, emit, extract_json
 from rxagent.agent.middleware import chain
 from rxagent.chunks import Usage
-from rxagent.events import StepNote
+from rxagent.events import AgentEvent, StepNote, ToolResult
 from rxagent.messages import Msg, ToolUseBlock
 from rxagent.model import ChatModel, ChatRequest
-from rxagent.operators import deferred, fold_message, from_async_iterable, last_value
+from rxagent.operators import deferred, fold_message, from_async_iterable, last_value, map_many
 from rxagent.tools import result_of
 
 __all__ = ["ActStep", "Reviewer", "Verdict", "model_reviewer", "reviewed"]
@@ -55,6 +56,7 @@ def reviewed(reviewer: Reviewer, act: ActStep | None = None) -> ActStep:
         if node.approved:  # a human decided already
             return run_batch(node, run)
         kept: list[ToolUseBlock] = []
+        rejected: dict[str, list[AgentEvent]] = {}  # each rejection's ToolResult, told in call order
 
         async def review() -> AsyncIterator[StepOutput]:
             verdicts = {v.call_id: v for v in await reviewer(node.calls, run)}
@@ -64,7 +66,7 @@ def reviewed(reviewer: Reviewer, act: ActStep | None = None) -> ActStep:
                     kept.append(call)
                 else:
                     text = f"Rejected by the reviewer: {verdict.reason or 'no reason given'}"
-                    run.state.partial_results.append(result_of(call, text, "denied"))
+                    rejected[call.id] = run.add_result(result_of(call, text, "denied"))
                 said = "approved" if verdict.approve else "rejected"
                 data: dict[str, JsonValue] = {
                     "call_id": call.id,
@@ -74,10 +76,31 @@ def reviewed(reviewer: Reviewer, act: ActStep | None = None) -> ActStep:
                 }
                 yield StepNote(**run.head, source="reviewer", text=f"{said} {call.name}", data=data)
 
+        order = [c.id for c in node.calls]
+
+        def told_before(call_id: str | None) -> list[AgentEvent]:
+            """The rejections of calls before ``call_id`` in the batch (``None``: all left), in order."""
+            upto = order.index(call_id) if call_id is not None else len(order)
+            return [e for i in order[:upto] for e in rejected.pop(i, [])]
+
+        untold: set[str] = set()  # the run calls whose results are not out yet (filled once reviewed)
+
+        def in_call_order(item: StepOutput) -> list[StepOutput]:
+            # Results are told in the order of the calls, as the executor tells its own: a rejection just
+            # before the result of a later call, the rest once every run call's result is out (or at the
+            # step's end, when some wait for approval), before the batch's tool message.
+            if isinstance(item, ToolResult) and item.result.tool_use_id in untold:
+                untold.discard(item.result.tool_use_id)
+                return [*told_before(item.result.tool_use_id), item]
+            if rejected and (not untold or isinstance(item, Next)):
+                return [*told_before(None), item]
+            return [item]
+
         def rest() -> Observable[StepOutput]:
             if kept:
-                return run_batch(Act(tuple(kept)), run)
-            return emit(*run.close_tool_batch(), then=after_tools(run))
+                untold.update(c.id for c in kept)
+                return run_batch(Act(tuple(kept)), run).pipe(map_many(in_call_order))
+            return emit(*told_before(None), *run.close_tool_batch(), then=after_tools(run))
 
         return reactivex.concat(from_async_iterable(review), deferred(rest))
 
