@@ -202,7 +202,9 @@ class RunState:
         """Add to the batch a result no tool execution reported (a human's denial, an external result, a
         reviewer's rejection, a call cut short): returns its :class:`~rxagent.events.ToolResult` event to
         emit (none when nobody watches), so every outcome is an event, as an executed call's is."""
-        self.state.partial_results.append(result)
+        partial = self.state.partial_results
+        if all(r.tool_use_id != result.tool_use_id for r in partial):  # the recorder may hold it already
+            partial.append(result)
         if self.quiet:
             return []
         return [ToolResult(**self.head, result=result, duration_s=0.0)]
@@ -223,11 +225,11 @@ class RunState:
         dangling = last.tool_calls if last is not None and last.role == "assistant" else ()
         told: list[AgentEvent] = []
         for call in dangling:
-            if call.id in answered or (call.id in waiting and not answer_waiting):
-                continue
             finished = self.finished_calls.get(call.id)
-            if finished is not None:
+            if finished is not None:  # it ran to its end (its result recorded already), untold till now
                 told += self.add_result(finished)
+            elif call.id in answered or (call.id in waiting and not answer_waiting):
+                continue
             elif call.id in waiting:
                 told += self.add_result(result_of(call, "Interrupted by the user.", "interrupted"))
             else:
