@@ -24,7 +24,9 @@ from rxagent.session.reconcile import Reconcile, ReconcileError, UncertainToolCa
 from rxagent.session.recorder import Recorder, seed_session
 from rxagent.session.sqlite import SessionFileError, SQLiteStore
 from rxagent.session.store import (
+    Batch,
     DelegatingStore,
+    HeadMovedError,
     Lease,
     LeaseLostError,
     SessionExistsError,
@@ -38,6 +40,7 @@ from rxagent.session.store import (
 __all__ = [
     "AnswerKind",
     "AnswerRecord",
+    "Batch",
     "Checkpoint",
     "Claim",
     "DelegatingStore",
@@ -47,6 +50,7 @@ __all__ = [
     "FeedItem",
     "FeedLagError",
     "FeedPolicy",
+    "HeadMovedError",
     "Lease",
     "LeaseLostError",
     "MemoryStore",
