@@ -293,6 +293,17 @@ class Recorder:
                     f"session {self.lease.key[1]!r}: the log's head is {moved.head}, but this run recorded "
                     f"it up to {self.projection.seq}: someone appended without the run's lease"
                 ) from moved
+            except Exception as error:
+                # A failure may come after the commit (a connection lost while the reply was on its way):
+                # ask at once, so that an append that committed is not reported as failed.
+                try:
+                    committed = await self._settle()
+                except Exception as asking:
+                    error.add_note(f"asking the store whether the append committed failed too: {asking!r}")
+                    raise error from None
+                if committed:
+                    continue
+                raise
             self._appended(sent, seq)
 
     async def _settle(self) -> bool:
