@@ -3,13 +3,15 @@
 - An append of unknown outcome (it failed, or its caller was cancelled, after the store committed it) is
   found by its batch id and never made twice; a foreign append under the run's lease is told apart.
 - A cancel that lands while a lease is taken leaves no lease behind: what the store granted is released.
-- ``aclose()`` right after a cancel waits for the run to record its end and release its lease.
+- ``aclose()`` right after a cancel waits for the run to record its end and release its lease (a run that
+  goes on, at most ``close_timeout`` seconds).
 - A lease left by a process of this machine that was killed is taken over at once, not after its TTL; one
   of a live process is not.
 
 Bad inputs tried: an append that fails after committing, a fact appended under the run's lease by someone
 else, a cancel at every turn of the loop while the lease is being taken (real SQLite and PostgreSQL), a
-cancel while the store's answer to a granted lease is on its way.
+cancel while the store's answer to a granted lease is on its way, ``aclose()`` while a run goes on (it
+waits ``close_timeout``, no longer), a negative ``close_timeout``.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import pytest
 
 from rxagent.agent import AgentOptions, ReActAgent
 from rxagent.agent.inputs import SessionBusyError
+from rxagent.clock import VirtualClock
 from rxagent.context import RuntimeContext
 from rxagent.model.scripted import FunctionModel, ScriptedModel
 from rxagent.model.types import ChatRequest
@@ -32,7 +35,9 @@ from rxagent.session import (
     Fact,
     Lease,
     LeaseLostError,
+    MemoryStore,
     Projection,
+    SessionKeeper,
     SessionStore,
     SQLiteStore,
     Ticket,
@@ -224,6 +229,37 @@ async def test_aclose_right_after_a_cancel_records_the_runs_end_and_holds_no_lea
         assert await store.lease(KEY) is None
     finally:
         await store.aclose()
+
+
+async def test_aclose_waits_for_a_run_that_goes_on_at_most_close_timeout(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = VirtualClock()
+    asked = asyncio.Event()
+    answer: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+    async def slow(request: ChatRequest) -> str:
+        asked.set()
+        return await answer
+
+    store = MemoryStore()
+    agent = ReActAgent(FunctionModel(slow), store=store, clock=clock)
+    running = asyncio.ensure_future(agent.call("hi", CTX))
+    await asyncio.wait_for(asked.wait(), WAIT)
+    closing = asyncio.ensure_future(agent.aclose())
+    await clock.advance(agent.keeper.close_timeout - 0.5)
+    assert not closing.done()  # the run holds its session: aclose waits for it
+    await clock.advance(1.0)
+    await asyncio.wait_for(closing, WAIT)  # bounded: it gave up waiting
+    assert "sessions still held after 10 s: 's1'" in caplog.text
+    answer.set_result("late")
+    assert (await asyncio.wait_for(running, WAIT)).text == "late"  # the store was not the agent's to close
+    assert await store.lease(KEY) is None
+
+
+def test_a_keeper_refuses_a_negative_close_timeout() -> None:
+    with pytest.raises(ValueError, match="close_timeout"):
+        SessionKeeper(MemoryStore(), close_timeout=-1)
 
 
 # ---- a holder that is gone -------------------------------------------------------------------------------
