@@ -2,12 +2,13 @@
 
 On each store (memory, SQLite, PostgreSQL), :data:`RUNS` runs on :data:`SESSIONS` sessions, by two agents
 (two lease owners) over one store. An :class:`Adversary` (a :class:`~rxagent.session.DelegatingStore`)
-stands between them and the store: around some of its calls (appends, lease takings and releases, reads of
-the head and of the log, questions about batches) it cancels the run whose session the call serves, either
-before passing the call on or after the store did the work (a reply on its way), and lets the loop turn a
-few times. Most runs are doomed at a random store call of theirs; most others are cancelled by their caller
-after a random number of turns of the loop; a run that ends first is spared.
-The model is the scripted one (two tool calls, then an answer), the tool returns at once.
+stands between them and the store: at some of its calls (appends, joining the line for the lease and taking
+it, leaving the line, releases, reads of the head and of the log, questions about batches) it cancels the
+run whose session the call serves, either before passing the call on or after the store did the work (a
+reply on its way), and lets the loop turn a few times. Most runs are doomed at a random store call of
+theirs; most others are cancelled by their caller after a random number of turns of the loop; a run that
+ends first is spared. The model is the scripted one (two tool calls, then an answer), the tool returns at
+once.
 
 Runs come in waves: each session gets one to three runs of one agent, all sessions at once; then both
 agents are closed (``aclose()`` waits for the runs' releases) and every session is checked:
@@ -59,6 +60,8 @@ from rxagent.session import (
     SessionStore,
     SQLiteStore,
     StoredFact,
+    Ticket,
+    Waiting,
 )
 from rxagent.session.postgres import PostgresStore
 from rxagent.state import SessionKey
@@ -109,7 +112,8 @@ class Adversary(DelegatingStore):
         answer = await call()
         if running is not None and when == "after" and not running.done():
             running.cancel()
-            self.counts[f"{what}: after the store answered"] += 1
+            granted = " with a lease" if isinstance(answer, Lease) else ""
+            self.counts[f"{what}: after the store answered{granted}"] += 1
             await self.turns()
         return answer
 
@@ -119,6 +123,15 @@ class Adversary(DelegatingStore):
 
     async def acquire(self, key: SessionKey, owner: str, ttl: float) -> Lease | None:
         return await self.around("acquire", key, partial(super().acquire, key, owner, ttl))
+
+    async def enqueue(self, key: SessionKey, owner: str, ttl: float) -> Lease | Waiting:
+        return await self.around("enqueue", key, partial(super().enqueue, key, owner, ttl))
+
+    async def take_turn(self, ticket: Ticket, ttl: float) -> Lease | Waiting:
+        return await self.around("take_turn", ticket.key, partial(super().take_turn, ticket, ttl))
+
+    async def drop_ticket(self, ticket: Ticket) -> None:
+        await self.around("drop_ticket", ticket.key, partial(super().drop_ticket, ticket))
 
     async def release(self, lease: Lease) -> None:
         await self.around("release", lease.key, partial(super().release, lease))
@@ -297,7 +310,8 @@ async def torture(kind: str, inner: SessionStore) -> None:
     assert counts["runs completed"] + counts["runs cancelled"] == RUNS
     assert counts["runs cancelled"] >= RUNS // 2
     assert counts["append: after the store answered"] > 0  # the cancel that duplicated facts before
-    assert counts["acquire: after the store answered"] > 0  # the cancel that stranded leases before
+    granted = counts["enqueue: after the store answered with a lease"]
+    assert granted + counts["take_turn: after the store answered with a lease"] > 0  # it stranded leases
 
 
 async def cancel_later(task: asyncio.Task[AgentResult], turns: int, counts: Counter[str]) -> None:
