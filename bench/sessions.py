@@ -51,6 +51,7 @@ from _session_agent import agent_on, question
 
 from rxagent.context import RuntimeContext
 from rxagent.session import (
+    Batch,
     Checkpoint,
     DelegatingStore,
     Fact,
@@ -77,10 +78,10 @@ class TimedStore(DelegatingStore):
         super().__init__(inner)
         self.latencies: list[float] = []
 
-    async def append(self, lease: Lease, facts: Sequence[Fact]) -> int:
+    async def append(self, lease: Lease, facts: Sequence[Fact], *, batch: Batch | None = None) -> int:
         start = time.perf_counter()
         try:
-            return await super().append(lease, facts)
+            return await super().append(lease, facts, batch=batch)
         finally:
             self.latencies.append(time.perf_counter() - start)
 

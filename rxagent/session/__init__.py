@@ -2,7 +2,9 @@
 
 - :mod:`~rxagent.session.facts`: what the log holds (facts) and checkpoints beside it.
 - :mod:`~rxagent.session.projection`: the log replayed into an :class:`~rxagent.state.AgentState`.
-- :mod:`~rxagent.session.store`: the store contract, the writer lease and its fencing token.
+- :mod:`~rxagent.session.store`: the store contract, the writer lease and its fencing token, idempotent
+  appends.
+- :mod:`~rxagent.session.owner`: lease owners named after their process, so a dead one is told apart.
 - :mod:`~rxagent.session.recorder`: how a run's changes become facts; :mod:`~rxagent.session.keeper`:
   taking a session for a run (its place in the session's line, lease, cached projection, checkpoints).
 - :mod:`~rxagent.session.reconcile`: calls with no recorded outcome, and settling them.
@@ -24,7 +26,9 @@ from rxagent.session.reconcile import Reconcile, ReconcileError, UncertainToolCa
 from rxagent.session.recorder import Recorder, seed_session
 from rxagent.session.sqlite import SessionFileError, SQLiteStore
 from rxagent.session.store import (
+    Batch,
     DelegatingStore,
+    HeadMovedError,
     Lease,
     LeaseLostError,
     SessionExistsError,
@@ -38,6 +42,7 @@ from rxagent.session.store import (
 __all__ = [
     "AnswerKind",
     "AnswerRecord",
+    "Batch",
     "Checkpoint",
     "Claim",
     "DelegatingStore",
@@ -47,6 +52,7 @@ __all__ = [
     "FeedItem",
     "FeedLagError",
     "FeedPolicy",
+    "HeadMovedError",
     "Lease",
     "LeaseLostError",
     "MemoryStore",

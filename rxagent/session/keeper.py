@@ -22,6 +22,17 @@ the ticket of a waiter that crashed stops counting ``lease_ttl`` seconds later, 
 it gives up (a timeout, a cancel). A store call that a cancel interrupts still finishes: a ticket it took is
 dropped, a lease it granted released, in the background (:meth:`SessionKeeper.aclose` waits for them).
 :attr:`Place.position` is the run's place in that line.
+
+**Owners that are gone.** A keeper names itself after its process (see :mod:`rxagent.session.owner`). When
+the session's lease is held by an owner of the same machine whose process is gone (killed, say), a waiter
+releases that lease and the line moves at once, instead of waiting for the lease to expire.
+
+**Closing.** :meth:`SessionKeeper.aclose` waits (at most ``close_timeout`` seconds) until every session the
+keeper holds or is taking is given back, and the lease work under way is done: a run cancelled a moment
+before records its end and releases its lease on the loop's next turns, so a store closed after ``aclose``
+is never closed under them. A lease is released in a task of its own, which a cancel of the caller does not
+stop; a run whose recorder left facts out of the log, or an append of unknown outcome, leaves no projection
+behind (the log is the truth).
 """
 
 from __future__ import annotations
@@ -36,10 +47,12 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from rxagent.clock import SYSTEM_CLOCK, Clock, Timer
 from rxagent.operators import start_task
 from rxagent.session.feed import SessionFeed
+from rxagent.session.owner import ProcessOwner, owner_gone
 from rxagent.session.projection import Projection
 from rxagent.session.recorder import Recorder
 from rxagent.session.store import Lease, LeaseLostError, SessionStore, Ticket, TicketLostError, Waiting
@@ -56,6 +69,13 @@ _RETRY_FLOOR = 0.001
 
 _log = logging.getLogger("rxagent")
 _instances = itertools.count(1)
+_T = TypeVar("_T")
+
+
+def _default_owner() -> str:
+    instance = next(_instances)
+    named = ProcessOwner.this_process(instance)
+    return str(named) if named is not None else f"{socket.gethostname()}:{os.getpid()}:{instance}"
 
 
 class SessionBusy(Exception):
@@ -150,7 +170,8 @@ class SessionKeeper:
 
     Args:
         store: the session store.
-        owner: this keeper's name in leases (default: host, process and a counter).
+        owner: this keeper's name in leases (default: its process, see :mod:`rxagent.session.owner`: a
+            lease left by a process of this machine that is gone is then taken over at once).
         lease_ttl: seconds a lease lasts without renewal; a live run renews it every third of that.
         cache_size: sessions whose projection is kept in memory between runs.
         flush_interval: seconds a run's facts wait at most before they are appended in the background, so
@@ -158,6 +179,7 @@ class SessionKeeper:
             ``None``: only when 256 are queued, or the run flushes.
         clock: what the keeper waits on (the session wait, waiting in a session's line, renewing leases, the
             feeds' wake-ups and reads, background flushes); a :class:`~rxagent.clock.VirtualClock` in tests.
+        close_timeout: seconds :meth:`aclose` waits at most for the sessions held to be given back.
     """
 
     def __init__(
@@ -169,14 +191,18 @@ class SessionKeeper:
         cache_size: int = 10_000,
         flush_interval: float | None = 0.05,
         clock: Clock = SYSTEM_CLOCK,
+        close_timeout: float = 10.0,
     ) -> None:
         if not lease_ttl > 0:
             raise ValueError("lease_ttl must be positive")
+        if not close_timeout >= 0:
+            raise ValueError("close_timeout must be a number of seconds, 0 or more")
+        self.close_timeout = close_timeout
         if flush_interval is not None and not flush_interval > 0:
             raise ValueError("flush_interval must be None or a positive number of seconds")
         self.flush_interval = flush_interval
         self.store = store
-        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{next(_instances)}"
+        self.owner = owner or _default_owner()
         self.lease_ttl = lease_ttl
         self.cache_size = cache_size
         self.clock = clock
@@ -187,7 +213,15 @@ class SessionKeeper:
         self._feeds: weakref.WeakValueDictionary[SessionKey, SessionFeed] = weakref.WeakValueDictionary()
         self._claims: dict[SessionKey, Claim] = {}
         self._checkpoints: set[asyncio.Task[None]] = set()
-        self._undoing: set[asyncio.Task[None]] = set()
+        self._undoing: set[asyncio.Future[Any]] = set()
+        """Lease work under way that outlives a cancel of whoever asked: a taking of a lease or a ticket,
+        a release, a giving back of what a cancelled run took."""
+        self._claiming = 0
+        """Claims joining the line, taking the lease or loading the projection."""
+        self._releasing = 0
+        """Claims being given back (see :meth:`release`)."""
+        self._quiet: asyncio.Event | None = None
+        """Set, while :meth:`aclose` waits, once nothing is held or under way."""
 
     def place(self, key: SessionKey) -> Place:
         """A new place in ``key``'s line for one run (it joins the line in :meth:`claim`)."""
@@ -200,15 +234,18 @@ class SessionKeeper:
         Raises:
             SessionBusy: ``wait`` seconds passed first (nothing is held then, and the place left the line).
         """
+        self._claiming += 1  # from here until the claim is held (or failed), aclose() waits for it
         try:
             lease = await self._take_turn(place, key, wait)
             try:
                 projection = await self._project(key)
             except BaseException:
-                await self.store.release(lease)
+                await self._give_back(lease)
                 raise
         except BaseException:
             self._leave(place)
+            self._claiming -= 1
+            self._check_quiet()
             raise
         feed = self._feeds.get(key)
         if feed is not None:
@@ -232,6 +269,7 @@ class SessionKeeper:
             recorder.lost(projection.open_run)
         claim = Claim(key, place, lease, projection, recorder)
         self._claims[key] = claim
+        self._claiming -= 1
         claim.renewal = self.clock.call_later(self.lease_ttl / 3, lambda: self._renew(claim))
         return claim
 
@@ -253,6 +291,10 @@ class SessionKeeper:
             while isinstance(outcome, Waiting):
                 ticket = outcome.ticket
                 place._stands(outcome)  # pyright: ignore[reportPrivateUsage] - the keeper moves its places
+                if outcome.holder not in (None, self.owner) and await self._reclaim(key, outcome.holder):
+                    # The holder's process is gone and its lease released: the line moves now.
+                    outcome = await self._finishing(self.store.take_turn(ticket, self.lease_ttl))
+                    continue
                 now = self.clock.now()
                 if deadline is not None and now >= deadline:
                     raise SessionBusy(now - started, outcome.ahead, outcome.holder)
@@ -300,10 +342,22 @@ class SessionKeeper:
             if not line.places:
                 del self._lines[place.key]
 
+    async def _reclaim(self, key: SessionKey, holder: str | None) -> bool:
+        """If ``holder``, who holds ``key``'s lease, is a process of this machine that is gone (see
+        :mod:`rxagent.session.owner`), release its lease; return whether it did."""
+        if holder is None or not owner_gone(holder):
+            return False
+        held = await self.store.lease(key)
+        if held is None or held.owner != holder:
+            return held is None  # it moved meanwhile: ask again at once
+        _log.info("rxagent: session %r is held by %s, whose process is gone: taking it over", key[1], holder)
+        await self.store.release(held)  # a no-op if someone took it over meanwhile (its token changed)
+        return True
+
     async def _finishing(self, call: Awaitable[Lease | Waiting]) -> Lease | Waiting:
         """``await call``, which finishes even if the caller is cancelled meanwhile: then the ticket it
         took is dropped, or the lease it granted released, in the background."""
-        task = asyncio.ensure_future(call)
+        task = self._track(asyncio.ensure_future(call))
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
@@ -326,9 +380,33 @@ class SessionKeeper:
             except Exception:
                 _log.warning("rxagent: giving back what a cancelled run took failed", exc_info=True)
 
-        task = start_task(asyncio.get_running_loop(), undo(), "rxagent.session.undo")
-        self._undoing.add(task)
-        task.add_done_callback(self._undoing.discard)
+        self._track(start_task(asyncio.get_running_loop(), undo(), "rxagent.session.undo"))
+
+    async def _give_back(self, lease: Lease) -> None:
+        """Release ``lease`` in a task of its own, which a cancel of the caller does not stop (a failure is
+        raised to the caller, or logged when the caller was cancelled)."""
+        task = self._track(asyncio.ensure_future(self.store.release(lease)))
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            task.add_done_callback(_log_failed_release)
+            raise
+
+    def _track(self, work: asyncio.Future[_T]) -> asyncio.Future[_T]:
+        self._undoing.add(work)
+        work.add_done_callback(self._done)
+        return work
+
+    def _done(self, work: asyncio.Future[Any]) -> None:
+        self._undoing.discard(work)
+        self._check_quiet()
+
+    def _busy(self) -> bool:
+        return bool(self._claims or self._claiming or self._releasing or self._undoing)
+
+    def _check_quiet(self) -> None:
+        if self._quiet is not None and not self._busy():
+            self._quiet.set()
 
     async def _drop(self, ticket: Ticket) -> None:
         try:
@@ -397,11 +475,23 @@ class SessionKeeper:
 
     async def release(self, claim: Claim) -> None:
         """Give the session back: stop renewing, release the lease and the place, keep the projection in
-        memory (unless recording broke), and checkpoint in the background when due."""
+        memory (unless recording broke, or left facts out of the log or unsure of it), and checkpoint in
+        the background when due. The lease is released in a task of its own, which a cancel of the caller
+        does not stop."""
+        self._releasing += 1
+        try:
+            await self._release(claim)
+        finally:
+            self._releasing -= 1
+            self._check_quiet()
+
+    async def _release(self, claim: Claim) -> None:
         renewal, claim.renewal = claim.renewal, None  # the timer holds the claim: no cycle left
         if renewal is not None:
             renewal.cancel()
         await claim.recorder.aclose()
+        if not claim.recorder.settled:  # the projection holds what the log may not: the log is the truth
+            claim.broken = True
         held = self._claims.get(claim.key) is claim
         if held:
             del self._claims[claim.key]
@@ -415,7 +505,7 @@ class SessionKeeper:
                     _log.warning(
                         "rxagent: session %r: reading the log's head failed", claim.key[1], exc_info=True
                     )
-            await self.store.release(claim.lease)
+            await self._give_back(claim.lease)
         finally:
             self._leave(claim.place)
             if held and feed is not None:  # its watchers follow the log again, from the run's last fact
@@ -463,7 +553,36 @@ class SessionKeeper:
         self._projections.pop(key, None)
 
     async def aclose(self) -> None:
-        """Wait for the checkpoints being written, and for what cancelled runs took to be given back."""
-        pending = {*self._checkpoints, *self._undoing}
-        if pending:
-            await asyncio.gather(*pending, return_exceptions=True)
+        """Wait until every session this keeper holds or is taking is given back (a run cancelled a moment
+        ago records its end and releases its lease on the loop's next turns) and the lease work under way
+        is done, at most ``close_timeout`` seconds on the keeper's clock; then for the checkpoints being
+        written (see the module's **Closing**).
+
+        A run still going after ``close_timeout`` keeps its session (a warning says which); its lease
+        expires if the store is closed under it.
+        """
+        if self._busy():
+            self._quiet = quiet = asyncio.Event()
+            try:
+                async with self.clock.timeout(self.close_timeout):
+                    while self._busy():  # a task that ends may start another (a release after a grant)
+                        quiet.clear()
+                        await quiet.wait()
+            except TimeoutError:
+                _log.warning(
+                    "rxagent: sessions still held after %g s: %s",
+                    self.close_timeout,
+                    ", ".join(repr(key[1]) for key in self._claims) or "(leases being taken or released)",
+                )
+            finally:
+                self._quiet = None
+        if self._checkpoints:
+            await asyncio.gather(*self._checkpoints, return_exceptions=True)
+
+
+def _log_failed_release(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        _log.warning(
+            "rxagent: releasing a session's lease failed: it stays held until it expires",
+            exc_info=task.exception(),
+        )

@@ -11,6 +11,8 @@ from rxagent.session.facts import Checkpoint, Fact, StoredFact
 from rxagent.session.store import (
     CHECKPOINTS_KEPT,
     AppendListeners,
+    Batch,
+    HeadMovedError,
     Lease,
     LeaseLostError,
     Listening,
@@ -30,6 +32,8 @@ class _Log:
     facts: list[Fact] = field(default_factory=lambda: [])
     """The appended facts, in order (fact ``n`` is ``facts[n - 1]``); their payloads are encoded when read."""
     checkpoints: list[Checkpoint] = field(default_factory=lambda: [])
+    batches: dict[str, int] = field(default_factory=lambda: {})
+    """The ids of the appends made with a batch, and the sequence number each one ended at."""
     lease: Lease | None = None
     tokens: int = 0
     tickets: dict[int, Ticket] = field(default_factory=lambda: {})
@@ -149,13 +153,35 @@ class MemoryStore:
         log.lease = Lease(key, owner, log.tokens, expires_at)
         return log.lease
 
-    async def append(self, lease: Lease, facts: Sequence[Fact]) -> int:
-        """Append under the lease (see :class:`~rxagent.session.store.SessionStore`)."""
+    async def lease(self, key: SessionKey) -> Lease | None:
+        """The current, unexpired lease (see :class:`~rxagent.session.store.SessionStore`)."""
+        log = self._logs.get(key)
+        current = log.lease if log is not None else None
+        return current if current is not None and current.expires_at > self._now() else None
+
+    async def append(self, lease: Lease, facts: Sequence[Fact], *, batch: Batch | None = None) -> int:
+        """Append under the lease, idempotently with ``batch`` (see
+        :class:`~rxagent.session.store.SessionStore`)."""
+        if batch is not None:
+            if not facts:
+                raise ValueError("an append with a batch needs facts: an empty one records nothing")
+            known = self._logs[lease.key].batches.get(batch.id) if lease.key in self._logs else None
+            if known is not None:
+                return known
         log = self._check(lease)
+        if batch is not None:
+            if batch.first != len(log.facts) + 1:
+                raise HeadMovedError(lease.key, batch.first, len(log.facts))
+            log.batches[batch.id] = len(log.facts) + len(facts)
         log.facts.extend(facts)
         if facts:
             self._listeners.notify(lease.key)
         return len(log.facts)
+
+    async def appended(self, key: SessionKey, batch_id: str) -> int | None:
+        """Where the append of ``batch_id`` ended (see :class:`~rxagent.session.store.SessionStore`)."""
+        log = self._logs.get(key)
+        return log.batches.get(batch_id) if log is not None else None
 
     def listen(self, key: SessionKey, wake: Callable[[], None]) -> Listening:
         """Call ``wake()`` after each append to ``key`` (see

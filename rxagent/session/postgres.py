@@ -13,12 +13,15 @@ Install with ``pip install 'rxagent[postgres]'`` (psycopg 3 and its connection p
 ``rxagent_lease_tokens``    the sequence fencing tokens come from
 ``rxagent_tickets``         the line for each session's lease: tickets keyed by a number from an identity
                             column (never reused), with the session's key, their owner and their expiry
+``rxagent_batches``         the ids of idempotent appends (:class:`~rxagent.session.store.Batch`), keyed by
+                            ``(sid, id)``, each with the sequence number its append ended at (version 3)
 ==========================  ==============================================================================
 
 **Leases and fencing across hosts.** Every lease operation and every append is one statement whose
 ``WHERE`` checks the lease on the session's row, which the statement locks: an append is
-``UPDATE rxagent_sessions … WHERE lease_token = <the append's token> AND lease_expires_at > <now>`` with the
-fact rows inserted by the same statement, so the check and the write happen in one transaction that holds
+``UPDATE rxagent_sessions … WHERE lease_token = <the append's token> AND lease_expires_at > <now>`` (and, for
+an append with a batch, ``AND head + 1 = <its first sequence number>``) with the fact rows and the batch id
+inserted by the same statement, so the check and the write happen in one transaction that holds
 the row lock until it commits. A takeover (``acquire``) updates that same row, so it waits for an append in
 progress, and an append waits for a takeover in progress and then sees the new token (PostgreSQL re-checks
 the condition on the row's newest version): a stale or expired lease writes nothing and gets
@@ -88,6 +91,8 @@ from rxagent.session.facts import Checkpoint, Fact, FactKind, StoredFact
 from rxagent.session.store import (
     CHECKPOINTS_KEPT,
     AppendListeners,
+    Batch,
+    HeadMovedError,
     Lease,
     LeaseLostError,
     Listening,
@@ -116,7 +121,7 @@ TURN_CHANNEL: Final = "rxagent_turn"
 """The channel a session's line notifies when it may have moved, with ``{"user_id", "session_id"}``
 as JSON."""
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 """The schema version this rxagent creates and reads."""
 
 MAX_KEY_BYTES: Final = 7_000
@@ -235,9 +240,24 @@ async def _create_version_2(conn: _Connection) -> None:
     )
 
 
+async def _add_batches_version_3(conn: _Connection) -> None:
+    # The ids of idempotent appends: one indexed read tells whether an append of unknown outcome committed.
+    await conn.execute(
+        """
+        CREATE TABLE rxagent_batches (
+            sid bigint NOT NULL REFERENCES rxagent_sessions (sid) ON DELETE CASCADE,
+            id text NOT NULL,
+            last bigint NOT NULL,
+            PRIMARY KEY (sid, id)
+        )
+        """
+    )
+
+
 _MIGRATIONS: Final[dict[int, Callable[[_Connection], Awaitable[None]]]] = {
     1: _create_version_1,
     2: _create_version_2,
+    3: _add_batches_version_3,
 }
 """Version ``n`` -> the function that brings a database at version ``n - 1`` to ``n`` (0: empty)."""
 
@@ -366,25 +386,45 @@ WITH dropped AS (
 SELECT {_TURN_NOTIFY} FROM dropped
 """
 
-# One statement, so one transaction: the UPDATE locks the session's row only if the lease is current, the
-# facts are numbered from the head it returns, and the notification goes out when it commits.
+# One statement, so one transaction: the UPDATE locks the session's row only if the lease is current (and,
+# with a batch, the head is where the batch starts), the facts are numbered from the head it returns, the
+# batch id is kept beside them, and the notification goes out when it commits.
 _APPEND: Final = f"""
 WITH s AS (
     UPDATE rxagent_sessions SET head = head + %(count)s, updated_at = %(updated_at)s
-    WHERE {_KEY} AND {_LEASE_IS_CURRENT}
+    WHERE {_KEY} AND {_LEASE_IS_CURRENT} AND (%(first)s::bigint IS NULL OR head + 1 = %(first)s::bigint)
     RETURNING sid, head, session_id, user_id, has_user
 ), inserted AS (
     INSERT INTO rxagent_facts (sid, seq, kind, payload, run_id, at)
     SELECT s.sid, s.head - %(count)s + f.n, f.kind, f.payload, f.run_id, f.at
     FROM s, unnest(%(kinds)b::text[], %(payloads)b::text[], %(run_ids)b::text[], %(ats)b::float8[])
         WITH ORDINALITY AS f(kind, payload, run_id, at, n)
+), batch AS (
+    INSERT INTO rxagent_batches (sid, id, last) SELECT s.sid, %(batch)s::text, s.head FROM s
+    WHERE %(batch)s::text IS NOT NULL
 )
 SELECT s.head, {_NOTIFY.format(t="s")} FROM s
+"""
+
+# Why an append with a batch wrote nothing: its batch committed before, the lease is not current, or the
+# head moved. Each answer, once true, stays true (a lease that is not current never becomes current again),
+# so asking after the append's own statement tells what that statement found.
+_REFUSED: Final = f"""
+SELECT s.head, {_LEASE_IS_CURRENT},
+       (SELECT b.last FROM rxagent_batches b WHERE b.sid = s.sid AND b.id = %(batch)s)
+FROM rxagent_sessions s WHERE {_KEY}
+"""
+
+_LEASE: Final = f"""
+SELECT lease_owner, lease_token, lease_expires_at FROM rxagent_sessions
+WHERE {_KEY} AND lease_owner IS NOT NULL AND lease_expires_at > %(now)s
 """
 
 _CHECK: Final = f"SELECT head FROM rxagent_sessions WHERE {_KEY} AND {_LEASE_IS_CURRENT}"
 
 _SID: Final = f"SELECT sid FROM rxagent_sessions WHERE {_KEY}"
+
+_APPENDED: Final = f"SELECT last FROM rxagent_batches WHERE sid = ({_SID}) AND id = %(batch)s"
 
 _READ: Final = f"""
 SELECT seq, kind, payload, run_id, at FROM rxagent_facts
@@ -765,21 +805,31 @@ class PostgresStore:
 
     # ---- the log -------------------------------------------------------------------------------------
 
-    async def append(self, lease: Lease, facts: Sequence[Fact]) -> int:
-        """Append under the lease, then notify :data:`NOTIFY_CHANNEL` (see the module's **Group commit**).
+    async def lease(self, key: SessionKey) -> Lease | None:
+        """The current, unexpired lease (see :class:`~rxagent.session.store.SessionStore`)."""
+        row = await self._fetchone(_LEASE, _key(key), stamped=True)
+        return None if row is None else Lease(key, str(row[0]), int(row[1]), float(row[2]))
+
+    async def append(self, lease: Lease, facts: Sequence[Fact], *, batch: Batch | None = None) -> int:
+        """Append under the lease, idempotently with ``batch``, then notify :data:`NOTIFY_CHANNEL` (see the
+        module's **Group commit** and :class:`~rxagent.session.store.SessionStore`).
 
         The facts are committed when this returns. An append whose caller is cancelled before its batch
-        is sent is dropped; once sent, it commits or fails with its batch (:meth:`head` tells which).
+        is sent is dropped; once sent, it commits or fails with its batch (:meth:`appended` tells which).
 
         Raises:
             LeaseLostError: the lease is not current and unexpired (nothing is written, nobody notified).
-            ValueError: a payload holds a NUL character, which PostgreSQL text cannot (nothing is written).
+            HeadMovedError: ``batch.first`` is not the log's head plus one (nothing is written).
+            ValueError: a payload holds a NUL character, which PostgreSQL text cannot (nothing is written),
+                or ``batch`` comes with no facts.
         """
         for n, fact in enumerate(facts):
             if "\x00" in fact.payload:
                 raise ValueError(
                     f"fact {n} ({fact.kind}) has a NUL character in its payload: PostgreSQL cannot store it"
                 )
+        if batch is not None and not facts:
+            raise ValueError("an append with a batch needs facts: an empty one records nothing")
         params = {**_key(lease.key), "token": lease.token}
         if not facts:
             row = await self._fetchone(_CHECK, params, stamped=True)
@@ -793,6 +843,8 @@ class PostgresStore:
             payloads=[f.payload for f in facts],
             run_ids=[f.run_id for f in facts],
             ats=[f.at for f in facts],
+            first=None if batch is None else batch.first,
+            batch=None if batch is None else batch.id,
         )
         await self._ready()  # a closed or unreachable store fails here, before anything is queued
         queued = _QueuedAppend(
@@ -804,9 +856,24 @@ class PostgresStore:
         if self._writer is None:
             self._writer = asyncio.create_task(self._write_queued(), name="rxagent-postgres-appends")
         head = await queued.head
-        if head is None:
+        if head is not None:
+            return head
+        if batch is None:
             raise _lost(lease)
-        return head
+        # Refused: the batch committed before (an append whose outcome its writer did not know), the lease
+        # is not current, or the head moved.
+        asked = {**_key(lease.key), "token": lease.token, "batch": batch.id}
+        why = await self._fetchone(_REFUSED, asked, stamped=True)
+        if why is not None and why[2] is not None:
+            return int(why[2])
+        if why is None or not why[1]:
+            raise _lost(lease)
+        raise HeadMovedError(lease.key, batch.first, int(why[0]))
+
+    async def appended(self, key: SessionKey, batch_id: str) -> int | None:
+        """Where the append of ``batch_id`` ended (see :class:`~rxagent.session.store.SessionStore`)."""
+        row = await self._fetchone(_APPENDED, {**_key(key), "batch": batch_id})
+        return None if row is None else int(row[0])
 
     @property
     def append_transactions(self) -> int:

@@ -17,6 +17,16 @@ Flushes are serialised (parallel tools flush concurrently), and each one is one 
 run's lease; a flush that fails leaves the recorder where it was, so the caller can drop its cached
 projection and load the log again.
 
+**Appends of unknown outcome.** Each append carries a :class:`~rxagent.session.store.Batch`: a fresh id,
+and the sequence number its first fact must get (the recorded head plus one), so the store refuses it if
+anything else was appended since. An append that failed, or whose caller was cancelled, may still have
+committed (a database goes on with a statement whose caller went away). The recorder keeps its id, and
+before it sends anything again it asks the store (:meth:`~rxagent.session.store.SessionStore.appended`)
+whether one of those appends committed: if one did, its facts count as appended and only what was queued
+after them is sent; if none did, the queue is sent once, as a new batch. An append of unknown outcome that
+commits after that question can only make the new one refused (:class:`~rxagent.session.store.HeadMovedError`:
+its head moved), and the recorder asks again. So a batch that committed is never appended twice.
+
 **What others see, and when.** Nobody sees a fact before the log has it: watchers in this process get it
 through the session's feed once it is appended, and other processes (and other agents on the same store)
 read the log. Everything queued is flushed in the background ``flush_interval`` seconds after the first of
@@ -29,11 +39,11 @@ and a process that dies mid-stream leaves everything but its last ``flush_interv
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import operator
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, JsonValue
@@ -46,7 +56,7 @@ from rxagent.operators import start_task
 from rxagent.session.facts import Fact, FactKind
 from rxagent.session.feed import FeedItem, SessionFeed
 from rxagent.session.projection import Projection
-from rxagent.session.store import Lease, LeaseLostError, SessionStore
+from rxagent.session.store import Batch, HeadMovedError, Lease, LeaseLostError, SessionStore
 from rxagent.state import AgentState
 
 __all__ = ["LOST_RUN", "Recorder", "fact", "message_fact", "seed_session"]
@@ -140,6 +150,9 @@ class Recorder:
         self._next = projection.seq + 1
         """The sequence number the next queued fact gets (the lease makes this the only writer)."""
         self._answered: set[str] = set()
+        self._unsure: list[_Sent] = []
+        """Appends that failed or were cancelled and may have committed all the same: each was the queue's
+        first ``count`` facts, to start right after the recorded head (so at most one of them commits)."""
         self._snapshot = _Snapshot.of(projection)
         self._background: asyncio.Task[None] | None = None
         self._closed = False
@@ -254,50 +267,83 @@ class Recorder:
         async with self._lock:
             await self._append_queued(facts)
 
+    @property
+    def settled(self) -> bool:
+        """Whether everything recorded so far is in the log: nothing queued, and no append whose outcome
+        is unknown (a recorder that is not settled leaves a projection ahead of the log, or unsure of it)."""
+        return not self._queue and not self._unsure
+
     async def _append_queued(self, facts: Sequence[Fact]) -> None:
-        """:meth:`flush`'s work, under its lock."""
+        """:meth:`flush`'s work, under its lock (see the module's **Appends of unknown outcome**)."""
         self._capture()
         self._enqueue(facts)
-        batch = list(self._queue)
-        if not batch:
-            return
-        answered = set(self._answered)
-        append = asyncio.ensure_future(self.store.append(self.lease, batch))
-        try:
-            seq = await asyncio.shield(append)
-        except asyncio.CancelledError:
-            # A store may commit an append whose caller was cancelled meanwhile (SQLite's writer thread and
-            # the PostgreSQL server go on with it): count what it did before giving up, or the next flush
-            # (the run's release) would append the same facts again.
-            await asyncio.wait([append])
-            if not append.cancelled() and append.exception() is None:
-                with contextlib.suppress(LeaseLostError):  # the next flush finds it out again
-                    self._appended(batch, answered, append.result())
-            raise
-        self._appended(batch, answered, seq)
+        if self._unsure:
+            await self._settle()
+        while self._queue:
+            batch = list(self._queue)
+            sent = _Sent(Batch.new(self.projection.seq + 1), len(batch), set(self._answered))
+            # Kept until the store answers: a failure or a cancel leaves it unsure.
+            self._unsure.append(sent)
+            try:
+                seq = await self.store.append(self.lease, batch, batch=sent.batch)
+            except HeadMovedError as moved:
+                if await self._settle():  # an append of ours committed after all: send what follows it
+                    continue
+                raise LeaseLostError(
+                    f"session {self.lease.key[1]!r}: the log's head is {moved.head}, but this run recorded "
+                    f"it up to {self.projection.seq}: someone appended without the run's lease"
+                ) from moved
+            except Exception as error:
+                # A failure may come after the commit (a connection lost while the reply was on its way):
+                # ask at once, so that an append that committed is not reported as failed.
+                try:
+                    committed = await self._settle()
+                except Exception as asking:
+                    error.add_note(f"asking the store whether the append committed failed too: {asking!r}")
+                    raise error from None
+                if committed:
+                    continue
+                raise
+            self._appended(sent, seq)
 
-    def _appended(self, batch: Sequence[Fact], answered: set[str], seq: int) -> None:
-        """Count ``batch`` as appended, its last fact at ``seq``.
+    async def _settle(self) -> bool:
+        """Ask the store whether one of the appends of unknown outcome committed, and count it if one did
+        (at most one can). Returns whether one did.
 
         Raises:
-            LeaseLostError: the log's head is not where this recorder's numbering puts it.
+            Exception: whatever the store raised (nothing changes then).
         """
-        expected = self._next - (len(self._queue) - len(batch)) - 1
-        if seq != expected:  # someone else appended: the numbers the feed gave out are wrong
-            raise LeaseLostError(
-                f"session {self.lease.key[1]!r}: the log's head is {seq}, not {expected}; another "
-                "writer appended under this lease"
+        for sent in self._unsure:
+            seq = await self.store.appended(self.lease.key, sent.batch.id)
+            if seq is not None:
+                self._appended(sent, seq)
+                return True
+        return False
+
+    def _appended(self, sent: _Sent, seq: int) -> None:
+        """Count the append ``sent`` as committed, its last fact at ``seq``.
+
+        Raises:
+            RuntimeError: the store put it elsewhere than where its batch asked (it broke its contract).
+        """
+        projection = self.projection
+        expected = projection.seq + sent.count
+        if seq != expected:
+            raise RuntimeError(
+                f"session {self.lease.key[1]!r}: the store says the append ended at {seq}, but it was to "
+                f"end at {expected}: the store does not honour the batch's first sequence number"
             )
-        del self._queue[: len(batch)]  # facts queued while the append was on its way stay queued
+        self._unsure.clear()  # the head moved past where they were to start: none of them can commit now
+        batch = self._queue[: sent.count]
+        del self._queue[: sent.count]  # facts queued while the append was on its way stay queued
         if self.feed is not None:
             self.feed.durable(seq)
-        self._answered -= answered
-        projection = self.projection
+        self._answered -= sent.answered
         projection.seq = seq
-        projection.since_checkpoint += len(batch)
+        projection.since_checkpoint += sent.count
         for written in batch:
             projection.track(written)
-        for call_id in answered:  # a result in the log settles a dispatched call
+        for call_id in sent.answered:  # a result in the log settles a dispatched call
             projection.uncertain.pop(call_id, None)
 
     # ---- the executor's journal -----------------------------------------------------------------------
@@ -331,6 +377,16 @@ class Recorder:
         self._answered.add(result.tool_use_id)
         if self.store.durable:
             await self.flush()
+
+
+@dataclass(slots=True)
+class _Sent:
+    """An append the recorder sent: its batch, how many queued facts it carried (the queue's first ones),
+    and the calls those facts answered."""
+
+    batch: Batch
+    count: int
+    answered: set[str]
 
 
 class _Snapshot:

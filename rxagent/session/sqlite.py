@@ -35,9 +35,12 @@ store object wake this process's waiters at once (:meth:`SQLiteStore.listen_turn
 of another process's, so waiters also ask again at intervals.
 
 **Schema.** The library creates and migrates it; ``rxagent_schema_version`` holds its version
-(:data:`SCHEMA_VERSION`). Migration ``n`` is the function ``_MIGRATIONS[n - 1]``: a version 2 is one
-more function in that tuple. A file of a newer version, a file that is not SQLite, and a SQLite
-database of another application are refused with :class:`SessionFileError`, and left untouched.
+(:data:`SCHEMA_VERSION`). Migration ``n`` is the function ``_MIGRATIONS[n - 1]``: version 1 holds the
+sessions (head and lease), facts and checkpoints; version 2 adds ``tickets``, the lines for leases;
+version 3 adds ``batches``, the ids of idempotent appends (see :class:`~rxagent.session.store.Batch`)
+keyed by session and id. A file of a newer version,
+a file that is not SQLite, and a SQLite database of another application are refused with
+:class:`SessionFileError`, and left untouched.
 Deleting a session keeps its row, so the fencing tokens of a session never go back, even across a delete.
 """
 
@@ -60,6 +63,8 @@ from rxagent.session.facts import Checkpoint, Fact, FactKind, StoredFact
 from rxagent.session.store import (
     CHECKPOINTS_KEPT,
     AppendListeners,
+    Batch,
+    HeadMovedError,
     Lease,
     LeaseLostError,
     Listening,
@@ -137,7 +142,23 @@ def _create_v2(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX tickets_line ON tickets (session, number)")
 
 
-_MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_create_v1, _create_v2)
+def _add_batches_v3(conn: sqlite3.Connection) -> None:
+    """The ids of idempotent appends, each with the sequence number its append ended at."""
+    conn.execute(
+        """CREATE TABLE batches (
+            session INTEGER NOT NULL REFERENCES sessions (id),
+            id TEXT NOT NULL,
+            last INTEGER NOT NULL,
+            PRIMARY KEY (session, id)
+        ) WITHOUT ROWID"""
+    )
+
+
+_MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (
+    _create_v1,
+    _create_v2,
+    _add_batches_v3,
+)
 """``_MIGRATIONS[n]`` takes a file from schema version ``n`` to ``n + 1``, inside the opening transaction."""
 
 SCHEMA_VERSION = len(_MIGRATIONS)
@@ -556,8 +577,9 @@ class SQLiteStore:
             "it expired and was taken over, or was released"
         )
 
-    def _current(self, conn: sqlite3.Connection, lease: Lease) -> _Row:
-        row = _find(conn, lease.key)
+    def _current(self, conn: sqlite3.Connection, lease: Lease, row: _Row | None = None) -> _Row:
+        if row is None:
+            row = _find(conn, lease.key)
         if (
             row is None
             or row.owner is None
@@ -719,19 +741,42 @@ class SQLiteStore:
 
     # ---- the log -----------------------------------------------------------------------------------------
 
-    async def append(self, lease: Lease, facts: Sequence[Fact]) -> int:
-        """Append under the lease (see :class:`~rxagent.session.store.SessionStore`).
+    async def lease(self, key: SessionKey) -> Lease | None:
+        """The current, unexpired lease (see :class:`~rxagent.session.store.SessionStore`)."""
+
+        def run(conn: sqlite3.Connection) -> Lease | None:
+            row = _find(conn, key)
+            if row is None or row.owner is None or row.expires_at is None or row.expires_at <= self._now():
+                return None
+            return Lease(key, row.owner, row.token, row.expires_at)
+
+        return await self._read(run)
+
+    async def append(self, lease: Lease, facts: Sequence[Fact], *, batch: Batch | None = None) -> int:
+        """Append under the lease, idempotently with ``batch`` (see
+        :class:`~rxagent.session.store.SessionStore`).
 
         The facts are committed (and, with ``synchronous="FULL"``, on disk) when this returns. An append
-        whose caller is cancelled once it was queued still runs; :meth:`head` tells whether it did.
+        whose caller is cancelled once it was queued still runs; :meth:`appended` tells whether it did.
         """
+        if batch is not None and not facts:
+            raise ValueError("an append with a batch needs facts: an empty one records nothing")
         rows = [(fact.kind, fact.payload, fact.run_id, fact.at) for fact in facts]
 
         def run(conn: sqlite3.Connection) -> int:
-            # The check and the insert are in the same write transaction (see the module).
-            session = self._current(conn, lease)
+            # The checks and the insert are in the same write transaction (see the module).
+            found = _find(conn, lease.key)
+            if batch is not None and found is not None:
+                known = conn.execute(
+                    "SELECT last FROM batches WHERE session = ? AND id = ?", (found.id, batch.id)
+                ).fetchone()
+                if known is not None:
+                    return cast("int", known[0])
+            session = self._current(conn, lease, found)
             if not rows:
                 return session.head
+            if batch is not None and batch.first != session.head + 1:
+                raise HeadMovedError(lease.key, batch.first, session.head)
             head = session.head + len(rows)
             conn.executemany(
                 "INSERT INTO facts (session, seq, kind, payload, run_id, at) VALUES (?, ?, ?, ?, ?, ?)",
@@ -740,9 +785,24 @@ class SQLiteStore:
             conn.execute(
                 "UPDATE sessions SET head = ?, updated_at = ? WHERE id = ?", (head, rows[-1][3], session.id)
             )
+            if batch is not None:
+                conn.execute(
+                    "INSERT INTO batches (session, id, last) VALUES (?, ?, ?)", (session.id, batch.id, head)
+                )
             return head
 
         return await self._write(run)
+
+    async def appended(self, key: SessionKey, batch_id: str) -> int | None:
+        """Where the append of ``batch_id`` ended (see :class:`~rxagent.session.store.SessionStore`)."""
+
+        def run(conn: sqlite3.Connection) -> int | None:
+            row = conn.execute(
+                f"SELECT last FROM batches WHERE session = {_SESSION_ID} AND id = ?", (*key, batch_id)
+            ).fetchone()
+            return None if row is None else cast("int", row[0])
+
+        return await self._read(run)
 
     async def load(self, key: SessionKey) -> tuple[Checkpoint | None, list[StoredFact]]:
         """The last checkpoint and the facts after it (read in one snapshot)."""
@@ -851,6 +911,7 @@ class SQLiteStore:
                 return
             conn.execute("DELETE FROM facts WHERE session = ?", (row.id,))
             conn.execute("DELETE FROM checkpoints WHERE session = ?", (row.id,))
+            conn.execute("DELETE FROM batches WHERE session = ?", (row.id,))
             conn.execute(
                 "UPDATE sessions SET head = 0, updated_at = NULL, lease_owner = NULL, "
                 "lease_expires_at = NULL WHERE id = ?",

@@ -10,7 +10,17 @@ owner, an expiry (wall-clock seconds, so processes on several hosts agree) and a
 grows by one each time the lease changes hands. Every append carries the lease; the store refuses it
 (:class:`LeaseLostError`) unless the lease is still the current one and unexpired, so a process that was
 paused past its expiry cannot write after another took the session over. A live run renews its lease; an
-expired lease can be taken by anyone.
+expired lease can be taken by anyone. Who holds a session now is :meth:`SessionStore.lease`: a keeper that
+finds the holder's process gone (on its own host, see :mod:`rxagent.session.owner`) releases that lease
+(releasing needs only its token) instead of waiting for it to expire.
+
+**Idempotent appends.** An append may carry a :class:`Batch`: an id, and the sequence number its first
+fact must get. The store refuses it (:class:`HeadMovedError`, nothing written) unless the log's head is
+right before that number, records the id with it, and answers :meth:`SessionStore.appended` with one
+indexed read. So a writer whose append failed or was cancelled, not knowing whether it committed (a
+database commits a statement whose caller went away), asks before it sends the facts again: an append
+that committed is never made twice, and one that did not is made once. An append of a batch id the session
+already has writes nothing and returns where that one ended.
 
 **Notices of appends.** A store may also tell when a session's log grows, whoever appended
 (:class:`NotifyingStore`): :class:`~rxagent.session.postgres.PostgresStore` listens to the database's
@@ -33,6 +43,7 @@ no ticket and does not look at the line: it is for code that takes a session out
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -43,7 +54,9 @@ from rxagent.state import SessionKey
 __all__ = [
     "CHECKPOINTS_KEPT",
     "AppendListeners",
+    "Batch",
     "DelegatingStore",
+    "HeadMovedError",
     "Lease",
     "LeaseLostError",
     "Listening",
@@ -128,6 +141,33 @@ class Waiting:
     retry_in: float
 
 
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """What makes an append idempotent (see the module's **Idempotent appends**).
+
+    Attributes:
+        id: the append's id, which the store records with it (unique per session: :meth:`new` makes one).
+        first: the sequence number the append's first fact must get (the log's head plus one).
+
+    Raises:
+        ValueError: an empty id, one longer than 128 characters, or ``first`` below 1.
+    """
+
+    id: str
+    first: int
+
+    def __post_init__(self) -> None:
+        if not self.id or len(self.id) > 128:
+            raise ValueError(f"a batch id is 1 to 128 characters, not {self.id!r:.140}")
+        if self.first < 1:
+            raise ValueError(f"a batch's first sequence number is 1 or more, not {self.first}")
+
+    @classmethod
+    def new(cls, first: int) -> Batch:
+        """A batch with a fresh random id whose first fact is to be ``first``."""
+        return cls(secrets.token_hex(12), first)
+
+
 class LeaseLostError(RuntimeError):
     """An append or renewal carried a lease that is no longer the session's current one (fencing)."""
 
@@ -143,6 +183,28 @@ class TicketLostError(RuntimeError):
             f"ticket {ticket.number} for session {ticket.key[1]!r} is not in the line: it expired, was "
             "dropped, or was never issued"
         )
+
+
+class HeadMovedError(RuntimeError):
+    """An append's :class:`Batch` expected the log's head elsewhere: nothing was written.
+
+    Under a current lease only its holder appends, so the head moved by an append of the holder whose
+    outcome it did not know (ask :meth:`SessionStore.appended`), or by someone writing without the lease.
+
+    Attributes:
+        key: the session.
+        first: the sequence number the append's first fact was to get.
+        head: the log's head the store found.
+    """
+
+    def __init__(self, key: SessionKey, first: int, head: int) -> None:
+        super().__init__(
+            f"session {key[1]!r}: the append was to start at {first}, but the log's head is {head} "
+            "(nothing was written)"
+        )
+        self.key = key
+        self.first = first
+        self.head = head
 
 
 class SessionExistsError(ValueError):
@@ -176,7 +238,9 @@ class SessionStore(Protocol):
         ...
 
     async def release(self, lease: Lease) -> None:
-        """Give the lease up now (a no-op if it is no longer current); the session's line may move."""
+        """Give the lease up now (a no-op if it is no longer current: only its token is compared, so a
+        keeper may release a lease its :meth:`lease` names whose owner is known to be gone); the session's
+        line may move."""
         ...
 
     async def enqueue(self, key: SessionKey, owner: str, ttl: float) -> Lease | Waiting:
@@ -219,12 +283,29 @@ class SessionStore(Protocol):
         """
         ...
 
-    async def append(self, lease: Lease, facts: Sequence[Fact]) -> int:
+    async def lease(self, key: SessionKey) -> Lease | None:
+        """The session's current, unexpired lease (``None``: nobody holds it)."""
+        ...
+
+    async def append(self, lease: Lease, facts: Sequence[Fact], *, batch: Batch | None = None) -> int:
         """Append ``facts`` in order, atomically; returns the sequence number of the last one.
+
+        With ``batch``, idempotently: if the session already has an append of ``batch.id``, nothing is
+        written and the sequence number of that append's last fact is returned (whatever the lease now:
+        what committed stays committed); otherwise the append is refused unless the log's head is
+        ``batch.first - 1``, and the id is recorded with it (see :meth:`appended`).
 
         Raises:
             LeaseLostError: ``lease`` is not the session's current, unexpired lease (nothing is written).
+            HeadMovedError: ``batch.first`` is not the log's head plus one (nothing is written).
+            ValueError: ``batch`` given with no facts (an empty append records nothing).
         """
+        ...
+
+    async def appended(self, key: SessionKey, batch_id: str) -> int | None:
+        """The sequence number of the last fact of the session's append of ``batch_id`` (one indexed read),
+        or ``None``: none committed. An append still on its way may commit after this answered ``None``;
+        it cannot once another append took its place (its ``first`` is then at or below the head)."""
         ...
 
     async def load(self, key: SessionKey) -> tuple[Checkpoint | None, list[StoredFact]]:
@@ -328,9 +409,17 @@ class DelegatingStore:
         """See :meth:`SessionStore.listen_turns` (``inner``'s notices)."""
         return self.inner.listen_turns(key, wake)
 
-    async def append(self, lease: Lease, facts: Sequence[Fact]) -> int:
+    async def lease(self, key: SessionKey) -> Lease | None:
+        """See :meth:`SessionStore.lease`."""
+        return await self.inner.lease(key)
+
+    async def append(self, lease: Lease, facts: Sequence[Fact], *, batch: Batch | None = None) -> int:
         """See :meth:`SessionStore.append`."""
-        return await self.inner.append(lease, facts)
+        return await self.inner.append(lease, facts, batch=batch)
+
+    async def appended(self, key: SessionKey, batch_id: str) -> int | None:
+        """See :meth:`SessionStore.appended`."""
+        return await self.inner.appended(key, batch_id)
 
     async def load(self, key: SessionKey) -> tuple[Checkpoint | None, list[StoredFact]]:
         """See :meth:`SessionStore.load`."""

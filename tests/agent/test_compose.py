@@ -60,7 +60,7 @@ from rxagent.events import (
 from rxagent.model.scripted import FunctionModel
 from rxagent.model.types import ChatChunk, ChatRequest
 from rxagent.operators import ProgressCounts, to_list
-from rxagent.session import Fact, Lease, MemoryStore
+from rxagent.session import Batch, Fact, Lease, MemoryStore
 from rxagent.state import SessionKey
 from rxagent.tools import Permissions, Toolkit, tool
 from tests.model.openai_server import (
@@ -330,8 +330,8 @@ class SavingStore(MemoryStore):
         super().__init__()
         self.saved = asyncio.Event()
 
-    async def append(self, lease: Lease, facts: Sequence[Fact]) -> int:
-        seq = await super().append(lease, facts)
+    async def append(self, lease: Lease, facts: Sequence[Fact], *, batch: Batch | None = None) -> int:
+        seq = await super().append(lease, facts, batch=batch)
         if any(f.kind in ("run_finished", "run_failed", "run_cancelled") for f in facts):
             self.saved.set()
         return seq

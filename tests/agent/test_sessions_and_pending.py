@@ -16,7 +16,7 @@ from rxagent.events import AgentEvent, ToolPermissionAsked, ToolResult, ToolSusp
 from rxagent.model.scripted import FunctionModel
 from rxagent.model.types import ChatRequest
 from rxagent.operators import to_list
-from rxagent.session import Fact, Lease, MemoryStore
+from rxagent.session import Batch, Fact, Lease, MemoryStore
 from rxagent.tools import Permissions, Toolkit, tool
 
 from .helpers import of_type, run
@@ -75,10 +75,10 @@ class RecordingStore(MemoryStore):
         self.saves: list[str] = []
         self.fail_save = fail_save
 
-    async def append(self, lease: Lease, facts: Sequence[Fact]) -> int:
+    async def append(self, lease: Lease, facts: Sequence[Fact], *, batch: Batch | None = None) -> int:
         if self.fail_save:
             raise OSError("disk full")
-        seq = await super().append(lease, facts)
+        seq = await super().append(lease, facts, batch=batch)
         self.saves.extend(f.kind for f in facts if f.kind in ("run_finished", "run_failed", "run_cancelled"))
         return seq
 

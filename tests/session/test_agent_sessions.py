@@ -21,6 +21,7 @@ from rxagent.messages import mend_surrogates
 from rxagent.model.scripted import FunctionModel
 from rxagent.model.types import ChatRequest
 from rxagent.session import (
+    Batch,
     Fact,
     Lease,
     Reconcile,
@@ -64,11 +65,11 @@ class Broken:
         self.dead = False
         self._append = store.append
 
-        async def append(lease: Lease, facts: Sequence[Fact]) -> int:
+        async def append(lease: Lease, facts: Sequence[Fact], *, batch: Batch | None = None) -> int:
             if self.dead or any(f.kind == "tool_result" for f in facts):
                 self.dead = True
                 raise OSError("the machine lost power")
-            return await self._append(lease, facts)
+            return await self._append(lease, facts, batch=batch)
 
         store.append = append  # type: ignore[method-assign]
 
@@ -258,8 +259,8 @@ async def test_a_run_cancelled_while_its_save_is_appended_records_each_fact_once
     committed, reply = asyncio.Event(), asyncio.Event()
     append = store.append
 
-    async def append_then_reply(lease: Lease, facts: Sequence[Fact]) -> int:
-        seq = await append(lease, facts)
+    async def append_then_reply(lease: Lease, facts: Sequence[Fact], *, batch: Batch | None = None) -> int:
+        seq = await append(lease, facts, batch=batch)
         if any(f.kind == "run_finished" for f in facts) and not reply.is_set():
             committed.set()
             await reply.wait()  # committed; the reply is on its way when the caller is cancelled

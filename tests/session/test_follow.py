@@ -44,7 +44,7 @@ from rxagent.session import (
 )
 from rxagent.session.facts import Fact
 from rxagent.session.postgres import NOTIFY_CHANNEL, PostgresStore
-from rxagent.session.store import Lease, Listening, NotifyingStore
+from rxagent.session.store import Batch, Lease, Listening, NotifyingStore
 from rxagent.state import SessionKey
 from tests.serve.conftest import ValveModel
 
@@ -324,10 +324,10 @@ class Outage(DelegatingStore):
         self.reached = asyncio.Event()
         self.fail = asyncio.Event()
 
-    async def append(self, lease: Lease, facts: Sequence[Fact]) -> int:
+    async def append(self, lease: Lease, facts: Sequence[Fact], *, batch: Batch | None = None) -> int:
         self.appends += 1
         if not self.down:
-            return await super().append(lease, facts)
+            return await super().append(lease, facts, batch=batch)
         self.reached.set()
         if self.clock is not None:
             await self.clock.sleep(0.2)

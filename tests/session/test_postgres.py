@@ -29,7 +29,7 @@ import pytest
 
 from rxagent import ReActAgent, ScriptedModel
 from rxagent.context import RuntimeContext
-from rxagent.session import Fact, Lease, LeaseLostError, SessionStore, Waiting, open_store
+from rxagent.session import Batch, Fact, Lease, LeaseLostError, SessionStore, Waiting, open_store
 from rxagent.session.postgres import (
     NOTIFY_CHANNEL,
     SCHEMA_VERSION,
@@ -91,12 +91,13 @@ async def test_the_schema_is_created_at_its_version_and_reopening_keeps_the_log(
         lease = await first.acquire(KEY, "me", 30)
         assert lease is not None
         await first.append(lease, [text_fact("a"), text_fact("b")])
-    assert SCHEMA_VERSION == 2
-    assert [v for (v,) in await query(postgres_url, "SELECT version FROM rxagent_schema")] == [1, 2]
+    assert SCHEMA_VERSION == 3
+    assert [v for (v,) in await query(postgres_url, "SELECT version FROM rxagent_schema")] == [1, 2, 3]
     tables = await query(
         postgres_url, "SELECT tablename FROM pg_tables WHERE tablename LIKE 'rxagent%%' ORDER BY tablename"
     )
     assert [t for (t,) in tables] == [
+        "rxagent_batches",
         "rxagent_checkpoints",
         "rxagent_facts",
         "rxagent_schema",
@@ -110,7 +111,23 @@ async def test_the_schema_is_created_at_its_version_and_reopening_keeps_the_log(
         assert again is not None
         assert again.token > lease.token
         assert await second.append(again, [text_fact("c")]) == 3
-    assert [v for (v,) in await query(postgres_url, "SELECT version FROM rxagent_schema")] == [1, 2]
+    assert [v for (v,) in await query(postgres_url, "SELECT version FROM rxagent_schema")] == [1, 2, 3]
+
+
+async def test_a_database_of_version_2_is_migrated_and_keeps_its_log(postgres_url: str) -> None:
+    async with PostgresStore(postgres_url) as first:
+        lease = await first.acquire(KEY, "me", 30)
+        assert lease is not None
+        await first.append(lease, [text_fact("a"), text_fact("b")])
+    # As rxagent's schema version 2 left it.
+    await query(postgres_url, "DROP TABLE rxagent_batches")
+    await query(postgres_url, "DELETE FROM rxagent_schema WHERE version = 3")
+    async with PostgresStore(postgres_url) as second:
+        assert texts(await second.read(KEY)) == ["a", "b"]
+        batch = Batch.new(3)
+        assert await second.append(lease, [text_fact("c")], batch=batch) == 3
+        assert await second.appended(KEY, batch.id) == 3
+    assert [v for (v,) in await query(postgres_url, "SELECT version FROM rxagent_schema")] == [1, 2, 3]
 
 
 async def test_stores_opening_a_fresh_database_at_once_create_the_schema_once(postgres_url: str) -> None:
@@ -124,7 +141,11 @@ async def test_stores_opening_a_fresh_database_at_once_create_the_schema_once(po
             assert await store.append(lease, [text_fact(str(n))]) == 1
     finally:
         await asyncio.gather(*(store.aclose() for store in stores))
-    assert await query(postgres_url, "SELECT version FROM rxagent_schema ORDER BY version") == [(1,), (2,)]
+    assert await query(postgres_url, "SELECT version FROM rxagent_schema ORDER BY version") == [
+        (1,),
+        (2,),
+        (3,),
+    ]
 
 
 async def test_a_database_at_version_1_is_migrated_keeping_its_log_and_lease(postgres_url: str) -> None:
@@ -134,7 +155,8 @@ async def test_a_database_at_version_1_is_migrated_keeping_its_log_and_lease(pos
         await store.append(lease, [text_fact("kept")])
     # As rxagent left a database before sessions had a line for their lease.
     await query(postgres_url, "DROP TABLE rxagent_tickets")
-    await query(postgres_url, "DELETE FROM rxagent_schema WHERE version = 2")
+    await query(postgres_url, "DROP TABLE rxagent_batches")
+    await query(postgres_url, "DELETE FROM rxagent_schema WHERE version >= 2")
     async with PostgresStore(postgres_url) as store:
         assert texts(await store.read(KEY)) == ["kept"]
         waiting = await store.enqueue(KEY, "me", 60)  # the old lease still holds: a ticket
@@ -145,7 +167,11 @@ async def test_a_database_at_version_1_is_migrated_keeping_its_log_and_lease(pos
         assert isinstance(taken, Lease)
         assert taken.token > lease.token
         assert await store.append(taken, [text_fact("new")]) == 2
-    assert await query(postgres_url, "SELECT version FROM rxagent_schema ORDER BY version") == [(1,), (2,)]
+    assert await query(postgres_url, "SELECT version FROM rxagent_schema ORDER BY version") == [
+        (1,),
+        (2,),
+        (3,),
+    ]
 
 
 async def test_a_database_with_a_newer_schema_is_refused_and_left_alone(postgres_url: str) -> None:
@@ -153,15 +179,15 @@ async def test_a_database_with_a_newer_schema_is_refused_and_left_alone(postgres
         lease = await store.acquire(KEY, "me", 30)
         assert lease is not None
         await store.append(lease, [text_fact("kept")])
-    await query(postgres_url, "INSERT INTO rxagent_schema (version) VALUES (3)")
+    await query(postgres_url, "INSERT INTO rxagent_schema (version) VALUES (4)")
     newer = PostgresStore(postgres_url)
     try:
-        with pytest.raises(SchemaVersionError, match=r"version 3, newer than the version 2"):
+        with pytest.raises(SchemaVersionError, match=r"version 4, newer than the version 3"):
             await newer.head(KEY)
     finally:
         await newer.aclose()
     assert await query(postgres_url, "SELECT count(*) FROM rxagent_facts") == [(1,)]
-    assert await query(postgres_url, "SELECT max(version) FROM rxagent_schema") == [(3,)]
+    assert await query(postgres_url, "SELECT max(version) FROM rxagent_schema") == [(4,)]
 
 
 # ---- bad inputs -----------------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ from rxagent.context import RuntimeContext
 from rxagent.messages import TextBlock, ToolResultBlock, ToolUseBlock
 from rxagent.model.scripted import FunctionModel
 from rxagent.model.types import ChatRequest
-from rxagent.session import DelegatingStore, Fact, FeedGap, Lease, Projection, SQLiteStore
+from rxagent.session import Batch, DelegatingStore, Fact, FeedGap, Lease, Projection, SQLiteStore
 from rxagent.session.recorder import LOST_RUN, fact, message_fact
 from rxagent.tools import Toolkit, tool
 
@@ -95,11 +95,11 @@ class DiesBeforeTheBatchCloses(DelegatingStore):
 
     dead = False
 
-    async def append(self, lease: Lease, facts: Sequence[Fact]) -> int:
+    async def append(self, lease: Lease, facts: Sequence[Fact], *, batch: Batch | None = None) -> int:
         if self.dead or any(f.kind == "message" and '"role":"tool"' in f.payload for f in facts):
             self.dead = True
             raise ConnectionError("the process is gone")
-        return await super().append(lease, facts)
+        return await super().append(lease, facts, batch=batch)
 
     async def release(self, lease: Lease) -> None:
         if not self.dead:
@@ -227,10 +227,10 @@ class FailsWhenTold(DelegatingStore):
 
     failing = False
 
-    async def append(self, lease: Lease, facts: Sequence[Fact]) -> int:
+    async def append(self, lease: Lease, facts: Sequence[Fact], *, batch: Batch | None = None) -> int:
         if self.failing:
             raise ConnectionError("the store is out of reach")
-        return await super().append(lease, facts)
+        return await super().append(lease, facts, batch=batch)
 
 
 async def test_a_watcher_gets_only_facts_the_log_has_so_a_failed_writers_numbers_never_reach_it(

@@ -26,7 +26,16 @@ from typing import Any, cast
 import pytest
 
 from rxagent.messages import Msg
-from rxagent.session import Fact, Lease, LeaseLostError, Projection, SessionFileError, SQLiteStore, Waiting
+from rxagent.session import (
+    Batch,
+    Fact,
+    Lease,
+    LeaseLostError,
+    Projection,
+    SessionFileError,
+    SQLiteStore,
+    Waiting,
+)
 from rxagent.session.sqlite import SCHEMA_VERSION
 from rxagent.state import SessionKey
 
@@ -68,15 +77,15 @@ async def store(path: Path, now: FakeNow) -> AsyncIterator[SQLiteStore]:
 # ---- the file and its schema ---------------------------------------------------------------------------
 
 
-async def test_a_fresh_file_gets_the_schema_at_version_2_in_wal_mode(path: Path) -> None:
+async def test_a_fresh_file_gets_the_schema_at_version_3_in_wal_mode(path: Path) -> None:
     async with SQLiteStore(path):
         pass
-    assert SCHEMA_VERSION == 2
+    assert SCHEMA_VERSION == 3
     with closing(sqlite3.connect(path)) as conn:
-        assert conn.execute("SELECT version FROM rxagent_schema_version").fetchall() == [(2,)]
+        assert conn.execute("SELECT version FROM rxagent_schema_version").fetchall() == [(3,)]
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
         tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    assert {"rxagent_schema_version", "sessions", "facts", "checkpoints", "tickets"} <= tables
+    assert {"rxagent_schema_version", "sessions", "facts", "checkpoints", "tickets", "batches"} <= tables
 
 
 async def test_a_file_of_version_1_is_migrated_keeping_its_log_and_lease(path: Path, now: FakeNow) -> None:
@@ -120,7 +129,25 @@ async def test_a_file_of_version_1_is_migrated_keeping_its_log_and_lease(path: P
         assert lease.token == 8  # the tokens go on from the file's
         assert await store.append(lease, [message("new")]) == 2
     with closing(sqlite3.connect(path)) as conn:
-        assert conn.execute("SELECT version FROM rxagent_schema_version").fetchall() == [(2,)]
+        assert conn.execute("SELECT version FROM rxagent_schema_version").fetchall() == [(3,)]
+
+
+async def test_a_file_of_version_2_is_migrated_and_keeps_its_log(path: Path) -> None:
+    async with SQLiteStore(path) as store:
+        lease = await store.acquire(KEY, "a", 60)
+        assert lease is not None
+        await store.append(lease, [message("one"), message("two")])
+    with closing(sqlite3.connect(path)) as conn:  # as rxagent's schema version 2 left it
+        conn.execute("DROP TABLE batches")
+        conn.execute("UPDATE rxagent_schema_version SET version = 2")
+        conn.commit()
+    async with SQLiteStore(path) as store:
+        assert texts(await store.read(KEY)) == ["one", "two"]
+        batch = Batch.new(3)
+        assert await store.append(lease, [message("three")], batch=batch) == 3
+        assert await store.appended(KEY, batch.id) == 3
+    with closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("SELECT version FROM rxagent_schema_version").fetchall() == [(3,)]
 
 
 async def test_reopening_keeps_facts_checkpoints_and_the_lease(path: Path, now: FakeNow) -> None:
@@ -158,10 +185,10 @@ async def test_a_file_of_a_newer_schema_is_refused_and_left_as_it_was(path: Path
         assert lease is not None
         await store.append(lease, [message("kept")])
     with closing(sqlite3.connect(path)) as conn:
-        conn.execute("UPDATE rxagent_schema_version SET version = 3")
+        conn.execute("UPDATE rxagent_schema_version SET version = 4")
         conn.commit()
     before = contents(path)
-    with pytest.raises(SessionFileError, match=r"schema version 3, newer than the version 2"):
+    with pytest.raises(SessionFileError, match=r"schema version 4, newer than the version 3"):
         SQLiteStore(path)
     assert contents(path) == before
     assert store_threads(path) == []

@@ -4,26 +4,34 @@ Bad inputs tried: a stale lease (expired and taken over, released, re-acquired b
 renewal after a takeover, a checkpoint beyond the log's head and one older than the kept one, a fork onto a
 session that has facts, payloads with every kind of character; in the line for a lease: a ticket that was
 spent, dropped, expired or never issued, one presented with another session's key or another owner, and a
-ticket dropped twice.
+ticket dropped twice; for idempotent appends: a batch sent twice (also under a lease lost since), a batch
+that does not start right after the head (before it, past it), a stale lease with a batch, a batch of no
+facts, an empty batch id, one of 129 characters, a first sequence number of 0, and an append cancelled at
+every point between its call and its return.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+from collections.abc import Sequence
 
 import pytest
 
 from rxagent.messages import Msg
 from rxagent.session import (
+    Batch,
     Checkpoint,
     DelegatingStore,
     Fact,
+    HeadMovedError,
     Lease,
     LeaseLostError,
     Projection,
     SessionExistsError,
     SessionStore,
+    StoredFact,
     Ticket,
     TicketLostError,
     Waiting,
@@ -389,6 +397,184 @@ async def test_the_line_wakes_its_listeners_when_it_may_have_moved(store: Sessio
         assert waiting(await store.take_turn(d.ticket, 30)).ahead == 0
     finally:
         listening.close()
+
+
+# ---- idempotent appends -----------------------------------------------------------------------------------
+
+
+def texts(facts: Sequence[StoredFact]) -> list[str]:
+    return [json.loads(f.payload)["message"]["content"][0]["text"] for f in facts]
+
+
+async def test_an_append_with_a_batch_is_found_by_its_id(store: SessionStore) -> None:
+    lease = await store.acquire(KEY, "me", 30)
+    assert lease is not None
+    first, second = Batch.new(1), Batch.new(3)
+    assert await store.append(lease, [message_fact("a"), message_fact("b")], batch=first) == 2
+    assert await store.append(lease, [message_fact("c")], batch=second) == 3
+    assert await store.append(lease, [message_fact("d")]) == 4  # without a batch, as before
+    assert (await store.appended(KEY, first.id), await store.appended(KEY, second.id)) == (2, 3)
+    assert await store.appended(KEY, Batch.new(5).id) is None  # never appended
+    assert await store.appended(OTHER, first.id) is None  # the id is the session's
+    assert await store.appended(("nobody", "nothing"), first.id) is None
+
+
+async def test_a_batch_sent_twice_is_written_once(store: SessionStore, now: FakeNow) -> None:
+    lease = await store.acquire(KEY, "me", 10)
+    assert lease is not None
+    batch = Batch.new(1)
+    assert await store.append(lease, [message_fact("once"), message_fact("only")], batch=batch) == 2
+    assert await store.append(lease, [message_fact("once"), message_fact("only")], batch=batch) == 2
+    now.advance(11)  # the lease is lost since: what committed stays committed, and is told so
+    assert await store.acquire(KEY, "someone", 10) is not None
+    assert await store.append(lease, [message_fact("once"), message_fact("only")], batch=batch) == 2
+    assert texts(await store.read(KEY)) == ["once", "only"]
+    assert await store.head(KEY) == 2
+
+
+async def test_a_batch_that_does_not_start_right_after_the_head_is_refused(store: SessionStore) -> None:
+    lease = await store.acquire(KEY, "me", 30)
+    assert lease is not None
+    await store.append(lease, [message_fact("a"), message_fact("b")], batch=Batch.new(1))
+    for first in (1, 2, 4, 99):  # before the head (it would overwrite), at it, past it (a gap)
+        batch = Batch.new(first)
+        with pytest.raises(HeadMovedError, match="the log's head is 2") as refused:
+            await store.append(lease, [message_fact("misplaced")], batch=batch)
+        assert (refused.value.key, refused.value.first, refused.value.head) == (KEY, first, 2)
+        assert await store.appended(KEY, batch.id) is None
+    assert texts(await store.read(KEY)) == ["a", "b"]
+    assert await store.append(lease, [message_fact("c")], batch=Batch.new(3)) == 3
+
+
+async def test_a_stale_lease_with_a_batch_is_refused_as_stale(store: SessionStore, now: FakeNow) -> None:
+    lease = await store.acquire(KEY, "me", 10)
+    assert lease is not None
+    now.advance(11)
+    taken = await store.acquire(KEY, "someone", 10)
+    assert taken is not None
+    batch = Batch.new(1)
+    with pytest.raises(LeaseLostError):
+        await store.append(lease, [message_fact("late")], batch=batch)
+    assert await store.appended(KEY, batch.id) is None
+    assert await store.append(taken, [message_fact("theirs")], batch=Batch.new(1)) == 1
+
+
+async def test_bad_batches_are_refused_before_anything_is_written(store: SessionStore) -> None:
+    lease = await store.acquire(KEY, "me", 30)
+    assert lease is not None
+    with pytest.raises(ValueError, match="needs facts"):
+        await store.append(lease, [], batch=Batch.new(1))
+    with pytest.raises(ValueError, match="1 to 128 characters"):
+        Batch("", 1)
+    with pytest.raises(ValueError, match="1 to 128 characters"):
+        Batch("x" * 129, 1)
+    with pytest.raises(ValueError, match="1 or more"):
+        Batch("b", 0)
+    assert await store.head(KEY) == 0
+    assert await store.append(lease, [message_fact("fine")], batch=Batch("x" * 128, 1)) == 1
+
+
+async def test_a_deleted_session_forgets_its_batches(store: SessionStore) -> None:
+    lease = await store.acquire(KEY, "me", 30)
+    assert lease is not None
+    batch = Batch.new(1)
+    await store.append(lease, [message_fact("a")], batch=batch)
+    await store.fork(KEY, 1, ("ada", "fork"))
+    assert await store.appended(("ada", "fork"), batch.id) is None  # a fork is a new log
+    await store.delete(KEY)
+    assert await store.appended(KEY, batch.id) is None
+    again = await store.acquire(KEY, "me", 30)
+    assert again is not None
+    assert await store.append(again, [message_fact("anew")], batch=batch) == 1
+    assert texts(await store.read(KEY)) == ["anew"]
+
+
+class CommitsThenHangs(DelegatingStore):
+    """Commits an append, then keeps its caller waiting (as a reply on its way would) until cancelled."""
+
+    def __init__(self, inner: SessionStore) -> None:
+        super().__init__(inner)
+        self.committed = asyncio.Event()
+
+    async def append(self, lease: Lease, facts: Sequence[Fact], *, batch: Batch | None = None) -> int:
+        await super().append(lease, facts, batch=batch)
+        self.committed.set()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable: the caller is cancelled")
+
+
+async def test_an_append_cancelled_between_its_commit_and_its_return_is_found_and_not_made_again(
+    store: SessionStore,
+) -> None:
+    lease = await store.acquire(KEY, "me", 30)
+    assert lease is not None
+    hanging = CommitsThenHangs(store)
+    batch = Batch.new(1)
+    facts = [message_fact("a"), message_fact("b")]
+    appending = asyncio.ensure_future(hanging.append(lease, facts, batch=batch))
+    await asyncio.wait_for(hanging.committed.wait(), 10)
+    appending.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await appending
+    # The writer does not know the outcome: it asks, and a retry of the same batch writes nothing.
+    assert await store.appended(KEY, batch.id) == 2
+    assert await store.append(lease, facts, batch=batch) == 2
+    with pytest.raises(HeadMovedError):  # sent again as a new batch, the facts are refused
+        await store.append(lease, facts, batch=Batch.new(1))
+    assert texts(await store.read(KEY)) == ["a", "b"]
+
+
+async def test_an_append_cancelled_at_any_moment_is_made_once_when_its_batch_is_sent_again(
+    store: SessionStore,
+) -> None:
+    # Cancelled after 0, 1, 2, ... turns of the loop: before the store queued it, while its transaction
+    # was on its way, after it committed; whatever the store did, sending the batch again makes it once.
+    lease = await store.acquire(KEY, "me", 30)
+    assert lease is not None
+    head = 0
+    for turns in range(12):
+        batch = Batch.new(head + 1)
+        facts = [message_fact(f"{turns}a"), message_fact(f"{turns}b")]
+        appending = asyncio.ensure_future(store.append(lease, facts, batch=batch))
+        for _ in range(turns):
+            await asyncio.sleep(0)  # one turn of the loop (the append goes on meanwhile), not a wait
+        appending.cancel()
+        with contextlib.suppress(asyncio.CancelledError):  # or it returned before the cancel came
+            await appending
+        head = await store.append(lease, facts, batch=batch)
+        assert head == 2 * (turns + 1)
+        assert await store.appended(KEY, batch.id) == head
+    # An append of each that is still on its way would land before this one (the stores keep a session's
+    # appends in order), and be refused: the log holds each pair once.
+    assert await store.append(lease, [message_fact("last")], batch=Batch.new(head + 1)) == head + 1
+    assert texts(await store.read(KEY)) == [f"{t}{x}" for t in range(12) for x in "ab"] + ["last"]
+
+
+# ---- who holds a session ----------------------------------------------------------------------------------
+
+
+async def test_the_current_lease_is_told_and_can_be_released_by_another_keeper(
+    store: SessionStore, now: FakeNow
+) -> None:
+    assert await store.lease(KEY) is None
+    held = await store.acquire(KEY, "process-a", 10)
+    assert held is not None
+    assert await store.lease(KEY) == held
+    assert await store.lease(OTHER) is None
+    # Another keeper that knows process-a is gone releases its lease by what lease() told it.
+    told = await store.lease(KEY)
+    assert told is not None
+    await store.release(told)
+    assert await store.lease(KEY) is None
+    with pytest.raises(LeaseLostError):
+        await store.append(held, [message_fact("from the gone process")])
+    taken = await store.acquire(KEY, "process-b", 10)
+    assert taken is not None
+    assert await store.lease(KEY) == taken
+    await store.release(told)  # stale now: the current lease stays
+    assert await store.lease(KEY) == taken
+    now.advance(11)
+    assert await store.lease(KEY) is None  # expired: nobody holds it
 
 
 def test_the_delegating_store_example_runs() -> None:
