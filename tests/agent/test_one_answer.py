@@ -19,43 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from rxagent import ScriptedResponse, ScriptedToolCall
 from rxagent.agent import AnswerTakenError, ReActAgent, RunHandle, ToolDecision
 from rxagent.context import RuntimeContext
 from rxagent.events import AgentResult
-from rxagent.model.scripted import FunctionModel
-from rxagent.model.types import ChatRequest
 from rxagent.session import SQLiteStore
-from rxagent.tools import Permissions, Toolkit, tool
+from tests.agent.refunds import refund_agent, refunds
 
 WAIT = 10.0
 ROUNDS = 100
-
-refunds: Counter[str] = Counter()
-"""How often each order was refunded (the side effect, counted outside the store)."""
-
-
-@tool
-def refund(order: str) -> str:
-    """Refund an order."""
-    refunds[order] += 1
-    return f"refunded {order}"
-
-
-def clerk(request: ChatRequest) -> ScriptedResponse | str:
-    """Asks to refund the order a user message names; says it is done after anything else."""
-    last = request.messages[-1]
-    if last.role == "user":
-        return ScriptedResponse(
-            tool_calls=[ScriptedToolCall("refund", {"order": last.text}, id=f"r-{last.text}")]
-        )
-    return "done"
-
-
-def refund_agent(store: SQLiteStore) -> ReActAgent:
-    return ReActAgent(
-        FunctionModel(clerk), Toolkit([refund]), permissions=Permissions().ask("refund"), store=store
-    )
 
 
 @pytest.fixture(autouse=True)

@@ -19,41 +19,12 @@ from typing import Any
 import aiohttp
 import pytest
 
-from rxagent import ScriptedResponse, ScriptedToolCall
-from rxagent.agent import ReActAgent
-from rxagent.model.scripted import FunctionModel
-from rxagent.model.types import ChatRequest
 from rxagent.serve import AgentServer, ServeSettings
-from rxagent.session import SessionStore, SQLiteStore
-from rxagent.tools import Permissions, Toolkit, tool
+from rxagent.session import SQLiteStore
+from tests.agent.refunds import refund_agent, refunds
 from tests.serve.conftest import WAIT, Live, serving
 
 ROUNDS = 100
-
-refunds: Counter[str] = Counter()
-"""How often each order was refunded (the side effect, counted outside the store)."""
-
-
-@tool
-def refund(order: str) -> str:
-    """Refund an order."""
-    refunds[order] += 1
-    return f"refunded {order}"
-
-
-def clerk(request: ChatRequest) -> ScriptedResponse | str:
-    """Asks to refund the order a user message names; says it is done after anything else."""
-    last = request.messages[-1]
-    if last.role == "user":
-        call = ScriptedToolCall("refund", {"order": last.text}, id=f"r-{last.text}")
-        return ScriptedResponse(tool_calls=[call])
-    return "done"
-
-
-def refund_agent(store: SessionStore | None = None) -> ReActAgent:
-    return ReActAgent(
-        FunctionModel(clerk), Toolkit([refund]), permissions=Permissions().ask("refund"), store=store
-    )
 
 
 @pytest.fixture(autouse=True)
