@@ -36,6 +36,18 @@ class ChildProcess:
         )
         return cls(process)
 
+    @classmethod
+    async def ready(cls, script: Path, *arguments: str) -> ChildProcess:
+        """Start ``script`` and wait for its ``{"ready": true}`` line (the child is ended if it never
+        comes)."""
+        child = await cls.start(script, *arguments)
+        try:
+            assert await child.answer(within=60) == {"ready": True}
+        except BaseException:
+            await child.close()
+            raise
+        return child
+
     @property
     def pid(self) -> int:
         return self.process.pid

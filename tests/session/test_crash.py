@@ -97,13 +97,7 @@ async def start_child(files: Files, tool: str, arguments: dict[str, str], call_i
         "call_id": call_id,
         "lease_ttl": LEASE_TTL,
     }
-    child = await ChildProcess.start(SCRIPT, json.dumps(config))
-    try:
-        assert await child.answer(within=60) == {"ready": True}
-    except BaseException:
-        await child.close()
-        raise
-    return child
+    return await ChildProcess.ready(SCRIPT, json.dumps(config))
 
 
 @dataclass(frozen=True)
@@ -276,13 +270,7 @@ async def start_batches_child(where: str, ledger: Path, seed: int) -> ChildProce
         "seed": seed,
         "lease_ttl": LEASE_TTL,
     }
-    child = await ChildProcess.start(SCRIPT, json.dumps(config))
-    try:
-        assert await child.answer(within=60) == {"ready": True}
-    except BaseException:
-        await child.close()
-        raise
-    return child
+    return await ChildProcess.ready(SCRIPT, json.dumps(config))
 
 
 async def take_over(store: SessionStore, ledger: Path, text: str) -> str:
