@@ -43,15 +43,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from rxagent.agent import (
-    AgentInput,
-    AgentOptions,
-    AnswerTakenError,
-    AnyMiddleware,
-    ReActAgent,
-    RunControl,
-    ToolDecision,
-)
+from rxagent.agent import AgentInput, AgentOptions, AnswerTakenError, ReActAgent, RunControl, ToolDecision
+from rxagent.agent.middleware import AnyMiddleware
 from rxagent.agent.react import session_key
 from rxagent.cli_sessions import (
     DENIED,

@@ -12,12 +12,15 @@ import os
 import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeAlias, cast
+
+from typing_extensions import TypeVar
 
 if TYPE_CHECKING:
     from rxagent.state import AgentState
 
 __all__ = [
+    "DepsT",
     "EventDetail",
     "RunContext",
     "RuntimeContext",
@@ -25,6 +28,7 @@ __all__ = [
     "TraceParent",
     "is_trace_id",
     "new_trace_id",
+    "run_context_of",
 ]
 
 _INVALID_TRACE_ID = "0" * 32
@@ -180,8 +184,14 @@ class RuntimeContext:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class RunContext(RuntimeContext):
+DepsT = TypeVar("DepsT", default=object, covariant=True)
+"""The type of the user's dependencies a run carries (``None`` when the caller gave none)."""
+
+
+# Not slotted: a slotted frozen generic dataclass fails on ``RunContext[Deps](...)`` (typing sets
+# ``__orig_class__`` on the instance, which the recreated slotted class refuses with a TypeError).
+@dataclass(frozen=True)
+class RunContext(RuntimeContext, Generic[DepsT]):
     """The context of one agent run, as middleware hooks, interceptors and tools receive it.
 
     It is the caller's :class:`RuntimeContext` plus the run's own facts.
@@ -195,6 +205,9 @@ class RunContext(RuntimeContext):
             ``state.extras`` (under a key of its own), so that work like compression is not redone.
         event_detail: how much of the run's events its caller watches; a tool that runs another agent
             asks that run for as much (see :meth:`rxagent.agent.ReActAgent.as_tool`).
+        deps: the dependencies the caller gave the run (``agent.call(..., deps=...)``), typed by the
+            agent's ``Deps`` (a database pool, an HTTP client, the user's account): what tools and steps
+            use instead of globals. The untyped :attr:`attributes` stay for middleware.
     """
 
     run_id: str = ""
@@ -203,3 +216,12 @@ class RunContext(RuntimeContext):
     provider_name: str = ""
     state: AgentState | None = None
     event_detail: EventDetail = "all"
+    deps: DepsT = cast("DepsT", None)  # noqa: RUF009 - a no-op at run time: the default is None
+
+
+def run_context_of(ctx: RuntimeContext) -> RunContext[object] | None:
+    """``ctx`` as the :class:`RunContext` of an agent run, or ``None`` for a caller's plain context (what
+    a tool run outside an agent, or a hook handed a caller's context, has)."""
+    if isinstance(ctx, RunContext):
+        return cast("RunContext[object]", ctx)
+    return None

@@ -26,10 +26,11 @@ import json
 import time
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Annotated, Any, Literal, TypeAlias
+from typing import Annotated, Any, Generic, Literal, TypeAlias
 
 from pydantic import Field, JsonValue, TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError
+from typing_extensions import TypeVar
 
 from rxagent.chunks import Usage
 from rxagent.messages import Msg, ToolResultBlock, ToolUseBlock
@@ -44,6 +45,7 @@ __all__ = [
     "MessageCompleted",
     "ModelCallFinished",
     "ModelCallStarted",
+    "OutputT",
     "Phase",
     "PhaseChanged",
     "RepeatGuardTriggered",
@@ -431,14 +433,20 @@ class UsageTotals:
         return self.input_tokens + self.output_tokens
 
 
+OutputT = TypeVar("OutputT", default=object, covariant=True)
+"""The type of a run's structured output (an agent's ``output_type``)."""
+
+
 @dataclass(slots=True, kw_only=True)
-class AgentResult(EventHeader):
+class AgentResult(EventHeader, Generic[OutputT]):
     """How a run ended: its final message, the reason, structured data, usage and iterations.
+
+    ``Agent[Deps, Output]`` runs give ``AgentResult[Output]``: ``structured`` has the output type.
 
     Attributes:
         message: the final assistant message (``None`` when the run ended waiting for tools).
         reason: see :data:`RunReason`.
-        structured: the validated structured output, or ``None``.
+        structured: the validated structured output (of the agent's output type), or ``None``.
         structured_error: why ``structured`` is ``None`` although an output type was asked for.
         usage: token totals over the run.
         iterations: reasoning steps taken.
@@ -449,7 +457,7 @@ class AgentResult(EventHeader):
     type: Literal["agent_result"] = "agent_result"
     message: Msg | None
     reason: RunReason
-    structured: Any = None
+    structured: OutputT | None = None
     structured_error: str | None = None
     usage: UsageTotals = field(default_factory=UsageTotals)
     iterations: int = 0
@@ -460,6 +468,11 @@ class AgentResult(EventHeader):
     def text(self) -> str:
         """The final message's text ("" when there is none)."""
         return self.message.text if self.message is not None else ""
+
+
+# Python 3.11's dataclass(slots=True) rebuilds the class without the generic parameters it had, so
+# ``AgentResult[City]`` would fail at run time (annotations are never evaluated; pydantic and users may).
+AgentResult.__parameters__ = (OutputT,)  # pyright: ignore[reportAttributeAccessIssue]
 
 
 AgentEvent: TypeAlias = Annotated[

@@ -71,7 +71,7 @@ def current_run() -> RunContext | None:
     return _current_run.get()
 
 
-def with_current_run(ctx: RunContext) -> Operator[_T, _T]:
+def with_current_run(ctx: RunContext[object]) -> Operator[_T, _T]:
     """Subscribe the source with ``ctx`` as the current run (see the module docstring).
 
     Items and signals pass unchanged; the context variable is set only while the source subscribes, so

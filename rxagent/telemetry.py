@@ -109,7 +109,7 @@ from reactivex.disposable import Disposable
 
 from rxagent.agent.inputs import RunInput
 from rxagent.agent.middleware import Middleware
-from rxagent.context import RunContext, RuntimeContext, TraceParent, is_trace_id
+from rxagent.context import RunContext, RuntimeContext, TraceParent, is_trace_id, run_context_of
 from rxagent.events import AgentEvent, AgentResult, ErrorEvent, UsageTotals
 from rxagent.messages import Msg, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
 from rxagent.model.types import ChatChunk, ChatRequest, Usage
@@ -262,7 +262,8 @@ class Telemetry(Middleware):
         """``gen_ai.provider.name`` for spans of the run ``ctx`` belongs to."""
         if self.provider_name is not None:
             return self.provider_name
-        return ctx.provider_name if isinstance(ctx, RunContext) and ctx.provider_name else "_OTHER"
+        run = run_context_of(ctx)
+        return run.provider_name if run is not None and run.provider_name else "_OTHER"
 
     def start_span(
         self,
@@ -286,7 +287,8 @@ class Telemetry(Middleware):
 
     def parent_of_step(self, ctx: RuntimeContext) -> Context | None:
         """Where a ``chat`` or ``execute_tool`` span of the run ``ctx`` belongs: its run's span."""
-        span = _run_spans.get(ctx.run_id) if isinstance(ctx, RunContext) else None
+        run = run_context_of(ctx)
+        span = _run_spans.get(run.run_id) if run is not None else None
         return trace.set_span_in_context(span, Context()) if span is not None else None
 
 
@@ -469,7 +471,8 @@ class _ChatSpan(_Watch[ChatChunk]):
     def __init__(self, telemetry: Telemetry, request: ChatRequest, ctx: RuntimeContext) -> None:
         self.telemetry = telemetry
         self.fold = MessageFold()
-        model = ctx.model_name if isinstance(ctx, RunContext) else ""
+        run = run_context_of(ctx)
+        model = run.model_name if run is not None else ""
         attributes: dict[str, Any] = {_OPERATION: "chat", _PROVIDER: telemetry.provider_of(ctx)}
         if model:
             attributes[_REQUEST_MODEL] = model
@@ -526,8 +529,9 @@ class _ToolSpan(_Watch[ToolEvent]):
             f"execute_tool {tool.name}", SpanKind.INTERNAL, attributes, parent, ctx.trace_id
         )
         self.span_id = self.span.get_span_context().span_id
-        if isinstance(ctx, RunContext):
-            _tool_spans[self.span_id] = ctx.run_id
+        run = run_context_of(ctx)
+        if run is not None:
+            _tool_spans[self.span_id] = run.run_id
 
     def see(self, item: ToolEvent) -> None:
         # The call's result ends it: the executor stops listening right after.

@@ -9,7 +9,8 @@ import pytest
 from reactivex import Observable
 
 from rxagent import ScriptedModel
-from rxagent.agent import Middleware, ReActAgent, RunInput
+from rxagent.agent import Middleware, ReActAgent
+from rxagent.agent.loop import RunInput
 from rxagent.context import RunContext, RuntimeContext, TraceParent, is_trace_id, new_trace_id
 from rxagent.events import AgentEvent
 from rxagent.model import ChatChunk, ChatRequest, provider_of

@@ -1,138 +1,113 @@
-"""The agent: the ReAct loop assembled from public steps, its middleware cut points, structured output.
+"""The agent: a host (:class:`Agent`) running a loop of steps, with sessions, middleware and live handles.
 
-``ReActAgent`` is the lifecycle (session, save, serialisation) around :func:`default_steps`; the steps,
-the nodes between them and the decisions that pick the next node are public, so other agents are built
-from the same parts (see :mod:`rxagent.agent.steps` and ``rxagent.agent.recipes``). Agents compose
-(:mod:`rxagent.agent.compose`): one agent is a tool of another (``as_tool``), and an agent is an operator
-over a stream of inputs (``map_runs``).
+What a user of an agent needs is here: the agent, its options, what a run takes (text, messages, answers
+for waiting calls), what it gives back, the live session handles, middleware and the errors a run can
+raise. The parts a loop is assembled from (nodes, steps, decisions, the run's state) are in
+:mod:`rxagent.agent.loop`; three short assemblies are in ``rxagent.agent.recipes``. Agents compose: one
+agent is a tool of another (``as_tool``), and an agent is an operator over a stream of inputs
+(``map_runs``).
 """
 
 from __future__ import annotations
 
-from rxagent.agent.acting import ActingDecision, act_step
-from rxagent.agent.compose import ChildSessions, RunContextFactory, RunOutcome, agent_tool, map_runs
-from rxagent.agent.control import RunControl, RunStatus
-from rxagent.agent.decisions import (
-    after_acting,
-    after_reasoning,
-    after_tools,
-    continue_reasoning,
-    route_input,
-)
+import warnings
+
+from rxagent.agent.compose import RunOutcome
+from rxagent.agent.control import RunControl
 from rxagent.agent.inputs import (
-    MAX_NESTING,
     AgentInput,
     AnswerTakenError,
     ExternalResult,
     InvalidInputError,
     PendingToolCallsError,
-    RunInput,
     SessionBusyError,
     ToolDecision,
-    normalise_input,
 )
 from rxagent.agent.live import RunHandle, SessionHandle, SessionState, SessionStatus
-from rxagent.agent.middleware import (
-    ActingStep,
-    AnyMiddleware,
-    CutPoint,
-    Middleware,
-    ReasoningStep,
-    RequestHook,
-    StopRun,
-    insert,
-)
-from rxagent.agent.nodes import (
-    Act,
-    CheckOutput,
-    Finish,
-    Interrupt,
-    Next,
-    Node,
-    Reason,
-    Reprompt,
-    Start,
-    Step,
-    StepOutput,
-)
-from rxagent.agent.options import AgentOptions, StructuredMode
-from rxagent.agent.output import check_output_step
-from rxagent.agent.react import DEFAULT_SESSION, ReActAgent, default_steps
-from rxagent.agent.reasoning import ReasoningDecision, build_request, reason_step, structured_path
-from rxagent.agent.routing import RouteDecision, apply_input, start_step
-from rxagent.agent.run import RunState
-from rxagent.agent.steps import emit, finish_step, interrupt_step, reprompt_step, run_loop
-from rxagent.agent.structured import OUTPUT_TOOL, extract_json
-from rxagent.agent.transcript import repair_transcript
+from rxagent.agent.middleware import ActingStep, CutPoint, Middleware, ReasoningStep, StopRun, insert
+from rxagent.agent.options import AgentOptions
+from rxagent.agent.react import Agent, ReActAgent
 
 __all__ = [
-    "DEFAULT_SESSION",
-    "MAX_NESTING",
-    "OUTPUT_TOOL",
-    "Act",
-    "ActingDecision",
     "ActingStep",
+    "Agent",
     "AgentInput",
     "AgentOptions",
     "AnswerTakenError",
-    "AnyMiddleware",
-    "CheckOutput",
-    "ChildSessions",
     "CutPoint",
     "ExternalResult",
-    "Finish",
-    "Interrupt",
     "InvalidInputError",
     "Middleware",
-    "Next",
-    "Node",
     "PendingToolCallsError",
     "ReActAgent",
-    "Reason",
-    "ReasoningDecision",
     "ReasoningStep",
-    "Reprompt",
-    "RequestHook",
-    "RouteDecision",
-    "RunContextFactory",
     "RunControl",
     "RunHandle",
-    "RunInput",
     "RunOutcome",
-    "RunState",
-    "RunStatus",
     "SessionBusyError",
     "SessionHandle",
     "SessionState",
     "SessionStatus",
-    "Start",
-    "Step",
-    "StepOutput",
     "StopRun",
-    "StructuredMode",
     "ToolDecision",
-    "act_step",
-    "after_acting",
-    "after_reasoning",
-    "after_tools",
-    "agent_tool",
-    "apply_input",
-    "build_request",
-    "check_output_step",
-    "continue_reasoning",
-    "default_steps",
-    "emit",
-    "extract_json",
-    "finish_step",
     "insert",
-    "interrupt_step",
-    "map_runs",
-    "normalise_input",
-    "reason_step",
-    "repair_transcript",
-    "reprompt_step",
-    "route_input",
-    "run_loop",
-    "start_step",
-    "structured_path",
 ]
+
+# Names this facade exported before the loop's parts moved to rxagent.agent.loop (and a few internals):
+# still importable from here for one release, with a DeprecationWarning naming the new home.
+_MOVED = {
+    "rxagent.agent.loop": (
+        "Act",
+        "ActingDecision",
+        "CheckOutput",
+        "Finish",
+        "Interrupt",
+        "Next",
+        "Node",
+        "Reason",
+        "ReasoningDecision",
+        "Reprompt",
+        "RouteDecision",
+        "RunInput",
+        "RunState",
+        "Start",
+        "Step",
+        "StepOutput",
+        "act_step",
+        "after_acting",
+        "after_reasoning",
+        "after_tools",
+        "build_request",
+        "check_output_step",
+        "continue_reasoning",
+        "emit",
+        "finish_step",
+        "interrupt_step",
+        "reason_step",
+        "reprompt_step",
+        "route_input",
+        "run_loop",
+        "start_step",
+    ),
+    "rxagent.agent.inputs": ("MAX_NESTING", "normalise_input"),
+    "rxagent.agent.compose": ("ChildSessions", "RunContextFactory", "agent_tool", "map_runs"),
+    "rxagent.agent.control": ("RunStatus",),
+    "rxagent.agent.middleware": ("AnyMiddleware", "RequestHook"),
+    "rxagent.agent.options": ("StructuredMode",),
+    "rxagent.agent.react": ("DEFAULT_SESSION",),
+    "rxagent.agent.structured": ("OUTPUT_TOOL", "extract_json"),
+    "rxagent.agent.reasoning": ("structured_path",),
+    "rxagent.agent.routing": ("apply_input",),
+    "rxagent.agent.transcript": ("repair_transcript",),
+}
+_HOME = {name: module for module, names in _MOVED.items() for name in names}
+
+
+def __getattr__(name: str) -> object:
+    module = _HOME.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rxagent.agent' has no attribute {name!r}")
+    warnings.warn(f"rxagent.agent.{name} moved: import it from {module}", DeprecationWarning, stacklevel=2)
+    import importlib
+
+    return getattr(importlib.import_module(module), name)

@@ -12,15 +12,13 @@ the next node with its ``decide`` function (:func:`~rxagent.agent.decisions.afte
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
-import reactivex
 from pydantic import JsonValue
 from reactivex import Observable
+from typing_extensions import TypeVar
 
 from rxagent.agent.decisions import after_acting
-from rxagent.agent.middleware import ActingStep, chain, has_hooks
-from rxagent.agent.nodes import Act, Next, StepOutput
+from rxagent.agent.nodes import Act, Finish, Next, Node, StepOutput
 from rxagent.agent.run import RunState
 from rxagent.events import (
     AgentEvent,
@@ -33,7 +31,7 @@ from rxagent.events import (
     ToolResult,
     ToolSuspended,
 )
-from rxagent.messages import Msg, ToolResultBlock, ToolUseBlock
+from rxagent.messages import Msg, ToolUseBlock
 from rxagent.operators import frame, sync_of
 from rxagent.state import PendingCall
 from rxagent.tools import (
@@ -50,60 +48,50 @@ from rxagent.tools import (
 
 __all__ = ["ActingDecision", "act_step"]
 
-ActingDecision = Callable[[ToolBatchFinished | None, RunState], Any]
-"""``(batch, run) -> next node``: what follows a batch (see ``after_acting``)."""
+_To = TypeVar("_To", bound=Node)
+
+ActingDecision = Callable[[ToolBatchFinished, RunState], _To]
+"""``(batch, run) -> next node``: what follows a batch that ran (see ``after_acting``)."""
+
+_REPEAT_HINT = "repeat_guard"
+"""The metadata value (under ``"rxagent"``) of the hint the repeat guard adds."""
 
 
-def act_step(decide: ActingDecision = after_acting) -> Callable[[Act, RunState], Observable[StepOutput]]:
+def act_step(
+    decide: ActingDecision[_To] = after_acting,
+) -> Callable[[Act, RunState], Observable[StepOutput[_To | Finish]]]:
     """The step that runs an :class:`~rxagent.agent.nodes.Act` node's batch, ending with
-    ``Next(decide(batch, run))``.
+    ``Next(decide(batch, run))``, or ``Next(Finish("ERROR"))`` when the tools' infrastructure failed
+    (a :class:`~rxagent.tools.ToolSystemError`: no decision can mend that).
 
     Args:
-        decide: picks the node after the batch (``batch`` is ``None`` when the tools' infrastructure
-            failed, or an interrupt cut the batch short).
+        decide: picks the node after the batch.
     """
 
-    def step(node: Act, run: RunState) -> Observable[StepOutput]:
-        turn = ActingStep(run.iteration, node.calls)
-        outcome: list[ToolBatchFinished] = []
-
-        def then() -> Next:
-            return Next(decide(outcome[0] if outcome else None, run))
-
-        middleware = run.agent.middleware
-        if not has_hooks(middleware, "acting"):
-            return _acting(run, turn, node.approved, outcome, then)
-
-        def inner(hooked_turn: ActingStep) -> Observable[Any]:
-            return _acting(run, hooked_turn, node.approved, outcome, None)
-
-        events: Observable[StepOutput] = chain(middleware, "acting", run.ctx, inner)(turn)
-        return reactivex.concat(events, reactivex.defer(lambda _: sync_of(then())))
+    def step(node: Act, run: RunState) -> Observable[StepOutput[_To | Finish]]:
+        return _acting(run, node, decide)
 
     return step
 
 
-def _acting(
-    run: RunState,
-    turn: ActingStep,
-    approved: frozenset[str],
-    outcome: list[ToolBatchFinished],
-    then: Callable[[], Next] | None,
-) -> Observable[Any]:
-    head = run.head
+def _acting(run: RunState, node: Act, decide: ActingDecision[_To]) -> Observable[StepOutput[_To | Finish]]:
+    deps = run.deps
+    head = deps.head
+    quiet = deps.quiet
     durations: dict[str, float] = {}
+    outcome: list[ToolBatchFinished] = []
 
     def on_tool_event(event: ToolEvent) -> list[AgentEvent]:
         if isinstance(event, ToolCallFinished):
             durations[event.call.id] = event.duration_s
-            run.finished_calls[event.call.id] = event.result
+            run.in_flight[event.call.id] = event.result
             return []
         if isinstance(event, ToolBatchFinished):
             outcome.append(event)
             return []
         if isinstance(event, ToolCallNested):
             return _nested(run, event.event)
-        if run.quiet:
+        if quiet:
             return []
         if isinstance(event, ToolBodyStarted):
             return [ToolExecutionStarted(**head, call=event.call)]
@@ -123,35 +111,39 @@ def _acting(
             return [ToolPermissionAsked(**head, call=event.call, reason=event.decision.reason)]
         return [ToolSuspended(**head, call=event.call)]
 
-    def done() -> list[Any]:
-        closing: list[Any] = _batch_done(run, turn, outcome[0], durations) if outcome else []
-        if then is not None:
-            closing.append(then())
+    def done() -> list[StepOutput[_To | Finish]]:
+        if not outcome:
+            if deps.control.interrupted:  # cut short: the loop goes to Interrupt, which settles the calls
+                return []
+            raise RuntimeError("the tool executor completed without finishing the batch")
+        batch = outcome[0]
+        closing: list[StepOutput[_To | Finish]] = [*_batch_done(run, node, batch, durations)]
+        closing.append(Next(decide(batch, run)))
         return closing
 
-    def system_error(error: Exception) -> Observable[Any] | None:
+    def system_error(error: Exception) -> Observable[StepOutput[_To | Finish]] | None:
         if not isinstance(error, ToolSystemError):
             return None
-        run.failure = str(error)
-        report: list[Any] = [ErrorEvent(**head, error_type=type(error).__name__, message=str(error))]
+        report: list[StepOutput[_To | Finish]] = [
+            ErrorEvent(**head, error_type=type(error).__name__, message=str(error))
+        ]
         if not isinstance(error, ToolRecordingError):
             # Calls that finished before the failure keep their results, as under an interrupt. Not when
             # the log could not be written: what it lacks stays unknown (a call without a recorded
             # result is uncertain), and no guess is recorded in its place.
             cut_short = "The tools failed before this call finished."
             report.extend(run.settle(cut_short, "error", answer_waiting=False))
-        if then is not None:
-            report.append(then())
+        report.append(Next(Finish("ERROR", None, detail=f"tool system error: {error}")))
         return sync_of(*report)
 
     opening = [*run.phase_to("TOOL_PENDING"), *run.phase_to("TOOL_EXECUTING")]
-    return run.executor.execute(turn.calls, run.view, run.ctx, approved=approved).pipe(
+    return deps.executor.execute(node.calls, deps.view, run.ctx, approved=node.approved).pipe(
         frame(
             on_tool_event,
             before=lambda: opening,
             after=done,
             recover=system_error,
-            until=run.control.on_interrupt,
+            until=deps.control.on_interrupt,
         )
     )
 
@@ -165,11 +157,11 @@ def _nested(run: RunState, event: AgentEvent) -> list[AgentEvent]:
 
 
 def _batch_done(
-    run: RunState, turn: ActingStep, batch: ToolBatchFinished, durations: Mapping[str, float]
-) -> list[Any]:
+    run: RunState, node: Act, batch: ToolBatchFinished, durations: Mapping[str, float]
+) -> list[AgentEvent]:
     head = run.head
-    run.finished_calls.clear()
-    events: list[Any] = (
+    run.in_flight.clear()
+    events: list[AgentEvent] = (
         []
         if run.quiet
         else [
@@ -196,38 +188,47 @@ def _batch_done(
     if run.state.pending:
         return events
     events.extend(run.close_tool_batch())
-    events.extend(_repeat_guard(run, turn.calls, batch.results))
-    run.state.messages.extend(run.deferred_input)  # new messages that came with the decisions
-    run.deferred_input = []
+    events.extend(_repeat_guard(run))
+    run.add_messages(node.then)  # new messages that came with the decisions follow the results
     return events
 
 
-def _repeat_guard(
-    run: RunState, calls: Sequence[ToolUseBlock], results: Sequence[ToolResultBlock]
-) -> list[Any]:
-    threshold = run.agent.options.repeat_guard
+def _repeat_guard(run: RunState) -> list[AgentEvent]:
+    """The same call with the same arguments and the same result ``repeat_guard`` times in a row (read
+    from the history since the last user message or hint): a hint to change strategy, and its event."""
+    threshold = run.deps.options.repeat_guard
     if threshold == 0:
         return []
-    by_id = {r.tool_use_id: r for r in results}
-    events: list[Any] = []
-    for call in calls:
-        result = by_id.get(call.id)
-        if result is None:
-            continue
-        key = (call.name, call.raw_arguments, result.text)  # the same text: no need to re-encode
-        run.repeat_count = run.repeat_count + 1 if key == run.repeat_key else 1
-        run.repeat_key = key
-        if run.repeat_count >= threshold:
-            hint = (
-                f"You have called `{call.name}` with the same arguments {run.repeat_count} times in a "
-                "row and got the same result each time. Repeating it will not help: change your "
-                "approach, use another tool, or answer with what you know."
-            )
-            run.state.messages.append(Msg.system(hint, metadata={"rxagent": "repeat_guard"}))
-            arguments: JsonValue = call.input
-            events.append(
-                RepeatGuardTriggered(**run.head, tool=call.name, arguments=arguments, count=run.repeat_count)
-            )
-            run.repeat_count = 0
-            run.repeat_key = None
-    return events
+    last: tuple[str, str, str] | None = None
+    count = 0
+    repeated: ToolUseBlock | None = None
+    for call, text in reversed(_calls_since_hint(run.state.messages)):
+        key = (call.name, call.raw_arguments, text)  # the same text: no need to re-encode
+        if last is not None and key != last:
+            break
+        last, count, repeated = key, count + 1, call
+    if repeated is None or count < threshold:
+        return []
+    hint = (
+        f"You have called `{repeated.name}` with the same arguments {count} times in a row and got the "
+        "same result each time. Repeating it will not help: change your approach, use another tool, or "
+        "answer with what you know."
+    )
+    run.state.messages.append(Msg.system(hint, metadata={"rxagent": _REPEAT_HINT}))
+    arguments: JsonValue = repeated.input
+    return [RepeatGuardTriggered(**run.head, tool=repeated.name, arguments=arguments, count=count)]
+
+
+def _calls_since_hint(messages: Sequence[Msg]) -> list[tuple[ToolUseBlock, str]]:
+    """The calls with results since the last user message or repeat hint, in order, with result texts."""
+    results: dict[str, str] = {}
+    calls: list[tuple[ToolUseBlock, str]] = []
+    for message in reversed(messages):
+        if message.role == "user" or message.metadata.get("rxagent") == _REPEAT_HINT:
+            break
+        if message.role == "assistant":
+            answered = [(c, results[c.id]) for c in message.tool_calls if c.id in results]
+            calls[:0] = answered
+        else:
+            results.update((r.tool_use_id, r.text) for r in message.tool_results)
+    return calls

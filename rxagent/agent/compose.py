@@ -46,7 +46,7 @@ from pydantic import BaseModel
 from reactivex import Observable
 
 from rxagent.agent.inputs import AgentInput
-from rxagent.context import RunContext, RuntimeContext
+from rxagent.context import RuntimeContext, run_context_of
 from rxagent.events import AgentEvent, AgentResult
 from rxagent.messages import TextBlock, ToolResultBlock, new_id
 from rxagent.operators import (
@@ -63,7 +63,7 @@ from rxagent.state import DEFAULT_SESSION
 from rxagent.tools import SchemaTool, Tool, ToolContext, ToolTraits
 
 if TYPE_CHECKING:
-    from rxagent.agent.react import ReActAgent
+    from rxagent.agent.react import AnyAgent
 
 __all__ = ["ChildSessions", "RunContextFactory", "RunOutcome", "agent_tool", "map_runs"]
 
@@ -78,7 +78,7 @@ RunContextFactory: TypeAlias = Callable[[int, AgentInput], RuntimeContext]
 
 
 def agent_tool(
-    agent: ReActAgent,
+    agent: AnyAgent,
     name: str | None = None,
     description: str | None = None,
     *,
@@ -146,7 +146,8 @@ def agent_tool(
 
 def _child_context(context: ToolContext, tool_name: str, *, shared: bool) -> RuntimeContext:
     runtime = context.runtime
-    parent_run = runtime.run_id if isinstance(runtime, RunContext) else None
+    run = run_context_of(runtime)
+    parent_run = run.run_id if run is not None else None
     session = f"{runtime.session_id or DEFAULT_SESSION}/{tool_name}"
     if not shared:
         session += f"/{parent_run}/{context.call_id}" if parent_run else f"/{context.call_id}"
@@ -160,11 +161,12 @@ def _child_context(context: ToolContext, tool_name: str, *, shared: bool) -> Run
 
 
 def _child_events(
-    agent: ReActAgent, task: str, child: RuntimeContext, context: ToolContext
+    agent: AnyAgent, task: str, child: RuntimeContext, context: ToolContext
 ) -> Observable[AgentEvent]:
     """The child's run, each event published into the parent's batch; as detailed as the parent's."""
     runtime = context.runtime
-    detail = runtime.event_detail if isinstance(runtime, RunContext) else "result"
+    run = run_context_of(runtime)
+    detail = run.event_detail if run is not None else "result"
     events: Observable[Any] = (
         agent.call_observable(task, child)
         if detail == "result"
@@ -179,7 +181,7 @@ def _child_events(
 
 
 def _answer(
-    agent: ReActAgent, result: AgentEvent, context: ToolContext, child: RuntimeContext
+    agent: AnyAgent, result: AgentEvent, context: ToolContext, child: RuntimeContext
 ) -> ToolResultBlock | str:
     if not isinstance(result, AgentResult):  # the stream's last event is its result, whatever happened
         return _error(context, f"the agent '{agent.name}' ended without a result")
@@ -248,7 +250,7 @@ class RunOutcome:
 
 
 def map_runs(
-    agent: ReActAgent,
+    agent: AnyAgent,
     *,
     max_concurrent: int = 4,
     ordered: bool = True,
@@ -346,7 +348,7 @@ def _failed(outcome: RunOutcome) -> bool:
 
 
 def _one_run(
-    agent: ReActAgent,
+    agent: AnyAgent,
     index: int,
     item: AgentInput,
     contexts: RunContextFactory,

@@ -1,12 +1,15 @@
-"""The caller's handle on a run: interrupt it from any thread, see where it waits for its session."""
+"""The caller's handle on a run: interrupt it from any thread, see where it waits for its session, deliver
+messages into it."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
+from collections import deque
 from collections.abc import Callable
 from typing import Literal, TypeAlias
 
+from rxagent.messages import Msg
 from rxagent.session.keeper import Place
 
 __all__ = ["RunControl", "RunStatus"]
@@ -22,6 +25,11 @@ class RunControl:
     results, unfinished calls get ``interrupted`` results, and the run ends with reason ``INTERRUPTED``
     (unlike dispose, which only cleans up). A control is bound to one run at a time, from subscription
     until the run has released its session; it can be reused for the next run.
+
+    Attributes:
+        inbox: messages delivered into the running run (a session handle's ``steer`` and ``inject``), each
+            with whether one left over starts the next run; the loop adds them to the history right
+            before the next reasoning step. Touch it on the run's event loop only.
     """
 
     def __init__(self) -> None:
@@ -30,6 +38,7 @@ class RunControl:
         self._interrupted = False
         self._callbacks: list[Callable[[], None]] = []
         self._place: Place | None = None
+        self.inbox: deque[tuple[Msg, bool]] = deque()
 
     def interrupt(self) -> bool:
         """Interrupt the bound run; safe from any thread (a UI thread, a signal handler, a widget callback).

@@ -23,7 +23,7 @@ from typing import TypeAlias, cast
 
 from pydantic import JsonValue
 
-from rxagent.messages import Msg, ToolResultStatus
+from rxagent.messages import Msg, ToolResultStatus, ToolUseBlock
 from rxagent.session.history import AnswerRecord
 from rxagent.state import SessionKey
 
@@ -31,6 +31,7 @@ __all__ = [
     "MAX_NESTING",
     "AgentInput",
     "AnswerTakenError",
+    "AppliedInput",
     "ExternalResult",
     "InvalidInputError",
     "PendingToolCallsError",
@@ -88,6 +89,21 @@ class RunInput:
 
     messages: tuple[Msg, ...]
     decisions: tuple[ToolDecision | ExternalResult, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AppliedInput:
+    """A run's input once the start step applied it to the session: what its route decides on.
+
+    Attributes:
+        approved: the calls to run now (a human approved them, or their outcome was lost and running
+            them again is safe), in order.
+        follow: new messages that came with answers: they join the history after the results of the
+            batch they answer.
+    """
+
+    approved: tuple[ToolUseBlock, ...] = ()
+    follow: tuple[Msg, ...] = ()
 
 
 class PendingToolCallsError(RuntimeError):

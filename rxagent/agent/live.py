@@ -73,7 +73,7 @@ from rxagent.session import (
 from rxagent.state import PendingCall
 
 if TYPE_CHECKING:
-    from rxagent.agent.react import ReActAgent
+    from rxagent.agent.react import AnyAgent
 
 __all__ = ["RunHandle", "SessionHandle", "SessionState", "SessionStatus"]
 
@@ -243,7 +243,7 @@ class SessionHandle:
     Get it with ``agent.session(ctx)``.
     """
 
-    def __init__(self, agent: ReActAgent, ctx: RuntimeContext) -> None:
+    def __init__(self, agent: AnyAgent, ctx: RuntimeContext) -> None:
         self.agent = agent
         self.ctx = ctx
         self.key = (ctx.user_id, ctx.session_id or "default")
@@ -384,7 +384,7 @@ class SessionHandle:
             return
         active = self.agent.active_run(self.ctx)
         if active is not None:  # it holds the session until it has handed its inbox back
-            active.inbox.extend(self._mail)
+            active.deps.control.inbox.extend(self._mail)
             self._mail.clear()
             return
         entries = list(self._mail)
@@ -425,7 +425,7 @@ class SessionHandle:
     def interrupt(self) -> bool:
         """Interrupt the running run (from any thread); ``False`` when none is going."""
         active = self.agent.active_run(self.ctx)
-        return active is not None and active.control.interrupt()
+        return active is not None and active.deps.control.interrupt()
 
     def finished(self, run: RunHandle) -> None:
         """A submitted run ended (called by the run handle, on the loop): the answers it carried are in

@@ -9,12 +9,10 @@ model with the validation error, up to ``AgentOptions.structured_retries`` times
 
 from __future__ import annotations
 
-from typing import Any
-
 from reactivex import Observable
 
 from rxagent.agent.decisions import continue_reasoning
-from rxagent.agent.nodes import CheckOutput, Finish, StepOutput
+from rxagent.agent.nodes import CheckOutput, Finish, Reason, StepOutput
 from rxagent.agent.reasoning import structured_path
 from rxagent.agent.run import RunState
 from rxagent.agent.steps import emit
@@ -26,29 +24,34 @@ from rxagent.tools import result_of
 __all__ = ["check_output_step"]
 
 
-def check_output_step(node: CheckOutput, run: RunState) -> Observable[StepOutput]:
+def check_output_step(node: CheckOutput, run: RunState) -> Observable[StepOutput[Finish | Reason]]:
     """Validate the structured answer in ``node.message``; finish with it, or ask the model again."""
-    output = run.agent.output
+    output = run.deps.output
     if output is None:
         raise RuntimeError("CheckOutput needs an agent with an output_type")
     message = node.message
     if any(c.name == OUTPUT_TOOL for c in message.tool_calls):
-        return _from_tool(run, output, message)
+        return _from_tool(run, output, node)
     path = structured_path(run)
     if path == "tool":
-        return _retry(run, f"you answered in text; call the `{OUTPUT_TOOL}` tool with the answer", False)
+        return _retry(
+            run, node, f"you answered in text; call the `{OUTPUT_TOOL}` tool with the answer", False
+        )
     try:
         value = (
             output.validate_text(message.text) if path == "native" else output.validate_answer(message.text)
         )
     except ValueError as error:
-        return _retry(run, str(error), False)
+        return _retry(run, node, str(error), False)
     return emit(then=Finish("STRUCTURED_OUTPUT", message, structured=value))
 
 
-def _from_tool(run: RunState, output: OutputSpec, message: Msg) -> Observable[StepOutput]:
+def _from_tool(
+    run: RunState, output: OutputSpec, node: CheckOutput
+) -> Observable[StepOutput[Finish | Reason]]:
+    message = node.message
     results: list[ToolResultBlock] = []
-    accepted: Any = None
+    accepted: object = None
     problem: str | None = None
     for call in message.tool_calls:
         if call.name != OUTPUT_TOOL:
@@ -73,17 +76,17 @@ def _from_tool(run: RunState, output: OutputSpec, message: Msg) -> Observable[St
     closing: list[AgentEvent] = [] if run.quiet else [MessageCompleted(**run.head, message=tool_message)]
     if accepted is not None:
         return emit(*closing, then=Finish("STRUCTURED_OUTPUT", message, structured=accepted))
-    return _retry(run, problem or "invalid answer", True, closing)
+    return _retry(run, node, problem or "invalid answer", True, closing)
 
 
 def _retry(
-    run: RunState, problem: str, answered: bool, events: list[AgentEvent] | None = None
-) -> Observable[StepOutput]:
+    run: RunState, node: CheckOutput, problem: str, answered: bool, events: list[AgentEvent] | None = None
+) -> Observable[StepOutput[Finish | Reason]]:
     """Ask again with ``problem`` (``answered``: the tool result already told the model), or give up."""
-    run.structured_attempts += 1
-    if run.structured_attempts > run.agent.options.structured_retries:
-        why = f"no valid structured output in {run.structured_attempts} attempts: {problem}"
+    attempts = node.attempts + 1
+    if attempts > run.deps.options.structured_retries:
+        why = f"no valid structured output in {attempts} attempts: {problem}"
         return emit(*(events or []), then=Finish("STRUCTURED_OUTPUT", run.last_message, structured_error=why))
     if not answered:
         run.add_messages([Msg.user(f"Your answer did not match the required output: {problem}. Try again.")])
-    return emit(*(events or []), then=continue_reasoning(run))
+    return emit(*(events or []), then=continue_reasoning(run, attempts=attempts))

@@ -21,14 +21,15 @@ import asyncio
 import itertools
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from typing import Generic, Never, TypeAlias, cast
 
 import reactivex
 from pydantic import BaseModel, JsonValue
 from reactivex import Observable
 from reactivex import operators as ops
+from typing_extensions import TypeVar
 
-from rxagent.agent.acting import act_step
 from rxagent.agent.compose import ChildSessions, RunContextFactory, RunOutcome, agent_tool, map_runs
 from rxagent.agent.control import RunControl
 from rxagent.agent.inputs import (
@@ -42,14 +43,12 @@ from rxagent.agent.inputs import (
     normalise_input,
 )
 from rxagent.agent.live import SessionHandle
-from rxagent.agent.middleware import AnyMiddleware, Middleware, chain, has_hooks, watches_events
-from rxagent.agent.nodes import Act, CheckOutput, Finish, Interrupt, Reason, Reprompt, Start, Step
+from rxagent.agent.loop import react_steps
+from rxagent.agent.middleware import AnyMiddleware, chain, has_hooks, watches_events
+from rxagent.agent.nodes import Node, Start, Steps
 from rxagent.agent.options import AgentOptions
-from rxagent.agent.output import check_output_step
-from rxagent.agent.reasoning import reason_step
-from rxagent.agent.routing import start_step
-from rxagent.agent.run import RunState
-from rxagent.agent.steps import finish_step, interrupt_step, recover, reprompt_step, run_loop
+from rxagent.agent.run import RunState, new_run
+from rxagent.agent.steps import recover, run_loop
 from rxagent.agent.structured import OutputSpec
 from rxagent.clock import SYSTEM_CLOCK, Clock
 from rxagent.context import RuntimeContext
@@ -74,32 +73,25 @@ from rxagent.session import (
 )
 from rxagent.session.reconcile import Reconcile, UncertainToolCallsError, never_started, settle_uncertain
 from rxagent.state import DEFAULT_SESSION, AgentState, PendingCall, SessionKey
-from rxagent.tools import Permissions, Tool, ToolInterceptor, Toolkit
+from rxagent.tools import Permissions, Tool, Toolkit
 
-__all__ = ["DEFAULT_SESSION", "ReActAgent", "default_steps"]
+__all__ = ["DEFAULT_SESSION", "Agent", "ReActAgent"]
 
 _log = logging.getLogger("rxagent")
 
 
-def default_steps() -> dict[type, Step]:
-    """The ReAct assembly: a fresh mapping from node types to the built-in steps, ready to extend.
-
-    Example:
-        >>> steps = {**default_steps(), Act: reviewed(act_step(), reviewer)}  # doctest: +SKIP
-    """
-    return {
-        Start: start_step(),
-        Reason: reason_step(),
-        Act: act_step(),
-        Reprompt: reprompt_step,
-        CheckOutput: check_output_step,
-        Interrupt: interrupt_step,
-        Finish: finish_step,
-    }
+DepsT = TypeVar("DepsT", default=None, contravariant=True)
+OutputT = TypeVar("OutputT", default=None, covariant=True)
+_N = TypeVar("_N", bound=Node)
 
 
-class ReActAgent:
-    """An agent that reasons with a model and acts with tools, as a composition of observables.
+class Agent(Generic[DepsT, OutputT]):
+    """An agent: a loop of steps (ReAct by default) that reasons with a model and acts with tools, as a
+    composition of observables, with the session lifecycle around it.
+
+    ``Agent[Deps, Output]``: ``Deps`` is the type of the dependencies a caller passes each run
+    (``call(..., deps=...)``), which tools and steps read as ``RunContext[Deps].deps``; ``Output`` the type
+    of the structured output (``output_type=City`` makes ``AgentResult[City]``).
 
     Args:
         model: any :class:`~rxagent.model.ChatModel`.
@@ -110,11 +102,12 @@ class ReActAgent:
         middleware: hooks at the cut points (first = outermost).
         permissions: the gate every tool call passes.
         output_type: a pydantic model (or JSON schema) for structured output.
+        deps_type: the type of the runs' ``deps`` (for the type checker; nothing is checked at run time).
         store: where sessions live between runs: a :class:`~rxagent.session.SessionStore`, or a path or URL
             for :func:`~rxagent.session.open_store` (a SQLite file, ``postgresql://…``); default: this
             process's memory.
-        steps: steps to use instead of (or besides) the built-in ones, by node type; merged over
-            :func:`default_steps` (see :mod:`rxagent.agent.steps`).
+        steps: the loop's assembly (default: :func:`~rxagent.agent.loop.react_steps`; see
+            :mod:`rxagent.agent.loop`).
         clock: what the agent's own waits run on (tool timeouts, the session wait, leases); give the
             same :class:`~rxagent.clock.VirtualClock` to the model to test timing without waiting.
 
@@ -134,9 +127,10 @@ class ReActAgent:
         options: AgentOptions | None = None,
         middleware: Sequence[AnyMiddleware] = (),
         permissions: Permissions | None = None,
-        output_type: type[BaseModel] | Mapping[str, JsonValue] | None = None,
+        output_type: type[OutputT] | Mapping[str, JsonValue] | None = None,
+        deps_type: type[DepsT] | None = None,
         store: SessionStore | str | None = None,
-        steps: Mapping[type, Step] | None = None,
+        steps: Steps[_N] | None = None,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.model = model
@@ -145,7 +139,7 @@ class ReActAgent:
         self.options = options or AgentOptions()
         self.middleware = tuple(middleware)
         self.permissions = permissions or Permissions()
-        self.output = OutputSpec(output_type) if output_type is not None else None
+        self.output = _output_spec(output_type)
         self.store: SessionStore = open_store(store) if isinstance(store, str) else store or MemoryStore()
         self._owns_store = not isinstance(store, SessionStore)
         self._active: dict[SessionKey, RunState] = {}
@@ -153,8 +147,8 @@ class ReActAgent:
         self._handles: dict[SessionKey, SessionHandle] = {}
         self.clock = clock
         self.keeper = SessionKeeper(self.store, lease_ttl=self.options.lease_ttl, clock=clock)
-        self.steps: Mapping[type, Step] = {**default_steps(), **(steps or {})}
-        self._system = Msg.system(system_prompt) if system_prompt else None
+        self.steps = cast("Steps[Node]", steps if steps is not None else react_steps())
+        self.system_prompt = system_prompt
 
     # ---- public entry points ---------------------------------------------------------------------
 
@@ -167,6 +161,7 @@ class ReActAgent:
         deltas: bool = True,
         record: bool = False,
         run_id: str | None = None,
+        deps: DepsT | None = None,
     ) -> Observable[AgentEvent]:
         """Run the agent and emit every event; the last is the :class:`AgentResult`.
 
@@ -196,9 +191,12 @@ class ReActAgent:
         ``deltas=False`` leaves out the per-token events (text, thinking and tool-argument deltas) for
         consumers that only want the folded results. ``record=True`` writes every event to the session's
         log as well (as ``AgentOptions.record_events`` does for every run), so the session's feed replays
-        them; ``run_id`` names the run (default: a fresh id).
+        them; ``run_id`` names the run (default: a fresh id). ``deps`` reach tools and steps as
+        ``RunContext[Deps].deps`` (default: those of ``ctx`` when it is a ``RunContext``, else ``None``).
         """
-        return self._events(input, ctx, control, deltas=deltas, quiet=False, record=record, run_id=run_id)
+        return self._events(
+            input, ctx, control, deltas=deltas, quiet=False, record=record, run_id=run_id, deps=deps
+        )
 
     def _events(
         self,
@@ -210,6 +208,7 @@ class ReActAgent:
         quiet: bool,
         record: bool = False,
         run_id: str | None = None,
+        deps: object = None,
     ) -> Observable[AgentEvent]:
         record = record or self.options.record_events
         context = ctx or RuntimeContext(session_id=DEFAULT_SESSION)
@@ -249,15 +248,28 @@ class ReActAgent:
                     failure.add_note(f"recording the session after this error failed too: {save_error!r}")
                 held.saved = True
 
-            state = claim.projection.state
-            control = held.control
-            run = RunState(self, context, key, state, control, save, recorder, deltas=deltas, quiet=quiet)
-            if run_id is not None:  # the context hooks receive carries the run's id too
-                run.run_id = run_id
-                run.head["run_id"] = run_id
-                run.ctx = replace(run.ctx, run_id=run_id)
+            run = new_run(
+                self.model,
+                self.toolkit,
+                name=self.name,
+                system_prompt=self.system_prompt,
+                options=self.options,
+                middleware=self.middleware,
+                output_type=self.output,
+                ctx=context,
+                deps=deps,
+                state=claim.projection.state,
+                control=held.control,
+                save=save,
+                recorder=recorder,
+                permissions=self.permissions,
+                clock=self.clock,
+                run_id=run_id,
+                quiet=quiet,
+                deltas=deltas,
+            )
             recorder.run_id = run.run_id
-            run.repair_cache = claim.projection.memo.get("repair", run.repair_cache)
+            run.repaired = claim.projection.memo.get("repair", run.repaired)
             held.run = run
             held.turn_id = _record_start(run, claim, run_input)
             self._active[key] = run
@@ -312,11 +324,13 @@ class ReActAgent:
                     )
             finally:
                 if run is not None:
-                    claim.projection.memo["repair"] = run.repair_cache
+                    claim.projection.memo["repair"] = run.repaired
                     if self._active.get(key) is run:
                         del self._active[key]
-                    if run.inbox:  # delivered too late for the run: the session handle takes them
-                        self._left_over(key, list(run.inbox))
+                    inbox = run.deps.control.inbox
+                    if inbox:  # delivered too late for the run: the session handle takes them
+                        self._left_over(key, list(inbox))
+                        inbox.clear()
                 held.run = None  # the run's save closure holds the holder: cut the cycle
                 try:
                     await keeper.release(claim)
@@ -363,8 +377,13 @@ class ReActAgent:
                 raise AnswerTakenError(taken[call_id])
 
     def call_observable(
-        self, input: AgentInput, ctx: RuntimeContext | None = None, *, control: RunControl | None = None
-    ) -> Observable[AgentResult]:
+        self,
+        input: AgentInput,
+        ctx: RuntimeContext | None = None,
+        *,
+        control: RunControl | None = None,
+        deps: DepsT | None = None,
+    ) -> Observable[AgentResult[OutputT]]:
         """The same pipeline as :meth:`stream_events`, filtered to the final :class:`AgentResult`.
 
         Nobody sees the other events of a filtered run unless a middleware hook does, so when none is
@@ -379,18 +398,20 @@ class ReActAgent:
             # Results of nested runs (agents used as tools) carry this run's id as their parent.
             return isinstance(event, AgentResult) and event.parent_run_id == parent
 
-        results: Observable[AgentResult] = self._events(
-            input, ctx, control, deltas=watched, quiet=not watched
-        ).pipe(
-            ops.filter(own_result)  # type: ignore[arg-type]
-        )
-        return results
+        events = self._events(input, ctx, control, deltas=watched, quiet=not watched, deps=deps)
+        # The result's structured value is this agent's output spec's, validated: of type OutputT.
+        return cast("Observable[AgentResult[OutputT]]", events.pipe(ops.filter(own_result)))
 
     async def call(
-        self, input: AgentInput, ctx: RuntimeContext | None = None, *, control: RunControl | None = None
-    ) -> AgentResult:
+        self,
+        input: AgentInput,
+        ctx: RuntimeContext | None = None,
+        *,
+        control: RunControl | None = None,
+        deps: DepsT | None = None,
+    ) -> AgentResult[OutputT]:
         """Run the agent and return its :class:`AgentResult` (cancelling the await cancels the run)."""
-        return await last_value(self.call_observable(input, ctx, control=control))
+        return await last_value(self.call_observable(input, ctx, control=control, deps=deps))
 
     def as_tool(
         self,
@@ -578,15 +599,12 @@ class ReActAgent:
         except SessionBusy as busy:
             raise SessionBusyError(key, busy.waited, busy.ahead, busy.holder) from None
 
-    def tool_interceptors(self) -> list[ToolInterceptor]:
-        """The ``tool_call`` hooks of the middleware, as executor interceptors (outermost first)."""
-        return [
-            m.tool_call for m in self.middleware if isinstance(m, Middleware) and has_hooks([m], "tool_call")
-        ]
 
-    def request_base(self) -> tuple[Msg, ...]:
-        """The fixed head of every request: the system message (if any)."""
-        return (self._system,) if self._system is not None else ()
+ReActAgent = Agent
+"""The ReAct preset's name: an :class:`Agent` with the default steps (kept for existing code)."""
+
+AnyAgent: TypeAlias = "Agent[Never, object]"
+"""Any agent, whatever its deps and output types (what code that only runs it takes)."""
 
 
 @dataclass(slots=True)
@@ -597,6 +615,16 @@ class _Held:
     turn_id: str | None = None
     saved: bool = False
     """The run recorded (or tried to, for a failure) its ending: the release records no more."""
+
+
+def _output_spec(output_type: type[object] | Mapping[str, JsonValue] | None) -> OutputSpec | None:
+    if output_type is None:
+        return None
+    if isinstance(output_type, Mapping):
+        return OutputSpec(output_type)
+    if issubclass(output_type, BaseModel):
+        return OutputSpec(output_type)
+    raise TypeError(f"output_type must be a pydantic model class or a JSON schema, got {output_type!r}")
 
 
 def session_key(ctx: RuntimeContext | None) -> SessionKey:
@@ -617,7 +645,7 @@ def _record_start(run: RunState, claim: Claim, run_input: RunInput) -> str:
     """
     projection, recorder = claim.projection, claim.recorder
     turn_id = projection.turn_id
-    waiting = bool(projection.state.pending) and not run.agent.options.recover_pending
+    waiting = bool(projection.state.pending) and not run.deps.options.recover_pending
     if (run_input.messages and not waiting) or turn_id is None:
         if turn_id is not None:
             recorder.note("turn_finished", {"turn_id": turn_id, "reason": "SUPERSEDED"})
@@ -630,7 +658,7 @@ def _record_start(run: RunState, claim: Claim, run_input: RunInput) -> str:
         {
             "run_id": run.run_id,
             "turn_id": turn_id,
-            "agent": run.agent.name,
+            "agent": run.deps.name,
             "input": messages,
             "decisions": decisions,
         },
@@ -650,7 +678,7 @@ def _decision_json(decision: ToolDecision | ExternalResult) -> JsonValue:
     }
 
 
-def _retry_what_is_safe(agent: ReActAgent, claim: Claim) -> None:
+def _retry_what_is_safe(agent: AnyAgent, claim: Claim) -> None:
     """Calls whose outcome a crash lost: the repeatable ones (idempotent or read-only tools) are queued to
     run again, and calls of the open batch that never started are queued too; any other refuses the run.
     A batch whose results were all recorded but not yet sent on (the process stopped in between, in the

@@ -11,15 +11,17 @@ function (:func:`~rxagent.agent.decisions.after_reasoning` by default).
 from __future__ import annotations
 
 import time
+from functools import partial
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Literal, Never, overload
 
 import reactivex
 from reactivex import Observable, abc
+from typing_extensions import TypeVar
 
 from rxagent.agent.decisions import after_reasoning
-from rxagent.agent.middleware import ReasoningStep, chain, has_hooks
-from rxagent.agent.nodes import Next, Reason, StepOutput
+from rxagent.agent.middleware import chain, has_hooks
+from rxagent.agent.nodes import Act, CheckOutput, Finish, Next, Node, Reason, Reprompt, StepOutput
 from rxagent.agent.run import RunState
 from rxagent.agent.structured import OUTPUT_TOOL, prompted_instructions
 from rxagent.events import (
@@ -37,13 +39,16 @@ from rxagent.events import (
 )
 from rxagent.messages import Msg
 from rxagent.model.errors import ModelHTTPError
-from rxagent.model.types import ChatChunk, ChatRequest, ForceTool, ToolChoice, ToolSchema, Usage
+from rxagent.model.types import ChatChunk, ChatModel, ChatRequest, ForceTool, ToolChoice, ToolSchema, Usage
 from rxagent.operators import MessageFold, frame, map_many, sync_of
 from rxagent.retry import RetryAttempt
 
-__all__ = ["ReasoningDecision", "build_request", "reason_step", "structured_path"]
+__all__ = ["ReasoningDecision", "build_request", "model_turn", "reason_step", "structured_path"]
 
-ReasoningDecision = Callable[[Any, Msg | None, RunState], Any]
+_N = TypeVar("_N", bound=Node)
+_To = TypeVar("_To", bound=Node)
+
+ReasoningDecision = Callable[[_N, Msg | None, RunState], _To]
 """``(node, message, run) -> next node``: what follows a model turn (see ``after_reasoning``)."""
 
 _SUMMARY_PROMPT = (
@@ -53,10 +58,22 @@ _SUMMARY_PROMPT = (
 _STRUCTURED_AUTO_PROMPT = f"When you have the final answer, call the `{OUTPUT_TOOL}` tool with it."
 
 
+@overload
 def reason_step(
-    decide: ReasoningDecision = after_reasoning, *, instructions: str | None = None, tools: bool = True
-) -> Callable[[Any, RunState], Observable[StepOutput]]:
-    """The step of one model turn, ending with ``Next(decide(node, message, run))``.
+    *, instructions: str | None = None, tools: bool = True
+) -> Callable[[Node, RunState], Observable[StepOutput[Finish | CheckOutput | Act | Reprompt]]]: ...
+@overload
+def reason_step(
+    decide: ReasoningDecision[_N, _To], *, instructions: str | None = None, tools: bool = True
+) -> Callable[[_N, RunState], Observable[StepOutput[_To]]]: ...
+def reason_step(
+    decide: Callable[..., Node] = after_reasoning,
+    *,
+    instructions: str | None = None,
+    tools: bool = True,
+) -> Callable[[Never, RunState], Observable[StepOutput[Node]]]:
+    """The step of one model turn (an iteration, saved in the history), ending with
+    ``Next(decide(node, message, run))``.
 
     Args:
         decide: picks the node after the turn from the folded message.
@@ -65,50 +82,103 @@ def reason_step(
         tools: ``False`` makes a plain text turn: no tool schemas and no structured-output wiring.
 
     Returns:
-        A step for :class:`~rxagent.agent.nodes.Reason` nodes (or any node: only ``Reason.summarising``
-        is read).
+        A step for :class:`~rxagent.agent.nodes.Reason` nodes, or for any node ``decide`` takes (only
+        ``Reason.summarising`` is read).
 
     Example:
         A planning turn in a custom assembly (``Plan`` is the assembly's own node type)::
 
             plan = reason_step(decide=read_plan, instructions="Write a numbered plan.", tools=False)
-            agent = ReActAgent(model, toolkit, steps={Plan: plan})
+            agent = Agent(model, toolkit, steps=react_steps().on(Plan, plan))
     """
 
-    def step(node: Any, run: RunState) -> Observable[StepOutput]:
-        summarising = isinstance(node, Reason) and node.summarising
-        turn = ReasoningStep(run.iteration + 1, summarising)
-
-        def then() -> Next:
-            return Next(decide(node, run.last_message, run))
-
-        middleware = run.agent.middleware
-        if not has_hooks(middleware, "reasoning"):
-            return _reasoning(run, turn, instructions, tools, then)
-
-        # A reasoning hook sees only the turn's events; the Next follows what it returns.
-        def inner(hooked_turn: ReasoningStep) -> Observable[Any]:
-            return _reasoning(run, hooked_turn, instructions, tools, None)
-
-        events: Observable[StepOutput] = chain(middleware, "reasoning", run.ctx, inner)(turn)
-        return reactivex.concat(events, reactivex.defer(lambda _: sync_of(then())))
+    def step(node: Node, run: RunState) -> Observable[StepOutput[Node]]:
+        run.iteration += 1
+        run.last_message = None
+        return _reason_turn(run, node, decide, instructions, tools)
 
     return step
 
 
-def _reasoning(
+def _reason_turn(
+    run: RunState, node: Node, decide: Callable[..., Node], instructions: str | None, tools: bool
+) -> Observable[StepOutput[Node]]:
+    # Module-level with partials, not a closure naming itself: a self-referencing closure is a reference
+    # cycle per turn that only the garbage collector would free.
+    summarising = isinstance(node, Reason) and node.summarising
+    request = build_request(run, summarising, instructions=instructions, tools=tools)
+    again = partial(_reason_turn, run, node, decide, instructions, tools)
+    return _model_turn(run, request, True, partial(_decided, decide, node, run), again)
+
+
+def _decided(decide: Callable[..., Node], node: Node, run: RunState, message: Msg) -> Node:
+    return decide(node, message, run)
+
+
+@overload
+def model_turn(
+    run: RunState, request: ChatRequest, *, record: bool = False, model: ChatModel | None = None
+) -> Observable[AgentEvent]: ...
+@overload
+def model_turn(
     run: RunState,
-    turn: ReasoningStep,
-    instructions: str | None,
-    tools: bool,
-    then: Callable[[], Next] | None,
-) -> Observable[Any]:
-    run.iteration = turn.iteration
-    run.last_message = None
-    request = build_request(run, turn.summarising, instructions=instructions, tools=tools)
-    middleware = run.agent.middleware
+    request: ChatRequest,
+    *,
+    record: bool = False,
+    model: ChatModel | None = None,
+    then: Callable[[Msg], _To],
+) -> Observable[StepOutput[_To]]: ...
+def model_turn(
+    run: RunState,
+    request: ChatRequest,
+    *,
+    record: bool = False,
+    model: ChatModel | None = None,
+    then: Callable[[Msg], Node] | None = None,
+) -> Observable[StepOutput[Node]]:
+    """One model call of the run: ``request`` through the ``request`` and ``model_call`` cut points (so
+    it is traced), its usage counted in the run's, the answer folded into a message.
+
+    ``record=False`` is a side turn (a critique, a plan check, a reviewer's verdict): the message is not
+    added to the history, the iteration count does not move, and no text deltas are emitted (watchers
+    would take them for the answer); ``ModelCallStarted``/``ModelCallFinished`` still are.
+    ``record=True`` is a turn of the conversation, as :func:`reason_step` takes it: an iteration, the
+    message saved in the history, every event.
+
+    Args:
+        run: the run's state.
+        request: the request to send (build it from ``run.deps.system`` and ``run.history()``).
+        record: save the turn in the history (see above).
+        model: the model to ask (default: the run's), e.g. a cheaper critic.
+        then: the node to go to, from the folded message: the stream then ends with ``Next(then(msg))``,
+            ready to be a step's output.
+
+    Returns:
+        The turn's events (and ``Next`` with ``then``).
+
+    Example:
+        A critique turn ending a step::
+
+            critique = ChatRequest((*run.deps.system, *run.history(), Msg.user(CRITIQUE)))
+            return model_turn(run, critique, then=lambda m: Revise(m.text))
+    """
+    if record:
+        run.iteration += 1
+        run.last_message = None
+    return _model_turn(run, request, record, then, None, model)
+
+
+def _model_turn(
+    run: RunState,
+    request: ChatRequest,
+    record: bool,
+    then: Callable[[Msg], Node] | None,
+    again: Callable[[], Observable[StepOutput[Node]]] | None,
+    model: ChatModel | None = None,
+) -> Observable[StepOutput[Node]]:
+    middleware = run.deps.middleware
     if not has_hooks(middleware, "request"):
-        return _model_call(run, request, turn, instructions, tools, then)
+        return _model_call(run, request, record, then, again, model)
     prepare = chain(middleware, "request", run.ctx, reactivex.just)
     prepared: list[ChatRequest] = []
 
@@ -119,10 +189,10 @@ def _reasoning(
             return []
         return [item]
 
-    def call_model(_: abc.SchedulerBase | None) -> Observable[Any]:
+    def call_model(_: abc.SchedulerBase | None) -> Observable[StepOutput[Node]]:
         if not prepared:
             raise RuntimeError("the request middleware produced no ChatRequest")
-        return _model_call(run, prepared[-1], turn, instructions, tools, then)
+        return _model_call(run, prepared[-1], record, then, again, model)
 
     hooked: Observable[ChatRequest | AgentEvent] = prepare(request)
     return reactivex.concat(hooked.pipe(map_many(split)), reactivex.defer(call_model))
@@ -131,10 +201,10 @@ def _reasoning(
 def structured_path(run: RunState) -> Literal["native", "tool", "prompted"]:
     """How this run asks for structured output: the option, or under ``auto`` the first of native, tool,
     prompted that the model's capabilities allow."""
-    mode = run.agent.options.structured_mode
+    mode = run.deps.options.structured_mode
     if mode != "auto":
         return mode
-    capabilities = run.agent.model.capabilities
+    capabilities = run.deps.model.capabilities
     if capabilities.json_schema_output:
         return "native"
     return "tool" if capabilities.tools else "prompted"
@@ -148,19 +218,19 @@ def build_request(
     The system prompt, the repaired history, then for a tool-using turn the run's tool schemas (and the
     structured-output wiring), for the summarising turn a closing instruction and no tools.
     """
-    agent = run.agent
-    options = agent.options
-    messages = [*agent.request_base(), *run.history()]
+    deps = run.deps
+    options = deps.options
+    messages = [*deps.system, *run.history()]
     schemas: tuple[ToolSchema, ...] = ()
     tool_choice: ToolChoice | None = None
     response_format = None
     if summarising:
         messages.append(Msg.system(_SUMMARY_PROMPT.format(n=options.max_iters)))
     elif tools:
-        schemas = run.view.schemas()
+        schemas = deps.view.schemas()
         if schemas and run.iteration == 1:
             tool_choice = options.first_tool_choice
-        output = agent.output
+        output = deps.output
         if output is not None:
             path = structured_path(run)
             if path == "native":
@@ -181,12 +251,12 @@ def build_request(
         response_format=response_format,
         temperature=options.temperature,
         max_tokens=options.max_tokens,
-        retry_budget=run.budget,
+        retry_budget=deps.budget,
     )
 
 
 def _output_tool_choice(run: RunState, tool_count: int) -> ToolChoice:
-    capabilities = run.agent.model.capabilities
+    capabilities = run.deps.model.capabilities
     ladder: list[ToolChoice] = []
     if tool_count == 1 and capabilities.forced_tool_choice:
         ladder.append(ForceTool(OUTPUT_TOOL))
@@ -199,16 +269,20 @@ def _output_tool_choice(run: RunState, tool_count: int) -> ToolChoice:
 def _model_call(
     run: RunState,
     request: ChatRequest,
-    turn: ReasoningStep,
-    instructions: str | None,
-    tools: bool,
-    then: Callable[[], Next] | None,
-) -> Observable[Any]:
-    model = run.agent.model
-    call = chain(run.agent.middleware, "model_call", run.ctx, model.stream)
+    record: bool,
+    then: Callable[[Msg], Node] | None,
+    again: Callable[[], Observable[StepOutput[Node]]] | None,
+    asked: ChatModel | None,
+) -> Observable[StepOutput[Node]]:
+    deps = run.deps
+    model = asked or deps.model
+    call = chain(deps.middleware, "model_call", run.ctx, model.stream)
     fold = MessageFold()
     started_at = time.perf_counter()
-    head = run.head
+    head = deps.head
+    quiet = deps.quiet
+    deltas = record and deps.deltas
+    iteration = run.iteration
 
     def on_item(item: ChatChunk | RetryAttempt) -> Sequence[AgentEvent]:
         if isinstance(item, RetryAttempt):
@@ -221,7 +295,7 @@ def _model_call(
                     budget_remaining=item.budget_remaining,
                 )
             ]
-        if not run.deltas:  # nobody sees deltas: fold only (the hot path of `call`)
+        if not deltas:  # nobody sees deltas: fold only (the hot path of `call`)
             fold.add(item)
             return ()
         calls_before = fold.call_count
@@ -244,45 +318,48 @@ def _model_call(
                 )
         return events
 
-    def on_done() -> list[Any]:
+    def on_done() -> list[StepOutput[Node]]:
         message = fold.message()
         usage = fold.usage
         run.usage.add(usage)
-        run.last_message = message
-        run.state.messages.append(message)
-        closing: list[Any] = []
-        if not run.quiet:
+        if record:
+            run.last_message = message
+            run.state.messages.append(message)
+        closing: list[StepOutput[Node]] = []
+        if not quiet:
             closing.append(
                 ModelCallFinished(
                     **head,
-                    iteration=turn.iteration,
+                    iteration=iteration,
                     usage=usage if usage is not None else Usage(),
                     latency_s=time.perf_counter() - started_at,
                     finish_reason=fold.finish_reason,
                 )
             )
-            closing.extend(ToolCallCompleted(**head, call=c) for c in message.tool_calls)
-            closing.append(MessageCompleted(**head, message=message))
+            if record:
+                closing.extend(ToolCallCompleted(**head, call=c) for c in message.tool_calls)
+                closing.append(MessageCompleted(**head, message=message))
         if then is not None:
-            closing.append(then())
+            closing.append(Next(then(message)))
         return closing
 
-    opening = run.phase_to("THINKING")
-    if not run.quiet:
+    opening: list[AgentEvent] = run.phase_to("THINKING") if record else []
+    if not quiet:
         opening.append(
             ModelCallStarted(
                 **head,
-                iteration=turn.iteration,
+                iteration=iteration,
                 model=model.model_name,
                 messages=len(request.messages),
                 tools=[t.name for t in request.tools],
             )
         )
 
-    def step_down(error: Exception) -> Observable[Any] | None:
+    def step_down(error: Exception) -> Observable[StepOutput[Node]] | None:
         """The model rejected the forced tool choice (400): retry this turn one rung lower on the ladder."""
-        if not isinstance(error, ModelHTTPError) or error.status != 400:
+        if again is None or not isinstance(error, ModelHTTPError) or error.status != 400:
             return None
+        retry = again
         run.tool_choice_rung += 1
         lower = _output_tool_choice(run, len(request.tools))
         if lower == request.tool_choice:
@@ -290,15 +367,14 @@ def _model_call(
         note = ErrorEvent(
             **head, error_type=type(error).__name__, message=f"{error}; retrying with tool_choice={lower!r}"
         )
-        again = reactivex.defer(lambda _: _reasoning(run, turn, instructions, tools, then))
-        return reactivex.concat(sync_of(note), again)
+        return reactivex.concat(sync_of(note), reactivex.defer(lambda _: retry()))
 
     recover = step_down if request.tool_choice is not None else None
 
     # Retries happen inside the model's stream; the budget's listener feeds them through on_item, so
     # they surface as events in order, between the attempts, with no Subject in the hot path.
     def retries(push: Callable[[ChatChunk | RetryAttempt], None]) -> Callable[[], None]:
-        return run.budget.add_listener(push)
+        return deps.budget.add_listener(push)
 
     source: Observable[ChatChunk | RetryAttempt] = call(request)
     return source.pipe(
@@ -307,7 +383,7 @@ def _model_call(
             before=lambda: opening,
             after=on_done,
             recover=recover,
-            until=run.control.on_interrupt,
+            until=deps.control.on_interrupt,
             inject=retries,
         )
     )

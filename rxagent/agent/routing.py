@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 import reactivex
 from pydantic import JsonValue
 from reactivex import Observable
+from typing_extensions import TypeVar
 
 from rxagent.agent.decisions import route_input
-from rxagent.agent.inputs import ExternalResult, PendingToolCallsError, RunInput, ToolDecision
-from rxagent.agent.nodes import Start, StepOutput
+from rxagent.agent.inputs import AppliedInput, ExternalResult, PendingToolCallsError, RunInput, ToolDecision
+from rxagent.agent.nodes import Node, Start, StepOutput
 from rxagent.agent.run import RunState
 from rxagent.agent.steps import emit
 from rxagent.events import AgentEvent, RunStarted
@@ -30,41 +30,45 @@ from rxagent.tools import ToolArgumentError, ToolView, Unavailable, result_of
 
 __all__ = ["EDITED_CALLS", "RouteDecision", "apply_input", "check_answers", "start_step"]
 
-RouteDecision = Callable[[tuple[ToolUseBlock, ...], RunState], Any]
-"""``(approved calls, run) -> next node``: where a run goes once its input is applied."""
+_To = TypeVar("_To", bound=Node)
+
+RouteDecision = Callable[[AppliedInput, RunState], _To]
+"""``(applied input, run) -> next node``: where a run goes once its input is applied."""
 
 EDITED_CALLS = "rxagent_edited_calls"
 """The assistant message's metadata key mapping edited call ids to the model's original argument text."""
 
 
-def start_step(route: RouteDecision = route_input) -> Callable[[Start, RunState], Observable[StepOutput]]:
+def start_step(
+    route: RouteDecision[_To] = route_input,
+) -> Callable[[Start, RunState], Observable[StepOutput[_To]]]:
     """The step for :class:`~rxagent.agent.nodes.Start`: ``RunStarted``, the input applied, then
-    ``Next(route(approved, run))``.
+    ``Next(route(applied, run))``.
 
     Args:
         route: picks the first node once the input is applied (a planning agent starts with its
             ``Plan`` node here).
     """
 
-    def step(node: Start, run: RunState) -> Observable[StepOutput]:
+    def step(node: Start, run: RunState) -> Observable[StepOutput[_To]]:
         opening: list[AgentEvent] = (
             []
             if run.quiet
-            else [RunStarted(**run.head, agent=run.agent.name, input=list(node.input.messages))]
+            else [RunStarted(**run.head, agent=run.deps.name, input=list(node.input.messages))]
         )
         try:
-            approved, closing = apply_input(node.input, run)
+            applied, closing = apply_input(node.input, run)
         except PendingToolCallsError as refused:  # after RunStarted, so the run's events stay well formed
             return reactivex.concat(sync_of(*opening), reactivex.throw(refused))
-        return emit(*opening, *closing, then=route(approved, run))
+        return emit(*opening, *closing, then=route(applied, run))
 
     return step
 
 
-def apply_input(run_input: RunInput, run: RunState) -> tuple[tuple[ToolUseBlock, ...], list[AgentEvent]]:
-    """Apply ``run_input`` to the session: returns the calls a human approved and the events to emit (a
-    ``ToolResult`` for each denial, external result or call answered as interrupted, then the tool
-    message when the batch is complete).
+def apply_input(run_input: RunInput, run: RunState) -> tuple[AppliedInput, list[AgentEvent]]:
+    """Apply ``run_input`` to the session: returns what to run next (the calls a human approved, the
+    messages that follow their results) and the events to emit (a ``ToolResult`` for each denial,
+    external result or call answered as interrupted, then the tool message when the batch is complete).
 
     Raises:
         PendingToolCallsError: the input does not fit the pending calls (nothing was changed).
@@ -76,7 +80,7 @@ def apply_input(run_input: RunInput, run: RunState) -> tuple[tuple[ToolUseBlock,
     if state.pending:
         if run_input.decisions:
             return _resume(run, run_input.decisions, run_input.messages)
-        if not run.agent.options.recover_pending:
+        if not run.deps.options.recover_pending:
             waiting = ", ".join(f"{p.call.name} ({p.call.id}, {p.kind})" for p in state.pending)
             raise PendingToolCallsError(
                 f"this session has tool calls waiting for a decision or a result: {waiting}. Send "
@@ -89,16 +93,16 @@ def apply_input(run_input: RunInput, run: RunState) -> tuple[tuple[ToolUseBlock,
         state.pending.clear()
         closing = run.close_tool_batch()
         state.messages.extend(run_input.messages)
-        return (), told + closing
+        return AppliedInput(), told + closing
     if run_input.decisions:
         raise PendingToolCallsError("this session has no tool calls waiting; there is nothing to decide")
     state.messages.extend(run_input.messages)
-    return (), []
+    return AppliedInput(), []
 
 
 def _retry(
     run: RunState, retries: tuple[ToolUseBlock, ...], run_input: RunInput
-) -> tuple[tuple[ToolUseBlock, ...], list[AgentEvent]]:
+) -> tuple[AppliedInput, list[AgentEvent]]:
     """Calls to run again (their outcome was lost, and running them is safe or was reconciled) run first;
     answers for other waiting calls are applied as usual, and new messages follow the batch."""
     state = run.state
@@ -108,13 +112,10 @@ def _retry(
             "this session has no tool calls waiting for a decision; there is nothing to decide"
         )
     state.pending = others
-    approved: tuple[ToolUseBlock, ...] = ()
-    told: list[AgentEvent] = []
-    if run_input.decisions:
-        approved, told = _resume(run, run_input.decisions, run_input.messages, more_to_run=True)
-    else:
-        run.deferred_input = list(run_input.messages)
-    return (*retries, *approved), told
+    if not run_input.decisions:
+        return AppliedInput(retries, run_input.messages), []
+    applied, told = _resume(run, run_input.decisions, run_input.messages, more_to_run=True)
+    return AppliedInput((*retries, *applied.approved), applied.follow), told
 
 
 def _resume(
@@ -123,10 +124,10 @@ def _resume(
     messages: Sequence[Msg],
     *,
     more_to_run: bool = False,
-) -> tuple[tuple[ToolUseBlock, ...], list[AgentEvent]]:
+) -> tuple[AppliedInput, list[AgentEvent]]:
     state = run.state
     by_id = {p.call.id: p for p in state.pending}
-    edits = check_answers(decisions, by_id, run.view)  # everything is checked before anything changes
+    edits = check_answers(decisions, by_id, run.deps.view)  # everything is checked before anything changes
     approved: list[ToolUseBlock] = []
     told: list[AgentEvent] = []  # a ToolResult for each answer that is a result: every outcome is an event
     for decision in decisions:
@@ -141,13 +142,11 @@ def _resume(
             why = f": {decision.reason}" if decision.reason else ""
             told += run.add_result(result_of(call, f"The user denied this call{why}.", "denied"))
     state.pending = list(by_id.values())
-    run.deferred_input = list(messages)  # joins the history after the tool results it follows
-    if approved or state.pending or more_to_run:
-        return tuple(approved), told
+    if approved or state.pending or more_to_run:  # the messages join the history after the results
+        return AppliedInput(tuple(approved), tuple(messages)), told
     closing = run.close_tool_batch()
-    state.messages.extend(run.deferred_input)
-    run.deferred_input = []
-    return (), told + closing
+    state.messages.extend(messages)
+    return AppliedInput(), told + closing
 
 
 def _decision_record(

@@ -33,23 +33,25 @@ assembly gets the same guarantees from :func:`run_loop` and the agent's lifecycl
 - **depth**: steps are subscribed one after another at constant stack depth (``run_steps``).
 - **steering**: messages delivered into a running run (a session handle's ``steer``) join the history
   right before the next :class:`Reason` step, whatever the assembly.
-- **middleware**: the ``agent`` cut point wraps the whole loop; the built-in steps apply the
-  ``reasoning``/``request``/``model_call`` and ``acting``/``tool_call`` cut points, so a custom step that
-  reuses them (``reason_step(...)``, ``act_step(...)``, :func:`~rxagent.agent.reasoning.model_turn`) gets
-  them too.
+- **middleware**: the ``agent`` cut point wraps the whole loop; the loop wraps the step of every node
+  whose type says so (``Node.cut_point``) in the ``reasoning`` or ``acting`` cut point, whatever the
+  step is (:class:`Reason` and :class:`Act` do; so can a custom model-turn node); the model calls of
+  ``reason_step`` and :func:`~rxagent.agent.reasoning.model_turn` pass the ``request`` and
+  ``model_call`` cut points, and the executor the ``tool_call`` one.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import replace
 
 import reactivex
 from reactivex import Observable
+from typing_extensions import TypeVar
 
-from rxagent.agent.decisions import continue_reasoning
-from rxagent.agent.middleware import StopRun
-from rxagent.agent.nodes import Finish, Interrupt, Next, Reason, Reprompt, Step, StepOutput
+from rxagent.agent.decisions import after_tools, continue_reasoning
+from rxagent.agent.middleware import ActingStep, ReasoningStep, StopRun, chain, has_hooks
+from rxagent.agent.nodes import Act, Finish, Interrupt, Next, Node, Reason, Reprompt, Step, StepOutput, Steps
 from rxagent.agent.run import RunState
 from rxagent.events import AgentEvent, AgentResult, ErrorEvent, MessageCompleted, Phase, RunReason
 from rxagent.messages import Msg
@@ -66,12 +68,15 @@ __all__ = [
     "run_loop",
 ]
 
+_To = TypeVar("_To", bound=Node)
+_N = TypeVar("_N", bound=Node)
 
-def emit(*events: AgentEvent, then: Any) -> Observable[StepOutput]:
+
+def emit(*events: AgentEvent, then: _To) -> Observable[StepOutput[_To]]:
     """A step's output made of ``events`` and then ``Next(then)``: what simple steps return.
 
     Example:
-        >>> def note(node: Note, run: RunState) -> Observable[StepOutput]:  # doctest: +SKIP
+        >>> def note(node: Note, run: RunState) -> Observable[StepOutput[Reason]]:  # doctest: +SKIP
         ...     run.add_messages([Msg.system(node.text)])
         ...     return emit(then=Reason())
     """
@@ -81,7 +86,7 @@ def emit(*events: AgentEvent, then: Any) -> Observable[StepOutput]:
 # ---- the assembly ------------------------------------------------------------------------------------
 
 
-def run_loop(steps: Mapping[type, Step], first: Any, run: RunState) -> Observable[AgentEvent]:
+def run_loop(steps: Steps[_N], first: _N, run: RunState) -> Observable[AgentEvent]:
     """Run the steps of ``steps`` from node ``first`` until a step finishes the run.
 
     Each step is looked up by its node's type and subscribed when the one before it completes (constant
@@ -89,9 +94,9 @@ def run_loop(steps: Mapping[type, Step], first: Any, run: RunState) -> Observabl
     interrupt, failure and middleware guarantees this adds to any assembly.
 
     Args:
-        steps: a step per node type (start from :func:`default_steps` and replace or add entries).
+        steps: the assembly (start from :func:`~rxagent.agent.loop.react_steps` and add with ``on``).
         first: the first node (``Start(run_input)`` for an agent run).
-        run: the run's state.
+        run: the run's state (:func:`~rxagent.agent.run.new_run` makes one without an agent).
 
     Returns:
         The run's events, ending with its :class:`~rxagent.events.AgentResult`.
@@ -105,11 +110,12 @@ def run_loop(steps: Mapping[type, Step], first: Any, run: RunState) -> Observabl
         module says, then the error passes. cancel: disposes the current step.
         re-subscribe: not supported — a ``RunState`` is one run; the agent builds one per subscription.
     """
-    upcoming: list[Any] = [first]
+    upcoming: list[Node] = [first]
+    control = run.deps.control
 
-    def take_next(item: StepOutput) -> Iterable[AgentEvent]:
-        if type(item) is Next:
-            upcoming.append(item.node)
+    def take_next(item: StepOutput[Node]) -> Iterable[AgentEvent]:
+        if type(item) is Next:  # the last one counts (a hook may run a step twice)
+            upcoming[:] = (item.node,)
             return ()
         return (item,)  # type: ignore[return-value] - every other item is an event
 
@@ -117,38 +123,94 @@ def run_loop(steps: Mapping[type, Step], first: Any, run: RunState) -> Observabl
         if run.ended:
             return None
         if not upcoming:
-            if not run.control.interrupted:
+            if not control.interrupted:
                 raise RuntimeError("a step completed without naming the next node (emit Next(node) last)")
             upcoming.append(Interrupt())  # the interrupt cut the step short
-        node: Any = upcoming.pop()
+        node = upcoming.pop()
         ending = isinstance(node, Interrupt) or (isinstance(node, Finish) and node.reason == "INTERRUPTED")
-        if run.control.interrupted and not ending:
+        if control.interrupted and not ending:
             node, ending = Interrupt(), True
-        kind: type[Any] = type(node)  # pyright: ignore[reportUnknownVariableType] - any value can be a node
-        step = steps.get(kind)
+        step = steps.get(type(node))
         if step is None:
             known = ", ".join(sorted(t.__name__ for t in steps))
-            raise KeyError(f"no step for node {kind.__name__} (steps: {known})")
+            raise KeyError(f"no step for node {type(node).__name__} (steps: {known})")
         if ending or isinstance(node, Finish):  # the closing steps always run to their end
             return step(node, run).pipe(frame(take_next))
-        if run.inbox and isinstance(node, Reason):  # a reasoning boundary: messages delivered mid-run
-            delivered = take_inbox(run)
-            return reactivex.concat(sync_of(*delivered), step(node, run)).pipe(
-                frame(take_next, until=run.control.on_interrupt)
-            )
+        delivered = take_inbox(run) if control.inbox and node.cut_point == "reasoning" else ()
         # `until`: an interrupt cuts a step that does not end itself on interrupt. The steps that do (a
         # model call keeps what streamed so far) act first: interrupt callbacks run innermost first.
-        return step(node, run).pipe(frame(take_next, until=run.control.on_interrupt))
+        hooked = _hooked(step, node, run, take_next, upcoming)
+        if hooked is None:  # the usual case: one operator between the step and the run's events
+            events = step(node, run).pipe(frame(take_next, until=control.on_interrupt))
+        else:
+            events = hooked.pipe(frame(_events_only, until=control.on_interrupt))
+        return reactivex.concat(sync_of(*delivered), events) if delivered else events
 
     return run_steps(next_step, lambda error: recover(run, error))
+
+
+def _events_only(item: AgentEvent) -> tuple[AgentEvent]:
+    return (item,)
+
+
+def _hooked(
+    step: Step[Node, Node],
+    node: Node,
+    run: RunState,
+    take_next: Callable[[StepOutput[Node]], Iterable[AgentEvent]],
+    upcoming: list[Node],
+) -> Observable[AgentEvent] | None:
+    """``step`` on ``node``, its ``Next`` taken out, wrapped in the node's cut point; ``None`` when the
+    node has no cut point or no middleware hooks it.
+
+    A ``reasoning`` hook may rewrite ``summarising`` (of a :class:`Reason`), an ``acting`` hook the calls;
+    the hook sees the step's events only, and the run goes where the step's ``Next`` says. A hook that
+    never calls the step (it answers from a cache, say) leaves no ``Next``: the run goes on as for a turn
+    that produced no message (``Finish(NO_ANSWER)``), or a batch that ran nothing (the next turn).
+    """
+
+    def then_default() -> Observable[AgentEvent]:
+        if not upcoming and not run.ended:
+            upcoming.append(
+                after_tools(run)
+                if isinstance(node, Act)
+                else Finish("NO_ANSWER", None, detail="the reasoning step produced no message")
+            )
+        return reactivex.empty()
+
+    middleware = run.deps.middleware
+    kind = node.cut_point
+    if kind is None or not has_hooks(middleware, kind):
+        return None
+    if kind == "reasoning":
+        summarising = isinstance(node, Reason) and node.summarising
+
+        def reason(turn: ReasoningStep) -> Observable[AgentEvent]:
+            hooked = replace(node, summarising=turn.summarising) if isinstance(node, Reason) else node
+            return step(hooked, run).pipe(frame(take_next))
+
+        hooked = chain(middleware, "reasoning", run.ctx, reason)(
+            ReasoningStep(run.iteration + 1, summarising)
+        )
+        return reactivex.concat(hooked, reactivex.defer(lambda _: then_default()))
+    if not isinstance(node, Act):
+        raise TypeError(f"the acting cut point wraps Act nodes, not {type(node).__name__}")
+    act = node
+
+    def acting(turn: ActingStep) -> Observable[AgentEvent]:
+        return step(replace(act, calls=turn.calls), run).pipe(frame(take_next))
+
+    hooked = chain(middleware, "acting", run.ctx, acting)(ActingStep(run.iteration, act.calls))
+    return reactivex.concat(hooked, reactivex.defer(lambda _: then_default()))
 
 
 def take_inbox(run: RunState) -> list[AgentEvent]:
     """Add the messages delivered into the run to its history (recorded as ``steer`` facts where they
     took effect); returns their events."""
     events: list[AgentEvent] = []
-    while run.inbox:
-        message, _ = run.inbox.popleft()
+    inbox = run.deps.control.inbox
+    while inbox:
+        message, _ = inbox.popleft()
         run.add_messages([message])
         run.note("steer", {"message_id": message.id})
         if not run.quiet:
@@ -204,19 +266,19 @@ def finish(run: RunState, node: Finish, *, failure: Exception | None = None) -> 
         )
 
     async def save() -> AsyncIterator[AgentEvent]:
-        await run.save(node.reason, failure)  # before the result, so a consumer may stop at the result
+        await run.deps.save(node.reason, failure)  # before the result, so a consumer may stop at the result
         return
         yield  # an async generator that yields nothing
 
     return from_async_iterable(save).pipe(frame(_nothing, before=lambda: closing, after=result))
 
 
-def finish_step(node: Finish, run: RunState) -> Observable[StepOutput]:
+def finish_step(node: Finish, run: RunState) -> Observable[AgentEvent]:
     """The :class:`Finish` step: save, the final phase, the result; the run ends (no :class:`Next`)."""
     return finish(run, node)
 
 
-def interrupt_step(node: Interrupt, run: RunState) -> Observable[StepOutput]:
+def interrupt_step(node: Interrupt, run: RunState) -> Observable[StepOutput[Finish]]:
     """The :class:`Interrupt` step: calls that finished keep their results, the rest are marked
     interrupted, and the run finishes ``INTERRUPTED`` with whatever answer text streamed."""
     closing = run.settle("Interrupted by the user before it finished.", "interrupted", answer_waiting=True)
@@ -228,8 +290,7 @@ def interrupt_step(node: Interrupt, run: RunState) -> Observable[StepOutput]:
 NO_ANSWER_PROMPT = "Your last reply contained no answer text. Answer the question directly, in plain text."
 
 
-def reprompt_step(node: Reprompt, run: RunState) -> Observable[StepOutput]:
+def reprompt_step(node: Reprompt, run: RunState) -> Observable[StepOutput[Reason]]:
     """The :class:`Reprompt` step: tell the model its reply held no answer, then reason again (once)."""
-    run.reprompted = True
     run.add_messages([Msg.user(NO_ANSWER_PROMPT, metadata={"rxagent": "no_answer_reprompt"})])
-    return emit(then=continue_reasoning(run))
+    return emit(then=continue_reasoning(run, reprompted=True))

@@ -113,7 +113,7 @@ def html_of(obj: object) -> str:
     if isinstance(obj, Msg):
         return _box(message_html(obj))
     if isinstance(obj, AgentResult):
-        return _box(result_html(obj))
+        return _box(result_html(cast("AgentResult[object]", obj)))
     if isinstance(obj, EventHeader):
         return _box(_event_html(obj))
     if isinstance(obj, AgentState):
@@ -132,7 +132,7 @@ def text_of(obj: object) -> str:
     if isinstance(obj, Msg):
         return message_text(obj)
     if isinstance(obj, AgentResult):
-        return result_text(obj)
+        return result_text(cast("AgentResult[object]", obj))
     if isinstance(obj, EventHeader):
         return f"#{obj.seq} {_event_type(obj)}: {event_summary(obj)}"
     if isinstance(obj, AgentState):
@@ -431,7 +431,7 @@ def _event_html(event: EventHeader) -> str:
         f"{esc(_event_type(event))}</b> {esc(event_summary(event))}</div>"
     )
     if isinstance(event, AgentResult):
-        return head + result_html(event)
+        return head + result_html(cast("AgentResult[object]", event))
     if isinstance(event, MessageCompleted):
         return head + message_html(event.message)
     if isinstance(event, ToolCallCompleted | ToolExecutionStarted | ToolPermissionAsked | ToolSuspended):

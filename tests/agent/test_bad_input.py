@@ -20,7 +20,6 @@ import pytest
 
 from rxagent import ScriptedResponse, ScriptedToolCall
 from rxagent.agent import (
-    MAX_NESTING,
     AgentInput,
     ExternalResult,
     InvalidInputError,
@@ -28,6 +27,7 @@ from rxagent.agent import (
     SessionHandle,
     ToolDecision,
 )
+from rxagent.agent.inputs import MAX_NESTING
 from rxagent.context import RuntimeContext
 from rxagent.messages import Msg
 from rxagent.model.scripted import FunctionModel

@@ -36,15 +36,8 @@ from reactivex import Observable
 from reactivex.subject import Subject
 
 from rxagent import ScriptedModel, ScriptedResponse, ScriptedToolCall, Usage
-from rxagent.agent import (
-    AgentInput,
-    AgentOptions,
-    Middleware,
-    ReActAgent,
-    RunControl,
-    RunOutcome,
-    map_runs,
-)
+from rxagent.agent import AgentInput, AgentOptions, Middleware, ReActAgent, RunControl, RunOutcome
+from rxagent.agent.compose import map_runs
 from rxagent.context import RunContext, RuntimeContext
 from rxagent.events import (
     AgentEvent,

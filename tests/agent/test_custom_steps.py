@@ -17,21 +17,16 @@ from reactivex import Observable
 from reactivex import operators as ops
 
 from rxagent import ScriptedModel, ScriptedResponse, ScriptedToolCall
-from rxagent.agent import (
+from rxagent.agent import AgentOptions, Middleware, ReActAgent, ReasoningStep, RunControl, StopRun
+from rxagent.agent.loop import (
     Act,
-    AgentOptions,
     Finish,
-    Middleware,
-    ReActAgent,
     Reason,
-    ReasoningStep,
     Reprompt,
-    RunControl,
     RunInput,
     RunState,
     Start,
     StepOutput,
-    StopRun,
     after_reasoning,
     after_tools,
     continue_reasoning,

@@ -279,7 +279,7 @@ async def test_first_tool_choice_applies_to_the_first_step_only() -> None:
 
 
 async def test_incremental_repair_sends_what_a_full_repair_would_at_every_step() -> None:
-    from rxagent.agent import repair_transcript
+    from rxagent.agent.transcript import repair_transcript
 
     store = MemoryStore()
     damaged = AgentState(

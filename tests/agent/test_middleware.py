@@ -11,7 +11,8 @@ from reactivex import Observable
 from reactivex import operators as ops
 
 from rxagent import ScriptedModel, ScriptedResponse, ScriptedToolCall
-from rxagent.agent import ActingStep, Middleware, ReActAgent, ReasoningStep, RunInput, StopRun, insert
+from rxagent.agent import ActingStep, Middleware, ReActAgent, ReasoningStep, StopRun, insert
+from rxagent.agent.loop import RunInput
 from rxagent.context import RuntimeContext
 from rxagent.events import AgentEvent, MessageCompleted, TextDelta, ToolResult
 from rxagent.model import ChatChunk, ChatRequest, ModelHTTPError

@@ -16,16 +16,9 @@ from collections.abc import Sequence
 import pytest
 
 from rxagent import ScriptedModel, ScriptedResponse, ScriptedToolCall
-from rxagent.agent import (
-    Act,
-    AgentOptions,
-    ExternalResult,
-    ReActAgent,
-    RunControl,
-    RunState,
-    ToolDecision,
-)
-from rxagent.agent.recipes import Verdict, reviewed
+from rxagent.agent import AgentOptions, ExternalResult, ReActAgent, RunControl, ToolDecision
+from rxagent.agent.loop import RunState
+from rxagent.agent.recipes import Verdict, function_reviewer, reviewing
 from rxagent.context import RuntimeContext
 from rxagent.events import AgentEvent, MessageCompleted, ToolExecutionStarted, ToolResult
 from rxagent.messages import ToolUseBlock
@@ -133,7 +126,9 @@ async def test_a_reviewers_rejection_is_told_in_the_order_of_the_calls(rejected:
         ]
     )
     agent = ReActAgent(
-        ScriptedModel([batch, "One refunded."]), Toolkit([refund]), steps={Act: reviewed(reviewer)}
+        ScriptedModel([batch, "One refunded."]),
+        Toolkit([refund]),
+        steps=reviewing(function_reviewer(reviewer)),
     )
     result, events = await run(agent, "refund both", CTX)  # the invariants check call order too
     assert result.text == "One refunded."

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from rxagent import ScriptedModel, ScriptedResponse, ScriptedToolCall
-from rxagent.agent import Act, AgentOptions, ReActAgent, RunControl, RunState
-from rxagent.agent.recipes import Verdict, model_reviewer, plan_and_execute, reviewed
+from rxagent.agent import AgentOptions, ReActAgent, RunControl
+from rxagent.agent.loop import RunState
+from rxagent.agent.recipes import Verdict, function_reviewer, model_reviewer, plan_and_execute, reviewing
 from rxagent.context import RuntimeContext
 from rxagent.events import AgentEvent, StepNote
 from rxagent.messages import ToolUseBlock
@@ -100,7 +101,7 @@ async def check_plan_run(agent: ReActAgent, requests: Sequence[Any]) -> list[Age
 
 async def test_plan_then_execute_with_the_scripted_model() -> None:
     model = ScriptedModel(PLAN_SCRIPT)
-    agent = plan_and_execute(model, Toolkit([add, shout]), system_prompt="Be exact.")
+    agent = ReActAgent(model, Toolkit([add, shout]), steps=plan_and_execute(), system_prompt="Be exact.")
     await check_plan_run(agent, model.requests)
     planning, first_item, *_, closing = model.requests
     assert planning.tools == ()  # the planning turn is text only
@@ -123,7 +124,7 @@ async def test_plan_then_execute_through_the_openai_client(
         text_reply("Shouted."),
         text_reply("2 + 3 = 5, and I shouted FIVE!"),
     )
-    await check_plan_run(plan_and_execute(model, Toolkit([add, shout])), [])
+    await check_plan_run(ReActAgent(model, Toolkit([add, shout]), steps=plan_and_execute()), [])
     bodies = [r.body for r in server.requests]
     assert "tools" not in bodies[0]
     assert bodies[2]["messages"][-1] == {"role": "tool", "tool_call_id": "c1", "content": "5"}
@@ -131,7 +132,7 @@ async def test_plan_then_execute_through_the_openai_client(
 
 async def test_a_reply_without_a_numbered_plan_works_on_the_request_directly() -> None:
     model = ScriptedModel(["I will just do it.", call("add", {"a": 1, "b": 1}, "c1"), "2"])
-    agent = plan_and_execute(model, Toolkit([add]))
+    agent = ReActAgent(model, Toolkit([add]), steps=plan_and_execute())
     result, _ = await run(agent, "1+1", CTX)
     assert (result.reason, result.text) == ("MODEL_STOP", "2")
     assert "plan" not in (await agent.state(CTX)).extras
@@ -159,7 +160,7 @@ async def careful(calls: Sequence[ToolUseBlock], run: RunState) -> list[Verdict]
 async def test_a_reviewer_function_rejects_one_call_of_a_batch() -> None:
     SHOUTED.clear()
     model = ScriptedModel([two_shouts(), "Shouted hello only."])
-    agent = ReActAgent(model, Toolkit([shout]), steps={Act: reviewed(careful)})
+    agent = ReActAgent(model, Toolkit([shout]), steps=reviewing(function_reviewer(careful)))
     result, events = await run(agent, "shout", CTX)
     assert result.text == "Shouted hello only."
     assert SHOUTED == ["hello"]
@@ -186,7 +187,7 @@ async def test_a_model_reviewer_reads_json_verdicts_through_the_openai_client(
         text_reply('Verdicts: {"s1": {"approve": true}, "s2": {"approve": false, "reason": "unsafe"}}'),
         text_reply("Done."),
     )
-    agent = ReActAgent(model, Toolkit([shout]), steps={Act: reviewed(model_reviewer(model))})
+    agent = ReActAgent(model, Toolkit([shout]), steps=reviewing(model_reviewer(model)))
     result, _ = await run(agent, "shout", CTX)
     assert result.text == "Done."
     assert SHOUTED == ["hello"]
@@ -203,7 +204,7 @@ async def test_what_the_reviewer_does_not_approve_does_not_run(answer: str) -> N
     SHOUTED.clear()
     chat = ScriptedModel([two_shouts(), "ok"])
     reviewer_model = ScriptedModel([answer])
-    agent = ReActAgent(chat, Toolkit([shout]), steps={Act: reviewed(model_reviewer(reviewer_model))})
+    agent = ReActAgent(chat, Toolkit([shout]), steps=reviewing(model_reviewer(reviewer_model)))
     await run(agent, "shout", CTX)
     sent = {r.tool_use_id: r.status for r in chat.requests[1].messages[-1].tool_results}
     assert sent["s2"] == "denied"
@@ -217,7 +218,7 @@ async def test_everything_rejected_goes_back_to_the_model() -> None:
 
     SHOUTED.clear()
     model = ScriptedModel([two_shouts(), "Fine, I won't."])
-    agent = ReActAgent(model, Toolkit([shout]), steps={Act: reviewed(no)})
+    agent = ReActAgent(model, Toolkit([shout]), steps=reviewing(function_reviewer(no)))
     result, _ = await run(agent, "shout", CTX)
     assert result.text == "Fine, I won't."
     assert SHOUTED == []
@@ -243,7 +244,9 @@ class Stuck:
 
 async def test_an_interrupt_while_the_reviewer_thinks_ends_the_run_interrupted() -> None:
     stuck = Stuck()
-    agent = ReActAgent(ScriptedModel([two_shouts()]), Toolkit([shout]), steps={Act: reviewed(stuck)})
+    agent = ReActAgent(
+        ScriptedModel([two_shouts()]), Toolkit([shout]), steps=reviewing(function_reviewer(stuck))
+    )
     control = RunControl()
 
     async def interrupt() -> None:
@@ -264,7 +267,9 @@ async def test_an_interrupt_while_the_reviewer_thinks_ends_the_run_interrupted()
 
 async def test_a_cancel_while_the_reviewer_thinks_releases_it_and_saves() -> None:
     stuck = Stuck()
-    agent = ReActAgent(ScriptedModel([two_shouts(), "next"]), Toolkit([shout]), steps={Act: reviewed(stuck)})
+    agent = ReActAgent(
+        ScriptedModel([two_shouts(), "next"]), Toolkit([shout]), steps=reviewing(function_reviewer(stuck))
+    )
     seen = expect(agent.stream_events("shout", CTX))
     await asyncio.wait_for(stuck.waiting.wait(), 5)
     seen.dispose()
@@ -277,6 +282,6 @@ async def test_a_cancel_while_the_reviewer_thinks_releases_it_and_saves() -> Non
 
 async def test_recipes_keep_the_run_well_formed_under_stream_events() -> None:
     model = ScriptedModel(PLAN_SCRIPT)
-    agent = plan_and_execute(model, Toolkit([add, shout]), options=AgentOptions(max_iters=10))
+    agent = ReActAgent(model, Toolkit([add, shout]), steps=plan_and_execute(), options=AgentOptions(max_iters=10))
     events = await to_list(agent.stream_events("Add 2 and 3, then shout it.", CTX))
     check_invariants(events)

@@ -9,7 +9,8 @@ import pytest
 from pydantic import BaseModel, Field
 
 from rxagent import ScriptedModel, ScriptedResponse, ScriptedToolCall
-from rxagent.agent import OUTPUT_TOOL, AgentOptions, ReActAgent
+from rxagent.agent import AgentOptions, ReActAgent
+from rxagent.agent.structured import OUTPUT_TOOL
 from rxagent.model import ForceTool, ModelCapabilities, ModelHTTPError
 from rxagent.tools import Toolkit, tool
 
@@ -207,7 +208,7 @@ async def test_prompted_mode_can_be_chosen_for_any_model() -> None:
 
 
 def test_extract_json_takes_the_first_complete_object() -> None:
-    from rxagent.agent import extract_json
+    from rxagent.agent.structured import extract_json
 
     assert extract_json('{"a": 1}') == {"a": 1}
     assert extract_json('noise {not json} then {"a": {"b": [1, 2]}} and {"c": 3}') == {"a": {"b": [1, 2]}}
@@ -217,7 +218,7 @@ def test_extract_json_takes_the_first_complete_object() -> None:
 
 @pytest.mark.parametrize("bad", ["", "no braces", "[1, 2]", '{"open": ', "{'single': 'quotes'}"])
 def test_extract_json_refuses_text_without_an_object(bad: str) -> None:
-    from rxagent.agent import extract_json
+    from rxagent.agent.structured import extract_json
 
     with pytest.raises(ValueError, match="no JSON object"):
         extract_json(bad)

@@ -314,8 +314,8 @@ async def test_a_run_view_fed_by_hand_shows_two_runs_of_a_session_in_one_transcr
 async def test_a_custom_steps_notes_show_in_the_live_view() -> None:
     from collections.abc import Sequence
 
-    from rxagent.agent import Act, RunState
-    from rxagent.agent.recipes import Verdict, reviewed
+    from rxagent.agent.loop import RunState
+    from rxagent.agent.recipes import Verdict, function_reviewer, reviewing
     from rxagent.messages import ToolUseBlock
 
     @tool
@@ -329,7 +329,7 @@ async def test_a_custom_steps_notes_show_in_the_live_view() -> None:
     model = ScriptedModel(
         [ScriptedResponse(tool_calls=[ScriptedToolCall("delete", {"path": "/etc"}, id="d1")]), "I did not."]
     )
-    agent = ReActAgent(model, Toolkit([delete]), steps={Act: reviewed(reviewer)})
+    agent = ReActAgent(model, Toolkit([delete]), steps=reviewing(function_reviewer(reviewer)))
     target = Recorder()
     result = await live(agent.stream_events("delete /etc"), target=target, call_later=Timers())
     assert result.text == "I did not."

@@ -1,108 +1,124 @@
-"""A reviewer that approves or rejects each batch of tool calls before it runs.
+"""A reviewer that approves or rejects each batch of tool calls the model asks for, before it runs.
 
-``reviewed(reviewer)`` wraps the act step: the reviewer sees the batch and gives a :class:`Verdict` per
-call; rejected calls get ``denied`` results carrying the reviewer's reason (the model reads them; a
-``ToolResult`` event tells each, after the reviewer's ``StepNote``), and only the approved ones run.
-Calls a human already approved are not reviewed again. A reviewer is any async function of the calls and
-the run; :func:`model_reviewer` asks a model for the verdicts::
+::
 
-    agent = ReActAgent(model, toolkit, steps={Act: reviewed(model_reviewer(model))})
+    Reason ─▶ Review(calls) ─▶ Verdicts(calls, verdicts) ─▶ Act(approved calls) ─▶ Reason …
+                                                    └─(none approved)─▶ Reason
+
+Rejected calls get ``denied`` results carrying the reviewer's reason (the model reads them; a
+``ToolResult`` event tells each, after the reviewer's ``StepNote``). Calls a human approved go from
+``Start`` straight to ``Act``: they are not reviewed again. The review is a step: a function of yours
+(:func:`function_reviewer`) or a side turn of a model (:func:`model_reviewer`)::
+
+    agent = Agent(model, toolkit, steps=reviewing(model_reviewer(reviewer_model)))
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from typing import cast
+from dataclasses import asdict, dataclass
 
-import reactivex
-from pydantic import JsonValue
+from pydantic import BaseModel, Field, TypeAdapter
 from reactivex import Observable
 
-from rxagent.agent import Act, Next, RunState, StepOutput, act_step, after_tools, emit, extract_json
-from rxagent.agent.middleware import chain
-from rxagent.chunks import Usage
-from rxagent.events import AgentEvent, StepNote, ToolResult
+from rxagent.agent.loop import (
+    Act,
+    CheckOutput,
+    Finish,
+    Next,
+    Node,
+    ReActNode,
+    Reason,
+    Reprompt,
+    RunState,
+    StepOutput,
+    Steps,
+    after_reasoning,
+    after_tools,
+    emit,
+    model_turn,
+    react_steps,
+    reason_step,
+)
+from rxagent.agent.structured import extract_json
+from rxagent.events import AgentEvent, StepNote
 from rxagent.messages import Msg, ToolUseBlock
 from rxagent.model import ChatModel, ChatRequest
-from rxagent.operators import deferred, fold_message, from_async_iterable, last_value, map_many
+from rxagent.operators import from_async_iterable
 from rxagent.tools import result_of
 
-__all__ = ["ActStep", "Reviewer", "Verdict", "model_reviewer", "reviewed"]
+__all__ = ["Review", "Verdict", "Verdicts", "function_reviewer", "model_reviewer", "reviewing"]
 
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """A reviewer's answer for one call."""
+    """A reviewer's answer for one call (a call without one is rejected)."""
 
     call_id: str
     approve: bool
     reason: str = ""
 
 
-Reviewer = Callable[[Sequence[ToolUseBlock], RunState], Awaitable[Sequence[Verdict]]]
-"""``async (calls, run) -> verdicts``; a call without a verdict is rejected."""
+@dataclass(frozen=True, slots=True)
+class Review(Node):
+    """Review the batch ``calls`` the model asked for."""
+
+    calls: tuple[ToolUseBlock, ...]
 
 
-ActStep = Callable[[Act, RunState], Observable[StepOutput]]
-"""A step for :class:`~rxagent.agent.Act` nodes."""
+@dataclass(frozen=True, slots=True)
+class Verdicts(Node):
+    """Apply the reviewer's ``verdicts`` to ``calls``: run the approved ones, reject the others."""
+
+    calls: tuple[ToolUseBlock, ...]
+    verdicts: tuple[Verdict, ...]
 
 
-def reviewed(reviewer: Reviewer, act: ActStep | None = None) -> ActStep:
-    """An act step that runs only what ``reviewer`` approves (``act``: the step it wraps)."""
-    run_batch = act or act_step()
+ReviewStep = Callable[[Review, RunState], Observable[StepOutput[Verdicts]]]
+"""A step that reviews a batch: a :func:`function_reviewer` or a :func:`model_reviewer`."""
 
-    def step(node: Act, run: RunState) -> Observable[StepOutput]:
-        if node.approved:  # a human decided already
-            return run_batch(node, run)
-        kept: list[ToolUseBlock] = []
-        rejected: dict[str, list[AgentEvent]] = {}  # each rejection's ToolResult, told in call order
 
-        async def review() -> AsyncIterator[StepOutput]:
-            verdicts = {v.call_id: v for v in await reviewer(node.calls, run)}
-            for call in node.calls:
-                verdict = verdicts.get(call.id, Verdict(call.id, False, "the reviewer gave no verdict"))
-                if verdict.approve:
-                    kept.append(call)
-                else:
-                    text = f"Rejected by the reviewer: {verdict.reason or 'no reason given'}"
-                    rejected[call.id] = run.add_result(result_of(call, text, "denied"))
-                said = "approved" if verdict.approve else "rejected"
-                data: dict[str, JsonValue] = {
-                    "call_id": call.id,
-                    "tool": call.name,
-                    "approve": verdict.approve,
-                    "reason": verdict.reason,
-                }
-                yield StepNote(**run.head, source="reviewer", text=f"{said} {call.name}", data=data)
+def reviewing(review: ReviewStep) -> Steps[ReActNode | Review | Verdicts]:
+    """The ReAct assembly with every batch the model asks for reviewed by ``review`` before it runs."""
 
-        order = [c.id for c in node.calls]
+    def to_review(node: Node, message: Msg | None, run: RunState) -> Finish | CheckOutput | Reprompt | Review:
+        decided = after_reasoning(node, message, run)
+        return Review(decided.calls) if isinstance(decided, Act) else decided
 
-        def told_before(call_id: str | None) -> list[AgentEvent]:
-            """The rejections of calls before ``call_id`` in the batch (``None``: all left), in order."""
-            upto = order.index(call_id) if call_id is not None else len(order)
-            return [e for i in order[:upto] for e in rejected.pop(i, [])]
+    return react_steps().on(Verdicts, apply_verdicts).on(Review, review).on(Reason, reason_step(to_review))
 
-        untold: set[str] = set()  # the run calls whose results are not out yet (filled once reviewed)
 
-        def in_call_order(item: StepOutput) -> list[StepOutput]:
-            # Results are told in the order of the calls, as the executor tells its own: a rejection just
-            # before the result of a later call, the rest once every run call's result is out (or at the
-            # step's end, when some wait for approval), before the batch's tool message.
-            if isinstance(item, ToolResult) and item.result.tool_use_id in untold:
-                untold.discard(item.result.tool_use_id)
-                return [*told_before(item.result.tool_use_id), item]
-            if rejected and (not untold or isinstance(item, Next)):
-                return [*told_before(None), item]
-            return [item]
+def apply_verdicts(node: Verdicts, run: RunState) -> Observable[StepOutput[Act | Finish | Reason]]:
+    """Tell each verdict (a ``StepNote``), answer each rejected call, then run the approved ones."""
+    given = {v.call_id: v for v in node.verdicts}
+    told: list[AgentEvent] = []
+    for call in node.calls:
+        verdict = given.get(
+            call.id, Verdict(call_id=call.id, approve=False, reason="the reviewer gave no verdict")
+        )
+        said = f"{'approved' if verdict.approve else 'rejected'} {call.name}"
+        told.append(
+            StepNote(**run.head, source="reviewer", text=said, data={"tool": call.name, **asdict(verdict)})
+        )
+        if not verdict.approve:
+            why = f"Rejected by the reviewer: {verdict.reason or 'no reason given'}"
+            told += run.add_result(result_of(call, why, "denied"))
+    kept = tuple(c for c in node.calls if c.id in given and given[c.id].approve)
+    return (
+        emit(*told, then=Act(kept)) if kept else emit(*told, *run.close_tool_batch(), then=after_tools(run))
+    )
 
-        def rest() -> Observable[StepOutput]:
-            if kept:
-                untold.update(c.id for c in kept)
-                return run_batch(Act(tuple(kept)), run).pipe(map_many(in_call_order))
-            return emit(*told_before(None), *run.close_tool_batch(), then=after_tools(run))
 
-        return reactivex.concat(from_async_iterable(review), deferred(rest))
+def function_reviewer(
+    decide: Callable[[Sequence[ToolUseBlock], RunState], Awaitable[Sequence[Verdict]]],
+) -> ReviewStep:
+    """A review step that awaits ``decide(calls, run)`` for the verdicts."""
+
+    def step(node: Review, run: RunState) -> Observable[StepOutput[Verdicts]]:
+        async def verdicts() -> AsyncIterator[StepOutput[Verdicts]]:
+            yield Next(Verdicts(node.calls, tuple(await decide(node.calls, run))))
+
+        return from_async_iterable(verdicts)
 
     return step
 
@@ -113,31 +129,33 @@ _ASK = (
 )
 
 
-def model_reviewer(model: ChatModel, instructions: str = _ASK) -> Reviewer:
-    """A reviewer that shows the batch to ``model`` (through the run's ``model_call`` middleware) and reads
-    its JSON verdicts; an answer it cannot read rejects every call, saying why."""
+def model_reviewer(model: ChatModel, instructions: str = _ASK) -> ReviewStep:
+    """A review step that shows the batch to ``model`` in a side turn of the run (its usage counted, its
+    ``model_call`` middleware applied) and reads its JSON verdicts; an answer it cannot read rejects
+    every call, saying why."""
 
-    async def review(calls: Sequence[ToolUseBlock], run: RunState) -> Sequence[Verdict]:
-        listing = "\n".join(f"- {c.id}: {c.name}({c.raw_arguments})" for c in calls)
+    def step(node: Review, run: RunState) -> Observable[StepOutput[Verdicts]]:
+        listing = "\n".join(f"- {c.id}: {c.name}({c.raw_arguments})" for c in node.calls)
         request = ChatRequest((Msg.system(instructions), Msg.user(f"Calls to review:\n{listing}")))
-        call_model = chain(run.agent.middleware, "model_call", run.ctx, model.stream)
-        answer = await last_value(call_model(request).pipe(fold_message()))
-        run.usage.add(Usage.from_json(answer.metadata.get("usage")))
-        try:
-            found = extract_json(answer.text)
-        except ValueError as error:
-            return [Verdict(c.id, False, f"the review could not be read: {error}") for c in calls]
-        verdicts: list[Verdict] = []
-        for call in calls:
-            entry: object = found.get(call.id)
-            if not isinstance(entry, dict):
-                verdicts.append(Verdict(call.id, False, "no verdict for this call"))
-                continue
-            verdict = cast("dict[str, object]", entry)
-            reason = verdict.get("reason")
-            verdicts.append(
-                Verdict(call.id, verdict.get("approve") is True, reason if isinstance(reason, str) else "")
-            )
-        return verdicts
+        return model_turn(
+            run, request, model=model, then=lambda answer: Verdicts(node.calls, _read(answer, node.calls))
+        )
 
-    return review
+    return step
+
+
+class _Said(BaseModel):
+    approve: bool = Field(default=False, strict=True)  # only a JSON true approves
+    reason: str = ""
+
+
+_ANSWERS = TypeAdapter(dict[str, _Said])
+
+
+def _read(answer: Msg, calls: Sequence[ToolUseBlock]) -> tuple[Verdict, ...]:
+    try:
+        found = _ANSWERS.validate_python(extract_json(answer.text))
+    except ValueError as error:  # no JSON object, or not verdicts (pydantic's ValidationError)
+        why = f"the review could not be read: {error}"
+        return tuple(Verdict(c.id, False, why) for c in calls)
+    return tuple(Verdict(c.id, found[c.id].approve, found[c.id].reason) for c in calls if c.id in found)
