@@ -25,7 +25,8 @@ from rxagent.messages import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from rxagent.model.types import ChatModel, ChatRequest, ToolSchema
+from rxagent.model.types import ChatModel
+from rxagent.requests import ChatRequest, ToolSchema
 from rxagent.retry import RetryBudget, RetryPolicy
 
 if TYPE_CHECKING:

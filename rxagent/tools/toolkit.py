@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Literal
 
-from rxagent.model.types import ToolSchema
+from rxagent.requests import ToolSchema
 from rxagent.tools._tool import FunctionTool, Tool, tool
 
 __all__ = ["ResolvedTool", "ToolGroup", "ToolView", "Toolkit", "Unavailable"]
