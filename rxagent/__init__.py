@@ -5,6 +5,12 @@ results, the models. Everything else is reachable by module (``rxagent.operators
 ``rxagent.model``, …). The agent, the tools and the backends load on first use, so ``import rxagent`` stays
 light.
 
+This facade is the top of the package's layers (``tests/test_layers.py``; the README's "Layout"): it may
+name any module, and nothing in the package imports it. It is also where the rich displays are wired:
+:mod:`rxagent.display` is handed a loader that imports :mod:`rxagent.notebook` (which registers them) on
+the first lookup, so a ``Msg`` that is the value of a notebook cell renders as HTML without the data ever
+importing the notebook package.
+
 Example:
     >>> from rxagent import ReActAgent, ScriptedModel, Toolkit, tool
 """
@@ -14,6 +20,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from rxagent import display
 from rxagent.chunks import ChatChunk, Usage
 from rxagent.context import RuntimeContext, ToolScope
 from rxagent.events import AgentEvent, AgentResult, event_from_json, event_to_json
@@ -25,7 +32,8 @@ from rxagent.messages import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from rxagent.model.types import ChatModel, ChatRequest, ToolSchema
+from rxagent.model.types import ChatModel
+from rxagent.requests import ChatRequest, ToolSchema
 from rxagent.retry import RetryBudget, RetryPolicy
 
 if TYPE_CHECKING:
@@ -97,6 +105,15 @@ _LAZY = {
     "ScriptedResponse": "rxagent.model",
     "ScriptedToolCall": "rxagent.model",
 }
+
+
+def _notebook_displays() -> object:
+    from rxagent import notebook  # importing the package registers its displays
+
+    return notebook
+
+
+display.load_on_first_lookup(_notebook_displays)
 
 
 def __getattr__(name: str) -> Any:

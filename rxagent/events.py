@@ -26,13 +26,14 @@ import json
 import time
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Annotated, Any, Generic, Literal, TypeAlias
+from typing import Annotated, Generic, Literal, TypeAlias
 
 from pydantic import Field, JsonValue, TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError
 from typing_extensions import TypeVar
 
 from rxagent.chunks import Usage
+from rxagent.display import Displayable
 from rxagent.messages import Msg, ToolResultBlock, ToolUseBlock
 
 __all__ = [
@@ -99,7 +100,7 @@ original error)."""
 
 
 @dataclass(slots=True, kw_only=True)
-class EventHeader:
+class EventHeader(Displayable):
     """The fields every event carries.
 
     Attributes:
@@ -117,24 +118,6 @@ class EventHeader:
     seq: int
     time: float = field(default_factory=time.time)
     parent_run_id: str | None = None
-
-    # ---- notebook display (rxagent.notebook renders; imported on first use) -------------------------
-
-    def _repr_html_(self) -> str:
-        from rxagent.notebook import html_of
-
-        return html_of(self)
-
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        from rxagent.notebook import text_of
-
-        printer.text(text_of(self))
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        # IPython's text form prefers a class's own __repr__ (which @dataclass writes for every event
-        # class) to an inherited _repr_pretty_, so each event class gets the hook in its own namespace.
-        # No super() call: slotted dataclasses are rebuilt, and a zero-argument super() then fails.
-        cls._repr_pretty_ = EventHeader._repr_pretty_
 
 
 @dataclass(slots=True, kw_only=True)

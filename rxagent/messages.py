@@ -17,9 +17,11 @@ import uuid
 import weakref
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Annotated, Any, Generic, Literal, TypeAlias, TypeVar
+from typing import Annotated, Generic, Literal, TypeAlias, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+from rxagent.display import Displayable
 
 __all__ = [
     "ContentBlock",
@@ -159,7 +161,7 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-class Msg(BaseModel):
+class Msg(Displayable, BaseModel):
     """One message of a conversation.
 
     Example:
@@ -233,18 +235,6 @@ class Msg(BaseModel):
     def has_answer_text(self) -> bool:
         """True when at least one text block is not blank (thinking alone is not an answer)."""
         return any(isinstance(b, TextBlock) and b.text.strip() for b in self.content)
-
-    # ---- notebook display (rxagent.notebook renders; imported on first use) -------------------------
-
-    def _repr_html_(self) -> str:
-        from rxagent.notebook import html_of
-
-        return html_of(self)
-
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        from rxagent.notebook import text_of
-
-        printer.text(text_of(self))
 
 
 _V = TypeVar("_V")

@@ -6,10 +6,11 @@ is what keeps it: the state is the log's projection.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, Field, JsonValue
 
+from rxagent.display import Displayable
 from rxagent.messages import Msg, ToolResultBlock, ToolUseBlock
 
 __all__ = ["DEFAULT_SESSION", "AgentState", "PendingCall", "SessionKey"]
@@ -31,7 +32,7 @@ class PendingCall(BaseModel):
     reason: str = ""
 
 
-class AgentState(BaseModel):
+class AgentState(Displayable, BaseModel):
     """A session's conversation and the tool calls it is waiting on.
 
     Attributes:
@@ -67,15 +68,3 @@ class AgentState(BaseModel):
         self.messages.append(message)
         self.partial_results = []
         return message
-
-    # ---- notebook display (rxagent.notebook renders; imported on first use) -------------------------
-
-    def _repr_html_(self) -> str:
-        from rxagent.notebook import html_of
-
-        return html_of(self)
-
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        from rxagent.notebook import text_of
-
-        printer.text(text_of(self))

@@ -109,11 +109,12 @@ from reactivex.disposable import Disposable
 
 from rxagent.agent.inputs import RunInput
 from rxagent.agent.middleware import Middleware
+from rxagent.chunks import ChatChunk, Usage
 from rxagent.context import RunContext, RuntimeContext, TraceParent, is_trace_id, run_context_of
 from rxagent.events import AgentEvent, AgentResult, ErrorEvent, UsageTotals
 from rxagent.messages import Msg, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
-from rxagent.model.types import ChatChunk, ChatRequest, Usage
 from rxagent.operators import MessageFold, Outcome, Source, subscribe_to
+from rxagent.requests import ChatRequest
 from rxagent.tools import ToolCallFinished, ToolEvent, ToolInvocation
 
 __all__ = ["Telemetry", "traceparent"]

@@ -11,8 +11,8 @@ function (:func:`~rxagent.agent.decisions.after_reasoning` by default).
 from __future__ import annotations
 
 import time
-from functools import partial
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Literal, Never, overload
 
 import reactivex

@@ -20,7 +20,7 @@ Summarisers (:mod:`rxagent.memory.summary`)
     :class:`Summariser` (protocol), :class:`ModelSummariser` (a chat model, its own small budget),
     :class:`TruncatingSummariser` (deterministic, no model).
 
-Long-term memory (:mod:`rxagent.memory.longterm`, :mod:`rxagent.memory.embedders`)
+Long-term memory (:mod:`rxagent.memory.longterm`; the embedders live in :mod:`rxagent.model.embedders`)
     :class:`Embedder` and :class:`VectorIndex` (protocols), :class:`LongTermMemory`,
     :class:`NumpyVectorIndex` (in-process cosine search, persisted to a file), :class:`CachedEmbedder`,
     :class:`LlamaCppEmbedder` (the embedded SmolLM2, in a worker thread), :class:`OpenAIEmbedder` (any
@@ -34,7 +34,6 @@ Example:
 
 from __future__ import annotations
 
-from rxagent.memory.embedders import EmbeddingResponseError, LlamaCppEmbedder, OpenAIEmbedder
 from rxagent.memory.longterm import (
     CachedEmbedder,
     Embedder,
@@ -54,6 +53,7 @@ from rxagent.memory.tokens import (
     truncate_to_tokens,
 )
 from rxagent.memory.window import Assembly, ContextBudgetExceeded, ContextWindow, MemoryScope
+from rxagent.model.embedders import EmbeddingResponseError, LlamaCppEmbedder, OpenAIEmbedder
 
 __all__ = [
     "Assembly",

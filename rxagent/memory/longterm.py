@@ -2,7 +2,7 @@
 
 Three pieces, each behind a protocol so that any backend fits:
 
-- an :class:`Embedder` turns texts into vectors (:mod:`rxagent.memory.embedders` has one on the embedded
+- an :class:`Embedder` turns texts into vectors (:mod:`rxagent.model.embedders` has one on the embedded
   llama.cpp model and one on any OpenAI-compatible ``/v1/embeddings`` endpoint); :class:`CachedEmbedder`
   keeps the vectors of texts already seen;
 - a :class:`VectorIndex` stores :class:`MemoryRecord` values with their vectors and finds the nearest

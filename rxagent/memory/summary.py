@@ -17,7 +17,8 @@ from typing import Protocol, runtime_checkable
 
 from rxagent.memory.tokens import TokenCounter, call_arguments_text, default_counter, truncate_to_tokens
 from rxagent.messages import Msg
-from rxagent.model.types import ChatModel, ChatRequest
+from rxagent.model.types import ChatModel
+from rxagent.requests import ChatRequest
 
 __all__ = [
     "OMITTED_LINES",

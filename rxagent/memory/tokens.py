@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from rxagent.messages import MessageMemo, Msg, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
-from rxagent.model.types import ChatRequest, JsonSchemaFormat, ResponseFormat, ToolSchema
+from rxagent.requests import ChatRequest, JsonSchemaFormat, ResponseFormat, ToolSchema
 
 if TYPE_CHECKING:
     import tiktoken

@@ -64,8 +64,8 @@ from rxagent.memory.tokens import (
     truncate_to_tokens,
 )
 from rxagent.messages import Msg, TextBlock, ToolResultBlock
-from rxagent.model.types import ChatRequest
 from rxagent.operators import from_async_iterable
+from rxagent.requests import ChatRequest
 from rxagent.state import AgentState
 
 __all__ = [

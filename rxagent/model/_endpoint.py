@@ -1,8 +1,9 @@
 """What every OpenAI-compatible HTTP client here shares: URL, API key, headers, timeouts, one session.
 
-:class:`OpenAIChatModel` and :class:`~rxagent.memory.OpenAIEmbedder` both build on :class:`HttpEndpoint`,
-so the key handling (held as a :class:`pydantic.SecretStr`, sent only in the ``Authorization`` header,
-masked in reprs and in server text quoted by errors), the session lifecycle and the timeouts exist once.
+:class:`OpenAIChatModel` and :class:`~rxagent.model.embedders.OpenAIEmbedder` both build on
+:class:`HttpEndpoint`, so the key handling (held as a :class:`pydantic.SecretStr`, sent only in the
+``Authorization`` header, masked in reprs and in server text quoted by errors), the session lifecycle and
+the timeouts exist once.
 
 Credentials in the base URL (``http://user:password@host/v1``, for an authenticating proxy in front of the
 server) are taken out of the URL and sent as HTTP Basic credentials by

@@ -1,7 +1,7 @@
 """llama-cpp-python as rxagent loads it: the import, and the one load setting every embedded model shares.
 
 Both the embedded chat model (:class:`~rxagent.model.llama_cpp.LlamaCppModel`) and the embedder
-(:class:`~rxagent.memory.embedders.LlamaCppEmbedder`) load their weights through :func:`load_llama`.
+(:class:`~rxagent.model.embedders.LlamaCppEmbedder`) load their weights through :func:`load_llama`.
 
 **Extra buffer types are off unless asked for.** llama.cpp can move weights into "extra buffer types" at
 load time (``llama_model_params.use_extra_bufts``): CPU-specific repacked layouts, such as the AMX tiles

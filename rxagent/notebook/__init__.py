@@ -2,8 +2,10 @@
 
 - **Rich displays.** ``Msg``, ``AgentResult`` and every other event, ``AgentState`` and ``Toolkit``
   display as HTML in a notebook (a transcript, a result card, a table of tools) and as plain text
-  elsewhere, through :func:`html_of` and :func:`text_of`. Every text a model, tool or user wrote is
-  escaped and its hidden characters made visible: model output can never inject HTML or script.
+  elsewhere, through :func:`html_of` and :func:`text_of`, registered in :mod:`rxagent.display` when
+  this package is imported (``import rxagent`` has the registry import it on first use). Every text a
+  model, tool or user wrote is escaped and its hidden characters made visible: model output can never
+  inject HTML or script.
 - **The live view.** ``result = await live(agent.stream_events("..."))`` draws the run in one output
   area that updates in place (throttled, through the bounded bridge) and returns the result.
 - **Pictures.** :func:`timeline` (model and tool calls on a time axis, parallel calls on separate lanes,
@@ -30,6 +32,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
+
+# Importing the package registers the rich displays (rxagent.display), which is what the data's
+# _repr_html_ hooks wait for; the views import only what they render, the rest loads on first use.
+from rxagent.notebook._views import html_of, text_of
 
 if TYPE_CHECKING:
     from reactivex import Observable
@@ -58,23 +64,6 @@ __all__ = [
     "timeline",
     "usage_chart",
 ]
-
-
-def html_of(obj: object) -> str:
-    """``obj`` (a ``Msg``, an event, an ``AgentResult``, an ``AgentState`` or a ``Toolkit``) as HTML.
-
-    Inline styles only, no script, no links; every text escaped. Raises ``TypeError`` for other objects.
-    """
-    from rxagent.notebook._views import html_of as impl
-
-    return impl(obj)
-
-
-def text_of(obj: object) -> str:
-    """The plain-text form of what :func:`html_of` displays (hidden characters made visible)."""
-    from rxagent.notebook._views import text_of as impl
-
-    return impl(obj)
 
 
 async def live(
@@ -226,7 +215,7 @@ _CLASSES = {
 
 
 def __getattr__(name: str) -> Any:
-    # Classes load on first use, so that the displays' hooks import only what they render.
+    # Classes load on first use: importing the package for its displays loads only the views.
     module = _CLASSES.get(name)
     if module is None:
         raise AttributeError(f"module 'rxagent.notebook' has no attribute {name!r}")

@@ -2,9 +2,11 @@
 
 :func:`html_of` and :func:`text_of` render a :class:`~rxagent.messages.Msg`, an
 :class:`~rxagent.events.AgentResult`, any other event, an :class:`~rxagent.state.AgentState` (as a
-transcript) and a :class:`~rxagent.tools.Toolkit` (its tools and their schemas). Those classes call them
-from their ``_repr_html_`` and ``_repr_pretty_`` hooks, so a notebook shows them as soon as they are the
-value of a cell; the hooks import this module on first use, which keeps ``import rxagent`` light.
+transcript) and a :class:`~rxagent.tools.Toolkit` (its tools and their schemas). Importing this module
+registers those displays in :mod:`rxagent.display`, where the classes' ``_repr_html_`` and
+``_repr_pretty_`` hooks find them, so a notebook shows them as soon as they are the value of a cell. The
+classes never import this module: ``rxagent/__init__.py`` has the registry import :mod:`rxagent.notebook`
+(which imports this module) on the first lookup, which keeps ``import rxagent`` light.
 
 The HTML uses inline styles only (no ``<style>``, no ``<script>``, no links), so it renders the same in
 trusted and untrusted notebooks, and every text in it went through :func:`~rxagent.notebook._markup.esc`.
@@ -18,6 +20,7 @@ from typing import Any, cast
 
 from pydantic import BaseModel
 
+from rxagent.display import Display, lookup, register
 from rxagent.events import (
     AgentResult,
     ContextCompressed,
@@ -102,25 +105,17 @@ _REASON_COLOUR: dict[RunReason, str] = {
 
 
 def html_of(obj: object) -> str:
-    """``obj`` as an HTML fragment (inline styles, everything escaped).
+    """``obj`` as an HTML fragment (inline styles, everything escaped), by the display registered for its
+    class in :mod:`rxagent.display`.
 
     Args:
-        obj: a ``Msg``, an ``AgentResult`` or any other event, an ``AgentState`` or a ``Toolkit``.
+        obj: a ``Msg``, an ``AgentResult`` or any other event, an ``AgentState`` or a ``Toolkit`` (or an
+            object of a class an application registered a display for).
 
     Raises:
-        TypeError: for any other object.
+        TypeError: for an object of a class no display is registered for.
     """
-    if isinstance(obj, Msg):
-        return _box(message_html(obj))
-    if isinstance(obj, AgentResult):
-        return _box(result_html(cast("AgentResult[object]", obj)))
-    if isinstance(obj, EventHeader):
-        return _box(_event_html(obj))
-    if isinstance(obj, AgentState):
-        return _box(_state_html(obj))
-    if isinstance(obj, Toolkit):
-        return _box(_toolkit_html(obj))
-    raise TypeError(f"no notebook display for {type(obj).__name__}")
+    return _display_of(obj).html(obj)
 
 
 def text_of(obj: object) -> str:
@@ -129,17 +124,14 @@ def text_of(obj: object) -> str:
     Raises:
         TypeError: for an object :func:`html_of` does not display either.
     """
-    if isinstance(obj, Msg):
-        return message_text(obj)
-    if isinstance(obj, AgentResult):
-        return result_text(cast("AgentResult[object]", obj))
-    if isinstance(obj, EventHeader):
-        return f"#{obj.seq} {_event_type(obj)}: {event_summary(obj)}"
-    if isinstance(obj, AgentState):
-        return _state_text(obj)
-    if isinstance(obj, Toolkit):
-        return _toolkit_text(obj)
-    raise TypeError(f"no notebook display for {type(obj).__name__}")
+    return _display_of(obj).text(obj)
+
+
+def _display_of(obj: object) -> Display[object]:
+    shown = lookup(type(obj))
+    if shown is None:
+        raise TypeError(f"no notebook display for {type(obj).__name__}")
+    return shown
 
 
 # ---- messages -----------------------------------------------------------------------------------------
@@ -576,3 +568,19 @@ def _toolkit_text(toolkit: Toolkit) -> str:
 
 def _box(inner: str) -> str:
     return f'<div style="{_FONT}">{inner}</div>'
+
+
+def _event_text(event: EventHeader) -> str:
+    return f"#{event.seq} {_event_type(event)}: {event_summary(event)}"
+
+
+# ---- the registry -------------------------------------------------------------------------------------
+
+# What the classes' _repr_html_ and _repr_pretty_ hooks (rxagent.display.Displayable) find once this
+# module is imported: rxagent's data never imports its display. AgentResult is an event with a display
+# of its own; the other events share EventHeader's.
+register(Msg, html=lambda msg: _box(message_html(msg)), text=message_text)
+register(AgentResult, html=lambda result: _box(result_html(result)), text=result_text)
+register(EventHeader, html=lambda event: _box(_event_html(event)), text=_event_text)
+register(AgentState, html=lambda state: _box(_state_html(state)), text=_state_text)
+register(Toolkit, html=lambda toolkit: _box(_toolkit_html(toolkit)), text=_toolkit_text)

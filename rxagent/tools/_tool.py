@@ -17,7 +17,7 @@ from pydantic import BaseModel, JsonValue, ValidationError
 
 from rxagent.context import RuntimeContext
 from rxagent.events import AgentEvent
-from rxagent.model.types import ToolSchema
+from rxagent.requests import ToolSchema
 from rxagent.tools.arguments import (
     ToolArgumentError,
     coerce_arguments,

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Literal
 
-from rxagent.model.types import ToolSchema
+from rxagent.display import Displayable
+from rxagent.requests import ToolSchema
 from rxagent.tools._tool import FunctionTool, Tool, tool
 
 __all__ = ["ResolvedTool", "ToolGroup", "ToolView", "Toolkit", "Unavailable"]
@@ -72,7 +73,7 @@ class Unavailable:
         return f"Tool '{self.name}' cannot be called: {reasons[self.why]}. Available tools: {options}."
 
 
-class Toolkit:
+class Toolkit(Displayable):
     """Every tool an application offers, with their registration-time presets, and the tool groups.
 
     Example:
@@ -253,18 +254,6 @@ class Toolkit:
             presets={k: dict(v) for k, v in (presets or {}).items()},
             shared_presets=dict(shared_presets or {}),
         )
-
-    # ---- notebook display (rxagent.notebook renders; imported on first use) -------------------------
-
-    def _repr_html_(self) -> str:
-        from rxagent.notebook import html_of
-
-        return html_of(self)
-
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        from rxagent.notebook import text_of
-
-        printer.text(text_of(self))
 
     def _snapshot(self) -> Mapping[str, _Entry]:
         return self._entries

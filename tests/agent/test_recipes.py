@@ -282,6 +282,8 @@ async def test_a_cancel_while_the_reviewer_thinks_releases_it_and_saves() -> Non
 
 async def test_recipes_keep_the_run_well_formed_under_stream_events() -> None:
     model = ScriptedModel(PLAN_SCRIPT)
-    agent = ReActAgent(model, Toolkit([add, shout]), steps=plan_and_execute(), options=AgentOptions(max_iters=10))
+    agent = ReActAgent(
+        model, Toolkit([add, shout]), steps=plan_and_execute(), options=AgentOptions(max_iters=10)
+    )
     events = await to_list(agent.stream_events("Add 2 and 3, then shout it.", CTX))
     check_invariants(events)

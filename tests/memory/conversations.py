@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from rxagent.context import RunContext
 from rxagent.messages import Msg, TextBlock, ToolResultBlock, ToolUseBlock
-from rxagent.model.types import ChatRequest, ToolSchema
+from rxagent.requests import ChatRequest, ToolSchema
 from rxagent.state import AgentState
 
 SYSTEM = Msg.system("You are a careful assistant. Answer briefly.")

@@ -8,10 +8,10 @@ from types import ModuleType
 import pytest
 
 import rxagent.memory
-from rxagent.memory import embedders, longterm, summary, tokens, window
+from rxagent.memory import longterm, summary, tokens, window
 
 
-@pytest.mark.parametrize("module", [rxagent.memory, tokens, window, summary, longterm, embedders])
+@pytest.mark.parametrize("module", [rxagent.memory, tokens, window, summary, longterm])
 def test_module_examples(module: ModuleType) -> None:
     results = doctest.testmod(module)
     assert results.attempted > 0

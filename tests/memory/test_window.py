@@ -20,7 +20,7 @@ from rxagent.memory import (
 from rxagent.memory.window import EVICTED_NOTE, STATE_KEY, SUMMARY_HEADER
 from rxagent.messages import Msg, TextBlock, ToolResultBlock, ToolUseBlock
 from rxagent.model.scripted import FunctionModel
-from rxagent.model.types import ChatRequest, ToolSchema
+from rxagent.requests import ChatRequest, ToolSchema
 from rxagent.state import AgentState
 
 from .conversations import (

@@ -21,8 +21,8 @@ from rxagent.events import (
 from rxagent.memory import ContextBudgetExceeded, ContextWindow, TiktokenCounter, TruncatingSummariser
 from rxagent.memory.window import STATE_KEY
 from rxagent.model.scripted import FunctionModel
-from rxagent.model.types import ChatRequest
 from rxagent.operators import to_list
+from rxagent.requests import ChatRequest
 from rxagent.session import MemoryStore, seed_session
 from rxagent.state import AgentState
 from rxagent.tools import Toolkit, tool

@@ -9,8 +9,8 @@ import io
 
 import pytest
 
-from rxagent.memory import embedders
-from rxagent.memory.embedders import LlamaCppEmbedder
+from rxagent.model import embedders
+from rxagent.model.embedders import LlamaCppEmbedder
 from rxagent.model.gguf import default_gguf_path
 from rxagent.model.llama_cpp import LlamaCppModel
 from rxagent.model.llama_runtime import EXTRA_BUFTS_ENV, extra_bufts_wanted, load_llama

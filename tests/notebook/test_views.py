@@ -378,3 +378,19 @@ def test_importing_rxagent_and_its_displayable_classes_does_not_load_the_noteboo
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert loaded.stdout.strip() == "[]"
+
+
+def test_in_a_fresh_kernel_a_message_renders_as_html_once_rxagent_is_imported() -> None:
+    # The data never imports the notebook package: the registry imports it on the first display.
+    code = (
+        "import sys\n"
+        "from IPython.core.interactiveshell import InteractiveShell\n"
+        "from rxagent import Msg\n"
+        "before = 'rxagent.notebook' in sys.modules\n"
+        "bundle, _ = InteractiveShell.instance().display_formatter.format(Msg.user('<b>hi</b>'))\n"
+        "print(before, 'rxagent.notebook' in sys.modules, '&lt;b&gt;hi&lt;/b&gt;' in bundle['text/html'])\n"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert loaded.stdout.split() == ["False", "True", "True"]

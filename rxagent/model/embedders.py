@@ -1,7 +1,10 @@
 """Embedders: the embedded llama.cpp model, and any OpenAI-compatible ``/v1/embeddings`` endpoint.
 
-Both implement :class:`~rxagent.memory.longterm.Embedder`. :class:`LlamaCppEmbedder` loads its model once
-per process and computes in a worker thread, so the event loop never blocks on it.
+Both implement :class:`~rxagent.memory.Embedder`, the protocol long-term memory asks for. They are model
+clients, so they live in the model layer: :class:`OpenAIEmbedder` shares the HTTP endpoint of
+:class:`~rxagent.model.OpenAIChatModel`, :class:`LlamaCppEmbedder` the llama.cpp loading of
+:class:`~rxagent.model.LlamaCppModel`; :mod:`rxagent.memory` re-exports them. :class:`LlamaCppEmbedder`
+loads its model once per process and computes in a worker thread, so the event loop never blocks on it.
 :class:`OpenAIEmbedder` posts to ``{base_url}/embeddings`` over aiohttp, inside ``async with`` so that
 cancelling the awaiting task closes the response.
 """

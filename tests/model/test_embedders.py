@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import doctest
 import json
 import math
 import traceback
@@ -21,23 +22,17 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from yarl import URL
 
+import rxagent.memory
 from rxagent.clock import VirtualClock
 from rxagent.events import MemoriesRecalled
-from rxagent.memory import (
-    ContextWindow,
-    EmbeddingResponseError,
-    LlamaCppEmbedder,
-    LongTermMemory,
-    MemoryRecord,
-    OpenAIEmbedder,
-)
-from rxagent.memory import embedders as embedders_module
+from rxagent.memory import ContextWindow, LongTermMemory, MemoryRecord
 from rxagent.messages import Msg
+from rxagent.model import embedders as embedders_module
+from rxagent.model.embedders import EmbeddingResponseError, LlamaCppEmbedder, OpenAIEmbedder
 from rxagent.model.errors import ModelConnectionError, ModelHTTPError, ModelTimeoutError
 from rxagent.model.openai import Timeouts
 from rxagent.state import AgentState
-
-from .conversations import bag_of_words, context, filler, request_for
+from tests.memory.conversations import bag_of_words, context, filler, request_for
 
 API_KEY = "sk-test-secret-123"
 
@@ -239,6 +234,20 @@ async def test_url_credentials_are_sent_beside_the_key_and_never_shown() -> None
         with pytest.raises(ModelConnectionError) as unreachable:
             await embedder.embed(["x"])
     assert_no_secret("".join(traceback.format_exception(unreachable.value)))
+
+
+def test_the_module_examples_run() -> None:
+    results = doctest.testmod(embedders_module)
+    assert results.attempted > 0
+    assert results.failed == 0
+
+
+def test_the_memory_package_still_exports_the_embedders() -> None:
+    # They moved into the model layer; `from rxagent.memory import OpenAIEmbedder` keeps working.
+    assert rxagent.memory.OpenAIEmbedder is OpenAIEmbedder
+    assert rxagent.memory.LlamaCppEmbedder is LlamaCppEmbedder
+    assert rxagent.memory.EmbeddingResponseError is EmbeddingResponseError
+    assert {"OpenAIEmbedder", "LlamaCppEmbedder", "EmbeddingResponseError"} <= set(rxagent.memory.__all__)
 
 
 def test_bad_embedder_settings_are_refused() -> None:
