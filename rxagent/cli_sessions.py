@@ -264,7 +264,7 @@ def _answered(state: AgentState) -> set[str]:
 # ---- rxagent sessions -------------------------------------------------------------------------------------
 
 SessionCondition = Literal["idle", "running", "waiting_for_approval", "waiting_for_results", "uncertain"]
-"""Where a stored session stands: as :data:`~rxagent.agent.SessionState` says it for a session no run of
+"""Where a stored session stands: as :data:`~rxagent.agent.SessionActivity` says it for a session no run of
 this command holds, plus ``uncertain`` (calls whose outcome a stopped process lost)."""
 
 

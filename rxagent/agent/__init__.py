@@ -9,6 +9,9 @@ over a stream of inputs (``map_runs``).
 
 from __future__ import annotations
 
+import warnings
+from typing import TYPE_CHECKING
+
 from rxagent.agent.acting import ActingDecision, act_step
 from rxagent.agent.compose import ChildSessions, RunContextFactory, RunOutcome, agent_tool, map_runs
 from rxagent.agent.control import RunControl, RunStatus
@@ -31,7 +34,7 @@ from rxagent.agent.inputs import (
     ToolDecision,
     normalise_input,
 )
-from rxagent.agent.live import RunHandle, SessionHandle, SessionState, SessionStatus
+from rxagent.agent.live import RunHandle, SessionActivity, SessionHandle, SessionStatus
 from rxagent.agent.middleware import (
     ActingStep,
     AnyMiddleware,
@@ -101,9 +104,9 @@ __all__ = [
     "RunOutcome",
     "RunState",
     "RunStatus",
+    "SessionActivity",
     "SessionBusyError",
     "SessionHandle",
-    "SessionState",
     "SessionStatus",
     "Start",
     "Step",
@@ -136,3 +139,20 @@ __all__ = [
     "start_step",
     "structured_path",
 ]
+
+if TYPE_CHECKING:
+    SessionState = SessionActivity
+    """Deprecated: the old name of :data:`SessionActivity`, kept one release."""
+else:
+
+    def __getattr__(name: str) -> object:
+        # Old names stay importable one release: they warn, and give the renamed object.
+        if name == "SessionState":
+            warnings.warn(
+                "rxagent.agent.SessionState is renamed SessionActivity;"
+                " the old name goes in the next release",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return SessionActivity
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -39,9 +39,9 @@ from rxagent.state import PendingCall
 from rxagent.tools import (
     ToolBatchFinished,
     ToolBodyStarted,
-    ToolCallFinished,
     ToolCallNested,
     ToolCallProgress,
+    ToolCallSettled,
     ToolEvent,
     ToolPermissionRequired,
     ToolRecordingError,
@@ -94,7 +94,7 @@ def _acting(
     durations: dict[str, float] = {}
 
     def on_tool_event(event: ToolEvent) -> list[AgentEvent]:
-        if isinstance(event, ToolCallFinished):
+        if isinstance(event, ToolCallSettled):
             durations[event.call.id] = event.duration_s
             run.finished_calls[event.call.id] = event.result
             return []

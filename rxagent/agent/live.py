@@ -37,6 +37,7 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
+import warnings
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
 from contextlib import aclosing
@@ -75,16 +76,33 @@ from rxagent.state import PendingCall
 if TYPE_CHECKING:
     from rxagent.agent.react import ReActAgent
 
-__all__ = ["RunHandle", "SessionHandle", "SessionState", "SessionStatus"]
+__all__ = ["RunHandle", "SessionActivity", "SessionHandle", "SessionStatus"]
 
 _log = logging.getLogger("rxagent")
 
-SessionState: TypeAlias = Literal[
+SessionActivity: TypeAlias = Literal[
     "idle", "queued", "running", "waiting_for_approval", "waiting_for_results", "uncertain"
 ]
 """Where a session stands: nothing to do, runs waiting for their turn, a run going, calls waiting for a
 human's decision or for external results, or calls whose outcome a stopped process lost, which must be
 reconciled before the session runs again (:meth:`~rxagent.agent.ReActAgent.reconcile`)."""
+
+if TYPE_CHECKING:
+    SessionState = SessionActivity
+    """Deprecated: the old name of :data:`SessionActivity`, kept one release."""
+else:
+
+    def __getattr__(name: str) -> object:
+        # Old names stay importable one release: they warn, and give the renamed object.
+        if name == "SessionState":
+            warnings.warn(
+                "rxagent.agent.live.SessionState is renamed SessionActivity;"
+                " the old name goes in the next release",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return SessionActivity
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +110,7 @@ class SessionStatus:
     """A snapshot of a session, as :meth:`SessionHandle.status` gives it.
 
     Attributes:
-        state: see :data:`SessionState`.
+        state: see :data:`SessionActivity`.
         running: the id of the run going now in this process (``None``: none).
         queued: runs submitted through the handle and waiting for their turn (the first of them may wait
             for a run of another process: see ``held_elsewhere``).
@@ -106,7 +124,7 @@ class SessionStatus:
             itself (their tools are neither idempotent nor read-only): each must be reconciled first.
     """
 
-    state: SessionState
+    state: SessionActivity
     running: str | None
     queued: int
     pending: tuple[PendingCall, ...]
@@ -489,7 +507,7 @@ class SessionHandle:
             uncertain = self.agent.unsafe_to_repeat(list(projection.uncertain.values()))
         running: str | None = None
         if active is not None and not active.ended:
-            state: SessionState = "running"
+            state: SessionActivity = "running"
             running = active.run_id
         elif starting is not None:
             state, running = "running", starting.id
@@ -601,7 +619,7 @@ class SessionHandle:
         return self.feed(after, policy=policy).pipe(map_many(pick))
 
 
-def _waiting(pending: Sequence[PendingCall], uncertain: Sequence[ToolUseBlock]) -> SessionState:
+def _waiting(pending: Sequence[PendingCall], uncertain: Sequence[ToolUseBlock]) -> SessionActivity:
     """Where a session with no run going or queued stands: calls to reconcile come first (no run starts
     before they are), then calls waiting for a decision, then for results (calls to run again wait for
     nobody: the next run runs them, whatever its input)."""

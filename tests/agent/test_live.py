@@ -8,6 +8,7 @@ arrives after the run's last boundary, a cancel before the run got to the loop, 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import threading
 import tracemalloc
 import weakref
@@ -17,7 +18,7 @@ from typing import Any
 import pytest
 
 from rxagent import ScriptedModel, ScriptedResponse, ScriptedToolCall
-from rxagent.agent import ExternalResult, PendingToolCallsError, ReActAgent, ToolDecision
+from rxagent.agent import ExternalResult, PendingToolCallsError, ReActAgent, SessionActivity, ToolDecision
 from rxagent.context import RuntimeContext
 from rxagent.events import AgentEvent, AgentResult, TextDelta
 from rxagent.model.scripted import FunctionModel
@@ -574,3 +575,13 @@ async def test_stop_cancels_queued_runs_interrupts_the_running_one_and_keeps_lat
     await gate.next_call()
     gate.open()
     assert (await asyncio.wait_for(again, WAIT)).text == "first"
+
+
+@pytest.mark.parametrize("module", ["rxagent.agent", "rxagent.agent.live"])
+def test_session_state_is_a_deprecated_alias_of_session_activity(module: str) -> None:
+    imported = importlib.import_module(module)
+    with pytest.warns(DeprecationWarning, match="SessionState is renamed SessionActivity"):
+        old = imported.SessionState
+    assert old is SessionActivity
+    with pytest.raises(AttributeError, match="SessionStat"):
+        _ = imported.SessionStat
