@@ -222,7 +222,7 @@ async def refuse_answers(
     session = ctx.session_id or ""
     if await agent.store.head((ctx.user_id, session)) == 0:
         return unknown_session(where, session)
-    state = await agent.state(ctx)
+    state = await agent.sessions.state(ctx)
     waiting = {p.call.id: p for p in waiting_calls(state)}
     answered = _answered(state)
     for answer in answers:
@@ -419,7 +419,7 @@ async def show_session(where: str, name: str, *, json_lines: bool) -> bool:
         print(terminal_safe(answer_advice(name, waiting)), "(with the model and tool options of the run)")
     elif summary.condition == "uncertain":
         print("calls were dispatched whose outcome was lost when their process stopped: reconcile them "
-              "from Python (ReActAgent.reconcile) before the session runs again")  # fmt: skip
+              "from Python (agent.sessions.reconcile) before the session runs again")  # fmt: skip
     return True
 
 

@@ -85,7 +85,7 @@ SessionActivity: TypeAlias = Literal[
 ]
 """Where a session stands: nothing to do, runs waiting for their turn, a run going, calls waiting for a
 human's decision or for external results, or calls whose outcome a stopped process lost, which must be
-reconciled before the session runs again (:meth:`~rxagent.agent.ReActAgent.reconcile`)."""
+reconciled before the session runs again (:meth:`~rxagent.agent.sessions.Sessions.reconcile`)."""
 
 if TYPE_CHECKING:
     SessionState = SessionActivity
@@ -400,7 +400,7 @@ class SessionHandle:
         it does not take in), else as one batch, once the batch before it has reached the session."""
         if not self._mail or self._mail_busy is not None:
             return
-        active = self.agent.active_run(self.ctx)
+        active = self.agent.sessions.active_run(self.ctx)
         if active is not None:  # it holds the session until it has handed its inbox back
             active.inbox.extend(self._mail)
             self._mail.clear()
@@ -410,7 +410,7 @@ class SessionHandle:
         messages = [m for m, _ in entries]
         # No new run while the session stops: the messages join the history.
         if self._stopping or not any(steer for _, steer in entries):
-            self._mail_busy = self._chore(self.agent.add_messages(self.ctx, messages))
+            self._mail_busy = self._chore(self.agent.sessions.add_messages(self.ctx, messages))
         else:
             self._mail_busy = self.submit(messages)
 
@@ -442,7 +442,7 @@ class SessionHandle:
 
     def interrupt(self) -> bool:
         """Interrupt the running run (from any thread); ``False`` when none is going."""
-        active = self.agent.active_run(self.ctx)
+        active = self.agent.sessions.active_run(self.ctx)
         return active is not None and active.control.interrupt()
 
     def finished(self, run: RunHandle) -> None:
@@ -491,7 +491,7 @@ class SessionHandle:
 
     def status(self) -> SessionStatus:
         """Where the session stands now, as this process knows it (from any thread)."""
-        active = self.agent.active_run(self.ctx)
+        active = self.agent.sessions.active_run(self.ctx)
         runs = list(self._runs)
         queued = sum(1 for run in runs if run.status == "queued")
         places = [p for run in runs if run.status == "queued" and (p := run.position) is not None]
@@ -504,7 +504,7 @@ class SessionHandle:
             pending = tuple(active.state.pending)
         elif projection is not None:
             pending = tuple(projection.state.pending)
-            uncertain = self.agent.unsafe_to_repeat(list(projection.uncertain.values()))
+            uncertain = self.agent.sessions.unsafe_to_repeat(list(projection.uncertain.values()))
         running: str | None = None
         if active is not None and not active.ended:
             state: SessionActivity = "running"
@@ -529,7 +529,7 @@ class SessionHandle:
             return status
         projection = await self.agent.keeper.peek(self.key)
         pending = tuple(projection.state.pending)
-        uncertain = tuple(self.agent.unsafe_to_repeat(projection.uncertain.values()))
+        uncertain = tuple(self.agent.sessions.unsafe_to_repeat(projection.uncertain.values()))
         return SessionStatus(_waiting(pending, uncertain), None, 0, pending, uncertain=uncertain)
 
     async def check(self, answers: Sequence[ToolDecision | ExternalResult]) -> None:
@@ -544,7 +544,7 @@ class SessionHandle:
                 :func:`~rxagent.agent.routing.check_answers`).
         """
         self.refuse_taken(a.call_id for a in answers)
-        state = await self.agent.state(self.ctx)
+        state = await self.agent.sessions.state(self.ctx)
         waiting = {p.call.id: p for p in state.pending if p.kind != "retry"}
         gone = [a.call_id for a in answers if a.call_id not in waiting]
         if gone:
@@ -575,7 +575,7 @@ class SessionHandle:
             taken = {i: self._taken[i] for i in call_ids if i in self._taken}
         rest = [i for i in call_ids if i not in taken]
         if rest:
-            taken.update(answers_of(await self.agent.facts(self.ctx), rest))
+            taken.update(answers_of(await self.agent.sessions.facts(self.ctx), rest))
         return taken
 
     # ---- watching -----------------------------------------------------------------------------------------

@@ -38,7 +38,6 @@ from rxagent.agent.inputs import (
     RunInput,
     SessionBusyError,
     ToolDecision,
-    check_message,
     normalise_input,
 )
 from rxagent.agent.live import SessionHandle
@@ -49,13 +48,14 @@ from rxagent.agent.output import check_output_step
 from rxagent.agent.reasoning import reason_step
 from rxagent.agent.routing import start_step
 from rxagent.agent.run import RunState
+from rxagent.agent.sessions import Sessions, session_key
 from rxagent.agent.steps import finish_step, interrupt_step, recover, reprompt_step, run_loop
 from rxagent.agent.structured import OutputSpec
 from rxagent.clock import SYSTEM_CLOCK, Clock
 from rxagent.context import RuntimeContext
 from rxagent.events import AgentEvent, AgentResult, RunReason
 from rxagent.logs import with_current_run
-from rxagent.messages import Msg, ToolUseBlock, new_id
+from rxagent.messages import Msg, new_id
 from rxagent.model.types import ChatModel
 from rxagent.operators import Operator, Outcome, ProgressOption, last_value, using_resource
 from rxagent.session import (
@@ -63,17 +63,13 @@ from rxagent.session import (
     MemoryStore,
     Place,
     SessionBusy,
-    SessionInfo,
     SessionKeeper,
     SessionStore,
-    StoredFact,
-    TurnRecord,
     answers_of,
     open_store,
-    turns_of,
 )
-from rxagent.session.reconcile import Reconcile, UncertainToolCallsError, never_started, settle_uncertain
-from rxagent.state import DEFAULT_SESSION, AgentState, PendingCall, SessionKey
+from rxagent.session.reconcile import UncertainToolCallsError, never_started
+from rxagent.state import DEFAULT_SESSION, PendingCall, SessionKey
 from rxagent.tools import Permissions, Tool, ToolInterceptor, Toolkit
 
 __all__ = ["DEFAULT_SESSION", "ReActAgent", "default_steps"]
@@ -148,11 +144,10 @@ class ReActAgent:
         self.output = OutputSpec(output_type) if output_type is not None else None
         self.store: SessionStore = open_store(store) if isinstance(store, str) else store or MemoryStore()
         self._owns_store = not isinstance(store, SessionStore)
-        self._active: dict[SessionKey, RunState] = {}
-        """The run holding each session in this process (where steering goes)."""
-        self._handles: dict[SessionKey, SessionHandle] = {}
         self.clock = clock
         self.keeper = SessionKeeper(self.store, lease_ttl=self.options.lease_ttl, clock=clock)
+        self.sessions = Sessions(self)
+        """Its sessions: read, change, fork, delete and drive them (see :mod:`rxagent.agent.sessions`)."""
         self.steps: Mapping[type, Step] = {**default_steps(), **(steps or {})}
         self._system = Msg.system(system_prompt) if system_prompt else None
 
@@ -260,7 +255,7 @@ class ReActAgent:
             run.repair_cache = claim.projection.memo.get("repair", run.repair_cache)
             held.run = run
             held.turn_id = _record_start(run, claim, run_input)
-            self._active[key] = run
+            self.sessions.run_started(key, run)
 
             def loop(first: RunInput) -> Observable[AgentEvent]:
                 return run_loop(self.steps, Start(first), run)
@@ -313,10 +308,7 @@ class ReActAgent:
             finally:
                 if run is not None:
                     claim.projection.memo["repair"] = run.repair_cache
-                    if self._active.get(key) is run:
-                        del self._active[key]
-                    if run.inbox:  # delivered too late for the run: the session handle takes them
-                        self._left_over(key, list(run.inbox))
+                    self.sessions.run_ended(key, run)  # what was steered too late goes back to the handle
                 held.run = None  # the run's save closure holds the holder: cut the cycle
                 try:
                     await keeper.release(claim)
@@ -453,82 +445,10 @@ class ReActAgent:
             progress=progress,
         )
 
-    async def state(self, ctx: RuntimeContext | None = None) -> AgentState:
-        """The session's state as its log has it now (a copy; a fresh state for a new session)."""
-        return (await self.keeper.peek(session_key(ctx))).state
-
-    async def uncertain(self, ctx: RuntimeContext | None = None) -> list[ToolUseBlock]:
-        """The session's calls that were dispatched with no recorded outcome (see :meth:`reconcile`)."""
-        return list((await self.keeper.peek(session_key(ctx))).uncertain.values())
-
-    def unsafe_to_repeat(self, calls: Iterable[ToolUseBlock]) -> list[ToolUseBlock]:
-        """Of uncertain ``calls``, those a run refuses to run again by itself: calls of tools that are
-        neither idempotent nor read-only (or that this agent does not have). Each must be reconciled
-        (:meth:`reconcile`) before the session runs again; the others are run again without asking."""
-        unsafe: list[ToolUseBlock] = []
-        for call in calls:
-            tool = self.toolkit.get(call.name)
-            if tool is None or not tool.traits.repeatable:
-                unsafe.append(call)
-        return unsafe
-
-    async def reconcile(self, ctx: RuntimeContext | None, outcomes: Sequence[Reconcile]) -> None:
-        """Settle the session's uncertain calls: each succeeded (with its output), failed, or is to be run
-        again by the next run. Once nothing of the batch is open the session can run again.
-
-        Raises:
-            ReconcileError: an id that is not an uncertain call of the session, or one given twice
-                (nothing is recorded then).
-            SessionBusyError: as for a run.
-        """
-        key = session_key(ctx)
-        claim = await self._take(key)
-        try:
-            settle_uncertain(claim, outcomes)
-            await claim.flush()
-        finally:
-            await self.keeper.release(claim)
-
     def session(self, ctx: RuntimeContext | None = None) -> SessionHandle:
-        """The handle that drives and watches the session ``ctx`` names: submit, steer, inject, respond,
-        interrupt, wait, status, and its feed (see :class:`~rxagent.agent.live.SessionHandle`).
-
-        One handle per session and agent: asking again returns the same one. Create it on the agent's
-        event loop; its methods may then be called from any thread.
-        """
-        key = session_key(ctx)
-        handle = self._handles.get(key)
-        if handle is None:
-            handle = self._handles[key] = SessionHandle(
-                self, ctx or RuntimeContext(session_id=DEFAULT_SESSION)
-            )
-        return handle
-
-    def active_run(self, ctx: RuntimeContext | None = None) -> RunState | None:
-        """The run holding the session in this process now, if any (where steered messages go)."""
-        return self._active.get(session_key(ctx))
-
-    async def add_messages(self, ctx: RuntimeContext | None, messages: Sequence[Msg]) -> None:
-        """Add ``messages`` to the session's history without a model call (waiting, as a run would, for a
-        run that holds the session): context the next run will see.
-
-        Raises:
-            InvalidInputError: text a log cannot keep (see :mod:`rxagent.agent.inputs`); nothing is added.
-        """
-        for index, message in enumerate(messages):
-            check_message(message, f"messages[{index}]")
-        key = session_key(ctx)
-        claim = await self._take(key)
-        try:
-            claim.projection.state.messages.extend(messages)
-            await claim.flush()
-        finally:
-            await self.keeper.release(claim)
-
-    def _left_over(self, key: SessionKey, entries: list[tuple[Msg, bool]]) -> None:
-        handle = self._handles.get(key)
-        if handle is not None:
-            handle.take_left_over(entries)
+        """The live handle of the session ``ctx`` names: ``agent.sessions.handle(ctx)`` (see
+        :class:`~rxagent.agent.live.SessionHandle`)."""
+        return self.sessions.handle(ctx)
 
     async def aclose(self) -> None:
         """Finish background work (checkpoints being written) and close the session store if the agent
@@ -536,47 +456,6 @@ class ReActAgent:
         await self.keeper.aclose()
         if self._owns_store:
             await self.store.aclose()
-
-    async def sessions(self) -> list[SessionInfo]:
-        """Every session in the agent's store (its key, last sequence number, last update, lease holder)."""
-        return await self.store.sessions()
-
-    async def facts(
-        self, ctx: RuntimeContext | None = None, *, after: int = 0, limit: int | None = None
-    ) -> list[StoredFact]:
-        """The session's facts after sequence number ``after``, in order (:mod:`rxagent.session.facts`)."""
-        return await self.store.read(session_key(ctx), after=after, limit=limit)
-
-    async def turns(self, ctx: RuntimeContext | None = None) -> list[TurnRecord]:
-        """The session's turns, each with its input and its runs (see :mod:`rxagent.session.history`)."""
-        return turns_of(await self.store.read(session_key(ctx)))
-
-    async def fork(self, ctx: RuntimeContext | None, at: int, into: RuntimeContext) -> None:
-        """Start the new session ``into`` as a copy of this one up to sequence number ``at``.
-
-        Raises:
-            SessionExistsError: ``into`` already has facts.
-        """
-        target = session_key(into)
-        await self.store.fork(session_key(ctx), at, target)
-        self.keeper.forget(target)
-
-    async def delete_session(self, ctx: RuntimeContext | None) -> None:
-        """Delete the session (waiting, as a run would, for a run that holds it)."""
-        key = session_key(ctx)
-        claim = await self._take(key)
-        try:
-            await self.store.delete(key)
-        finally:
-            claim.broken = True  # nothing of it is kept in memory
-            await self.keeper.release(claim)
-            self.keeper.forget(key)
-
-    async def _take(self, key: SessionKey) -> Claim:
-        try:
-            return await self.keeper.claim(self.keeper.place(key), key, wait=self.options.session_wait)
-        except SessionBusy as busy:
-            raise SessionBusyError(key, busy.waited, busy.ahead, busy.holder) from None
 
     def tool_interceptors(self) -> list[ToolInterceptor]:
         """The ``tool_call`` hooks of the middleware, as executor interceptors (outermost first)."""
@@ -597,12 +476,6 @@ class _Held:
     turn_id: str | None = None
     saved: bool = False
     """The run recorded (or tried to, for a failure) its ending: the release records no more."""
-
-
-def session_key(ctx: RuntimeContext | None) -> SessionKey:
-    """The session a context names: ``(user_id, session_id)``, the session ``"default"`` when unnamed."""
-    context = ctx or RuntimeContext(session_id=DEFAULT_SESSION)
-    return (context.user_id, context.session_id or DEFAULT_SESSION)
 
 
 def _describe(error: BaseException) -> str:
@@ -657,7 +530,7 @@ def _retry_what_is_safe(agent: ReActAgent, claim: Claim) -> None:
     next model call say) is closed, so the new input follows its results."""
     projection = claim.projection
     state = projection.state
-    refused = agent.unsafe_to_repeat(projection.uncertain.values())
+    refused = agent.sessions.unsafe_to_repeat(projection.uncertain.values())
     if refused:
         raise UncertainToolCallsError(refused)
     retried = list(projection.uncertain.values())

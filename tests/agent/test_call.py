@@ -56,7 +56,7 @@ async def test_call_gives_the_result_and_history_stream_events_gives() -> None:
     assert essentials(called) == essentials(streamed)
     assert streamed.seq == len(events) - 1
     assert called.seq == 0  # it counts what subscribers saw: the result alone
-    messages = (await called_agent.state()).messages
+    messages = (await called_agent.sessions.state()).messages
     assert [m.role for m in messages] == ["user", *["assistant", "tool"] * 3, "assistant"]
     results = [r.text for m in messages for r in m.tool_results]
     assert results[:2] == ["3", "7"]
@@ -72,7 +72,8 @@ async def test_max_iterations_and_repeat_guard_end_the_same_way_under_call() -> 
     called = await called_agent.call("loop")
     assert essentials(called) == essentials(streamed)
     assert called.reason == "MAX_ITERATIONS"
-    hints = [m for m in (await called_agent.state()).messages if m.metadata.get("rxagent") == "repeat_guard"]
+    saved = (await called_agent.sessions.state()).messages
+    hints = [m for m in saved if m.metadata.get("rxagent") == "repeat_guard"]
     assert len(hints) == 2  # the guard still acts (it steers the model) though its events are not built
 
 
