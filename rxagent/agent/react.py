@@ -150,6 +150,8 @@ class ReActAgent:
         """Its sessions: read, change, fork, delete and drive them (see :mod:`rxagent.agent.sessions`)."""
         self.steps: Mapping[type, Step] = {**default_steps(), **(steps or {})}
         self._system = Msg.system(system_prompt) if system_prompt else None
+        self._runner: asyncio.Runner | None = None
+        """The event loop of :meth:`run_sync`, made at its first call."""
 
     # ---- public entry points ---------------------------------------------------------------------
 
@@ -384,6 +386,34 @@ class ReActAgent:
         """Run the agent and return its :class:`AgentResult` (cancelling the await cancels the run)."""
         return await last_value(self.call_observable(input, ctx, control=control))
 
+    def run_sync(
+        self, input: AgentInput, ctx: RuntimeContext | None = None, *, control: RunControl | None = None
+    ) -> AgentResult:
+        """:meth:`call` for synchronous code (a script): run the agent and return its :class:`AgentResult`.
+
+        The runs go on the agent's own event loop, made by the first ``run_sync`` and kept, so the store's
+        connections (which belong to the loop that opened them) serve every later ``run_sync`` too. Each
+        returns once the session is given back and its checkpoint written: nothing is left half-done
+        between two calls. The store stays open for the next call; :meth:`close` closes it (if the agent
+        opened it) and that loop when the script is done. Call it from one thread at a time.
+
+        Raises:
+            RuntimeError: called where an event loop runs (a notebook cell, a coroutine, a tool): waiting
+                there would block the loop the run needs; use ``await agent.call(...)`` instead. Nothing ran.
+            Exception: what :meth:`call` raises.
+        """
+        _refuse_in_loop("run_sync", "await agent.call(...)")
+
+        async def settled() -> AgentResult:
+            try:
+                return await self.call(input, ctx, control=control)
+            finally:
+                await self.keeper.aclose()  # the lease given back, the checkpoint written
+
+        if self._runner is None:
+            self._runner = asyncio.Runner()
+        return self._runner.run(settled())
+
     def as_tool(
         self,
         name: str | None = None,
@@ -457,6 +487,21 @@ class ReActAgent:
         if self._owns_store:
             await self.store.aclose()
 
+    def close(self) -> None:
+        """:meth:`aclose` for synchronous code (after :meth:`run_sync`): on the loop the runs used, which it
+        then closes.
+
+        Raises:
+            RuntimeError: called where an event loop runs: use ``await agent.aclose()`` there.
+        """
+        _refuse_in_loop("close", "await agent.aclose()")
+        runner, self._runner = self._runner, None
+        if runner is None:
+            asyncio.run(self.aclose())
+            return
+        with runner:  # closes the loop, whatever aclose does
+            runner.run(self.aclose())
+
     def tool_interceptors(self) -> list[ToolInterceptor]:
         """The ``tool_call`` hooks of the middleware, as executor interceptors (outermost first)."""
         return [
@@ -476,6 +521,17 @@ class _Held:
     turn_id: str | None = None
     saved: bool = False
     """The run recorded (or tried to, for a failure) its ending: the release records no more."""
+
+
+def _refuse_in_loop(method: str, instead: str) -> None:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # none runs here: the caller may run one
+        return
+    raise RuntimeError(
+        f"agent.{method}() cannot be called where an event loop runs (a notebook cell, a coroutine, a tool):"
+        f" it would block the loop the agent needs. Use `{instead}` there"
+    )
 
 
 def _describe(error: BaseException) -> str:
