@@ -102,7 +102,7 @@ async def soak(store: SessionStore, sessions: int, rounds: int) -> dict[str, Any
         gc.callbacks.remove(timer)
     gc.collect()
     rss_after = rss_bytes()
-    messages = len((await agent.state(contexts[0])).messages)
+    messages = len((await agent.sessions.state(contexts[0])).messages)
     return {
         "per_round": per_round,
         "gc_per_round": gc_per_round,

@@ -45,7 +45,7 @@ from urllib.parse import urlsplit
 
 from rxagent.agent import AgentInput, AgentOptions, AnswerTakenError, ReActAgent, RunControl, ToolDecision
 from rxagent.agent.middleware import AnyMiddleware
-from rxagent.agent.react import session_key
+from rxagent.agent.sessions import session_key
 from rxagent.cli_sessions import (
     DENIED,
     add_answer_options,
@@ -829,7 +829,7 @@ async def _chat(
     :attr:`ExitCode.WAITING`."""
     prompter = _Prompter(json_lines)
     code = ExitCode.ANSWER
-    waiting = waiting_calls(await agent.state(ctx))
+    waiting = waiting_calls(await agent.sessions.state(ctx))
     if waiting and (not prompter.interactive or any(p.kind != "ask" for p in waiting)):
         output.note(advice(waiting))
         return ExitCode.WAITING
@@ -838,7 +838,7 @@ async def _chat(
         if asking:
             decisions = await _decide(prompter, asking)
             if decisions is None:  # the input ended before every call had an answer
-                output.note(advice(waiting_calls(await agent.state(ctx))))
+                output.note(advice(waiting_calls(await agent.sessions.state(ctx))))
                 return ExitCode.WAITING
             code, result = await _run_once(agent, decisions, ctx, output)
         else:
@@ -929,13 +929,13 @@ async def _on_session(args: argparse.Namespace, agent: ReActAgent, output: _Outp
             return ExitCode.USAGE
         code, _ = await _run_once(agent, args.answers, ctx, output)
     else:
-        waiting = waiting_calls(await agent.state(ctx))
+        waiting = waiting_calls(await agent.sessions.state(ctx))
         if waiting:  # new text would be refused: say what answers the calls first
             output.note(advice(waiting))
             return ExitCode.WAITING
         code, _ = await _run_once(agent, args.prompt, ctx, output)
     if code == ExitCode.WAITING:
-        output.note(advice(waiting_calls(await agent.state(ctx))))
+        output.note(advice(waiting_calls(await agent.sessions.state(ctx))))
     return code
 
 

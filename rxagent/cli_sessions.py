@@ -222,7 +222,7 @@ async def refuse_answers(
     session = ctx.session_id or ""
     if await agent.store.head((ctx.user_id, session)) == 0:
         return unknown_session(where, session)
-    state = await agent.state(ctx)
+    state = await agent.sessions.state(ctx)
     waiting = {p.call.id: p for p in waiting_calls(state)}
     answered = _answered(state)
     for answer in answers:
@@ -264,7 +264,7 @@ def _answered(state: AgentState) -> set[str]:
 # ---- rxagent sessions -------------------------------------------------------------------------------------
 
 SessionCondition = Literal["idle", "running", "waiting_for_approval", "waiting_for_results", "uncertain"]
-"""Where a stored session stands: as :data:`~rxagent.agent.SessionState` says it for a session no run of
+"""Where a stored session stands: as :data:`~rxagent.agent.SessionActivity` says it for a session no run of
 this command holds, plus ``uncertain`` (calls whose outcome a stopped process lost)."""
 
 
@@ -419,7 +419,7 @@ async def show_session(where: str, name: str, *, json_lines: bool) -> bool:
         print(terminal_safe(answer_advice(name, waiting)), "(with the model and tool options of the run)")
     elif summary.condition == "uncertain":
         print("calls were dispatched whose outcome was lost when their process stopped: reconcile them "
-              "from Python (ReActAgent.reconcile) before the session runs again")  # fmt: skip
+              "from Python (agent.sessions.reconcile) before the session runs again")  # fmt: skip
     return True
 
 

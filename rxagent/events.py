@@ -198,7 +198,12 @@ class ToolCallArgumentsDelta(EventHeader):
 
 @dataclass(slots=True, kw_only=True)
 class ToolCallCompleted(EventHeader):
-    """The model finished a tool call; ``call`` is parsed (or marked invalid)."""
+    """The model finished writing a tool call; ``call`` is parsed (or marked invalid).
+
+    Nothing has run yet: the call's outcome comes later as a :class:`ToolResult` (the tool executor's
+    :class:`~rxagent.tools.ToolCallSettled`), or it waits (:class:`ToolPermissionAsked`,
+    :class:`ToolSuspended`).
+    """
 
     type: Literal["tool_call_completed"] = "tool_call_completed"
     call: ToolUseBlock

@@ -115,7 +115,7 @@ from rxagent.events import AgentEvent, AgentResult, ErrorEvent, UsageTotals
 from rxagent.messages import Msg, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
 from rxagent.operators import MessageFold, Outcome, Source, subscribe_to
 from rxagent.requests import ChatRequest
-from rxagent.tools import ToolCallFinished, ToolEvent, ToolInvocation
+from rxagent.tools import ToolCallSettled, ToolEvent, ToolInvocation
 
 __all__ = ["Telemetry", "traceparent"]
 
@@ -511,7 +511,7 @@ class _ChatSpan(_Watch[ChatChunk]):
 class _ToolSpan(_Watch[ToolEvent]):
     def __init__(self, telemetry: Telemetry, invocation: ToolInvocation, ctx: RuntimeContext) -> None:
         self.telemetry = telemetry
-        self.finished: ToolCallFinished | None = None
+        self.finished: ToolCallSettled | None = None
         call, tool = invocation.call, invocation.tool
         attributes: dict[str, Any] = {
             _OPERATION: "execute_tool",
@@ -536,7 +536,7 @@ class _ToolSpan(_Watch[ToolEvent]):
 
     def see(self, item: ToolEvent) -> None:
         # The call's result ends it: the executor stops listening right after.
-        if isinstance(item, ToolCallFinished) and self.finished is None:
+        if isinstance(item, ToolCallSettled) and self.finished is None:
             self.finished = item
             self.close(Outcome.completed())
 

@@ -23,7 +23,7 @@ from rxagent.agent.inputs import (
     SessionBusyError,
     ToolDecision,
 )
-from rxagent.agent.live import RunHandle, SessionHandle, SessionState, SessionStatus
+from rxagent.agent.live import RunHandle, SessionActivity, SessionHandle, SessionStatus
 from rxagent.agent.middleware import ActingStep, CutPoint, Middleware, ReasoningStep, StopRun, insert
 from rxagent.agent.options import AgentOptions
 from rxagent.agent.react import Agent, ReActAgent
@@ -44,9 +44,9 @@ __all__ = [
     "RunControl",
     "RunHandle",
     "RunOutcome",
+    "SessionActivity",
     "SessionBusyError",
     "SessionHandle",
-    "SessionState",
     "SessionStatus",
     "StopRun",
     "ToolDecision",
@@ -104,6 +104,13 @@ _HOME = {name: module for module, names in _MOVED.items() for name in names}
 
 
 def __getattr__(name: str) -> object:
+    if name == "SessionState":
+        warnings.warn(
+            "rxagent.agent.SessionState is renamed SessionActivity; the old name goes in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return SessionActivity
     module = _HOME.get(name)
     if module is None:
         raise AttributeError(f"module 'rxagent.agent' has no attribute {name!r}")

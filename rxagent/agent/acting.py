@@ -37,9 +37,9 @@ from rxagent.state import PendingCall
 from rxagent.tools import (
     ToolBatchFinished,
     ToolBodyStarted,
-    ToolCallFinished,
     ToolCallNested,
     ToolCallProgress,
+    ToolCallSettled,
     ToolEvent,
     ToolPermissionRequired,
     ToolRecordingError,
@@ -82,7 +82,7 @@ def _acting(run: RunState, node: Act, decide: ActingDecision[_To]) -> Observable
     outcome: list[ToolBatchFinished] = []
 
     def on_tool_event(event: ToolEvent) -> list[AgentEvent]:
-        if isinstance(event, ToolCallFinished):
+        if isinstance(event, ToolCallSettled):
             durations[event.call.id] = event.duration_s
             run.in_flight[event.call.id] = event.result
             return []

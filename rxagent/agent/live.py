@@ -37,6 +37,7 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
+import warnings
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
 from contextlib import aclosing
@@ -75,16 +76,33 @@ from rxagent.state import PendingCall
 if TYPE_CHECKING:
     from rxagent.agent.react import AnyAgent
 
-__all__ = ["RunHandle", "SessionHandle", "SessionState", "SessionStatus"]
+__all__ = ["RunHandle", "SessionActivity", "SessionHandle", "SessionStatus"]
 
 _log = logging.getLogger("rxagent")
 
-SessionState: TypeAlias = Literal[
+SessionActivity: TypeAlias = Literal[
     "idle", "queued", "running", "waiting_for_approval", "waiting_for_results", "uncertain"
 ]
 """Where a session stands: nothing to do, runs waiting for their turn, a run going, calls waiting for a
 human's decision or for external results, or calls whose outcome a stopped process lost, which must be
-reconciled before the session runs again (:meth:`~rxagent.agent.ReActAgent.reconcile`)."""
+reconciled before the session runs again (:meth:`~rxagent.agent.sessions.Sessions.reconcile`)."""
+
+if TYPE_CHECKING:
+    SessionState = SessionActivity
+    """Deprecated: the old name of :data:`SessionActivity`, kept one release."""
+else:
+
+    def __getattr__(name: str) -> object:
+        # Old names stay importable one release: they warn, and give the renamed object.
+        if name == "SessionState":
+            warnings.warn(
+                "rxagent.agent.live.SessionState is renamed SessionActivity;"
+                " the old name goes in the next release",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return SessionActivity
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +110,7 @@ class SessionStatus:
     """A snapshot of a session, as :meth:`SessionHandle.status` gives it.
 
     Attributes:
-        state: see :data:`SessionState`.
+        state: see :data:`SessionActivity`.
         running: the id of the run going now in this process (``None``: none).
         queued: runs submitted through the handle and waiting for their turn (the first of them may wait
             for a run of another process: see ``held_elsewhere``).
@@ -106,7 +124,7 @@ class SessionStatus:
             itself (their tools are neither idempotent nor read-only): each must be reconciled first.
     """
 
-    state: SessionState
+    state: SessionActivity
     running: str | None
     queued: int
     pending: tuple[PendingCall, ...]
@@ -382,7 +400,7 @@ class SessionHandle:
         it does not take in), else as one batch, once the batch before it has reached the session."""
         if not self._mail or self._mail_busy is not None:
             return
-        active = self.agent.active_run(self.ctx)
+        active = self.agent.sessions.active_run(self.ctx)
         if active is not None:  # it holds the session until it has handed its inbox back
             active.deps.control.inbox.extend(self._mail)
             self._mail.clear()
@@ -392,7 +410,7 @@ class SessionHandle:
         messages = [m for m, _ in entries]
         # No new run while the session stops: the messages join the history.
         if self._stopping or not any(steer for _, steer in entries):
-            self._mail_busy = self._chore(self.agent.add_messages(self.ctx, messages))
+            self._mail_busy = self._chore(self.agent.sessions.add_messages(self.ctx, messages))
         else:
             self._mail_busy = self.submit(messages)
 
@@ -424,7 +442,7 @@ class SessionHandle:
 
     def interrupt(self) -> bool:
         """Interrupt the running run (from any thread); ``False`` when none is going."""
-        active = self.agent.active_run(self.ctx)
+        active = self.agent.sessions.active_run(self.ctx)
         return active is not None and active.deps.control.interrupt()
 
     def finished(self, run: RunHandle) -> None:
@@ -473,7 +491,7 @@ class SessionHandle:
 
     def status(self) -> SessionStatus:
         """Where the session stands now, as this process knows it (from any thread)."""
-        active = self.agent.active_run(self.ctx)
+        active = self.agent.sessions.active_run(self.ctx)
         runs = list(self._runs)
         queued = sum(1 for run in runs if run.status == "queued")
         places = [p for run in runs if run.status == "queued" and (p := run.position) is not None]
@@ -486,10 +504,10 @@ class SessionHandle:
             pending = tuple(active.state.pending)
         elif projection is not None:
             pending = tuple(projection.state.pending)
-            uncertain = self.agent.unsafe_to_repeat(list(projection.uncertain.values()))
+            uncertain = self.agent.sessions.unsafe_to_repeat(list(projection.uncertain.values()))
         running: str | None = None
         if active is not None and not active.ended:
-            state: SessionState = "running"
+            state: SessionActivity = "running"
             running = active.run_id
         elif starting is not None:
             state, running = "running", starting.id
@@ -511,7 +529,7 @@ class SessionHandle:
             return status
         projection = await self.agent.keeper.peek(self.key)
         pending = tuple(projection.state.pending)
-        uncertain = tuple(self.agent.unsafe_to_repeat(projection.uncertain.values()))
+        uncertain = tuple(self.agent.sessions.unsafe_to_repeat(projection.uncertain.values()))
         return SessionStatus(_waiting(pending, uncertain), None, 0, pending, uncertain=uncertain)
 
     async def check(self, answers: Sequence[ToolDecision | ExternalResult]) -> None:
@@ -526,7 +544,7 @@ class SessionHandle:
                 :func:`~rxagent.agent.routing.check_answers`).
         """
         self.refuse_taken(a.call_id for a in answers)
-        state = await self.agent.state(self.ctx)
+        state = await self.agent.sessions.state(self.ctx)
         waiting = {p.call.id: p for p in state.pending if p.kind != "retry"}
         gone = [a.call_id for a in answers if a.call_id not in waiting]
         if gone:
@@ -557,7 +575,7 @@ class SessionHandle:
             taken = {i: self._taken[i] for i in call_ids if i in self._taken}
         rest = [i for i in call_ids if i not in taken]
         if rest:
-            taken.update(answers_of(await self.agent.facts(self.ctx), rest))
+            taken.update(answers_of(await self.agent.sessions.facts(self.ctx), rest))
         return taken
 
     # ---- watching -----------------------------------------------------------------------------------------
@@ -601,7 +619,7 @@ class SessionHandle:
         return self.feed(after, policy=policy).pipe(map_many(pick))
 
 
-def _waiting(pending: Sequence[PendingCall], uncertain: Sequence[ToolUseBlock]) -> SessionState:
+def _waiting(pending: Sequence[PendingCall], uncertain: Sequence[ToolUseBlock]) -> SessionActivity:
     """Where a session with no run going or queued stands: calls to reconcile come first (no run starts
     before they are), then calls waiting for a decision, then for results (calls to run again wait for
     nobody: the next run runs them, whatever its input)."""

@@ -39,7 +39,6 @@ from rxagent.agent.inputs import (
     RunInput,
     SessionBusyError,
     ToolDecision,
-    check_message,
     normalise_input,
 )
 from rxagent.agent.live import SessionHandle
@@ -48,13 +47,14 @@ from rxagent.agent.middleware import AnyMiddleware, chain, has_hooks, watches_ev
 from rxagent.agent.nodes import Node, Start, Steps
 from rxagent.agent.options import AgentOptions
 from rxagent.agent.run import RunState, new_run
+from rxagent.agent.sessions import Sessions, session_key
 from rxagent.agent.steps import recover, run_loop
 from rxagent.agent.structured import OutputSpec
 from rxagent.clock import SYSTEM_CLOCK, Clock
 from rxagent.context import RuntimeContext
 from rxagent.events import AgentEvent, AgentResult, RunReason
 from rxagent.logs import with_current_run
-from rxagent.messages import Msg, ToolUseBlock, new_id
+from rxagent.messages import new_id
 from rxagent.model.types import ChatModel
 from rxagent.operators import Operator, Outcome, ProgressOption, last_value, using_resource
 from rxagent.session import (
@@ -62,17 +62,13 @@ from rxagent.session import (
     MemoryStore,
     Place,
     SessionBusy,
-    SessionInfo,
     SessionKeeper,
     SessionStore,
-    StoredFact,
-    TurnRecord,
     answers_of,
     open_store,
-    turns_of,
 )
-from rxagent.session.reconcile import Reconcile, UncertainToolCallsError, never_started, settle_uncertain
-from rxagent.state import DEFAULT_SESSION, AgentState, PendingCall, SessionKey
+from rxagent.session.reconcile import UncertainToolCallsError, never_started
+from rxagent.state import DEFAULT_SESSION, PendingCall, SessionKey
 from rxagent.tools import Permissions, Tool, Toolkit
 
 __all__ = ["DEFAULT_SESSION", "Agent", "ReActAgent"]
@@ -142,13 +138,14 @@ class Agent(Generic[DepsT, OutputT]):
         self.output = _output_spec(output_type)
         self.store: SessionStore = open_store(store) if isinstance(store, str) else store or MemoryStore()
         self._owns_store = not isinstance(store, SessionStore)
-        self._active: dict[SessionKey, RunState] = {}
-        """The run holding each session in this process (where steering goes)."""
-        self._handles: dict[SessionKey, SessionHandle] = {}
         self.clock = clock
         self.keeper = SessionKeeper(self.store, lease_ttl=self.options.lease_ttl, clock=clock)
+        self.sessions = Sessions(self)
+        """Its sessions: read, change, fork, delete and drive them (see :mod:`rxagent.agent.sessions`)."""
         self.steps = cast("Steps[Node]", steps if steps is not None else react_steps())
         self.system_prompt = system_prompt
+        self._runner: asyncio.Runner | None = None
+        """The event loop of :meth:`run_sync`, made at its first call."""
 
     # ---- public entry points ---------------------------------------------------------------------
 
@@ -272,7 +269,7 @@ class Agent(Generic[DepsT, OutputT]):
             run.repaired = claim.projection.memo.get("repair", run.repaired)
             held.run = run
             held.turn_id = _record_start(run, claim, run_input)
-            self._active[key] = run
+            self.sessions.run_started(key, run)
 
             def loop(first: RunInput) -> Observable[AgentEvent]:
                 return run_loop(self.steps, Start(first), run)
@@ -325,12 +322,7 @@ class Agent(Generic[DepsT, OutputT]):
             finally:
                 if run is not None:
                     claim.projection.memo["repair"] = run.repaired
-                    if self._active.get(key) is run:
-                        del self._active[key]
-                    inbox = run.deps.control.inbox
-                    if inbox:  # delivered too late for the run: the session handle takes them
-                        self._left_over(key, list(inbox))
-                        inbox.clear()
+                    self.sessions.run_ended(key, run)  # what was steered too late goes back to the handle
                 held.run = None  # the run's save closure holds the holder: cut the cycle
                 try:
                     await keeper.release(claim)
@@ -413,6 +405,34 @@ class Agent(Generic[DepsT, OutputT]):
         """Run the agent and return its :class:`AgentResult` (cancelling the await cancels the run)."""
         return await last_value(self.call_observable(input, ctx, control=control, deps=deps))
 
+    def run_sync(
+        self, input: AgentInput, ctx: RuntimeContext | None = None, *, control: RunControl | None = None
+    ) -> AgentResult:
+        """:meth:`call` for synchronous code (a script): run the agent and return its :class:`AgentResult`.
+
+        The runs go on the agent's own event loop, made by the first ``run_sync`` and kept, so the store's
+        connections (which belong to the loop that opened them) serve every later ``run_sync`` too. Each
+        returns once the session is given back and its checkpoint written: nothing is left half-done
+        between two calls. The store stays open for the next call; :meth:`close` closes it (if the agent
+        opened it) and that loop when the script is done. Call it from one thread at a time.
+
+        Raises:
+            RuntimeError: called where an event loop runs (a notebook cell, a coroutine, a tool): waiting
+                there would block the loop the run needs; use ``await agent.call(...)`` instead. Nothing ran.
+            Exception: what :meth:`call` raises.
+        """
+        _refuse_in_loop("run_sync", "await agent.call(...)")
+
+        async def settled() -> AgentResult:
+            try:
+                return await self.call(input, ctx, control=control)
+            finally:
+                await self.keeper.aclose()  # the lease given back, the checkpoint written
+
+        if self._runner is None:
+            self._runner = asyncio.Runner()
+        return self._runner.run(settled())
+
     def as_tool(
         self,
         name: str | None = None,
@@ -474,82 +494,10 @@ class Agent(Generic[DepsT, OutputT]):
             progress=progress,
         )
 
-    async def state(self, ctx: RuntimeContext | None = None) -> AgentState:
-        """The session's state as its log has it now (a copy; a fresh state for a new session)."""
-        return (await self.keeper.peek(session_key(ctx))).state
-
-    async def uncertain(self, ctx: RuntimeContext | None = None) -> list[ToolUseBlock]:
-        """The session's calls that were dispatched with no recorded outcome (see :meth:`reconcile`)."""
-        return list((await self.keeper.peek(session_key(ctx))).uncertain.values())
-
-    def unsafe_to_repeat(self, calls: Iterable[ToolUseBlock]) -> list[ToolUseBlock]:
-        """Of uncertain ``calls``, those a run refuses to run again by itself: calls of tools that are
-        neither idempotent nor read-only (or that this agent does not have). Each must be reconciled
-        (:meth:`reconcile`) before the session runs again; the others are run again without asking."""
-        unsafe: list[ToolUseBlock] = []
-        for call in calls:
-            tool = self.toolkit.get(call.name)
-            if tool is None or not tool.traits.repeatable:
-                unsafe.append(call)
-        return unsafe
-
-    async def reconcile(self, ctx: RuntimeContext | None, outcomes: Sequence[Reconcile]) -> None:
-        """Settle the session's uncertain calls: each succeeded (with its output), failed, or is to be run
-        again by the next run. Once nothing of the batch is open the session can run again.
-
-        Raises:
-            ReconcileError: an id that is not an uncertain call of the session, or one given twice
-                (nothing is recorded then).
-            SessionBusyError: as for a run.
-        """
-        key = session_key(ctx)
-        claim = await self._take(key)
-        try:
-            settle_uncertain(claim, outcomes)
-            await claim.flush()
-        finally:
-            await self.keeper.release(claim)
-
     def session(self, ctx: RuntimeContext | None = None) -> SessionHandle:
-        """The handle that drives and watches the session ``ctx`` names: submit, steer, inject, respond,
-        interrupt, wait, status, and its feed (see :class:`~rxagent.agent.live.SessionHandle`).
-
-        One handle per session and agent: asking again returns the same one. Create it on the agent's
-        event loop; its methods may then be called from any thread.
-        """
-        key = session_key(ctx)
-        handle = self._handles.get(key)
-        if handle is None:
-            handle = self._handles[key] = SessionHandle(
-                self, ctx or RuntimeContext(session_id=DEFAULT_SESSION)
-            )
-        return handle
-
-    def active_run(self, ctx: RuntimeContext | None = None) -> RunState | None:
-        """The run holding the session in this process now, if any (where steered messages go)."""
-        return self._active.get(session_key(ctx))
-
-    async def add_messages(self, ctx: RuntimeContext | None, messages: Sequence[Msg]) -> None:
-        """Add ``messages`` to the session's history without a model call (waiting, as a run would, for a
-        run that holds the session): context the next run will see.
-
-        Raises:
-            InvalidInputError: text a log cannot keep (see :mod:`rxagent.agent.inputs`); nothing is added.
-        """
-        for index, message in enumerate(messages):
-            check_message(message, f"messages[{index}]")
-        key = session_key(ctx)
-        claim = await self._take(key)
-        try:
-            claim.projection.state.messages.extend(messages)
-            await claim.flush()
-        finally:
-            await self.keeper.release(claim)
-
-    def _left_over(self, key: SessionKey, entries: list[tuple[Msg, bool]]) -> None:
-        handle = self._handles.get(key)
-        if handle is not None:
-            handle.take_left_over(entries)
+        """The live handle of the session ``ctx`` names: ``agent.sessions.handle(ctx)`` (see
+        :class:`~rxagent.agent.live.SessionHandle`)."""
+        return self.sessions.handle(ctx)
 
     async def aclose(self) -> None:
         """Finish background work (checkpoints being written) and close the session store if the agent
@@ -558,46 +506,20 @@ class Agent(Generic[DepsT, OutputT]):
         if self._owns_store:
             await self.store.aclose()
 
-    async def sessions(self) -> list[SessionInfo]:
-        """Every session in the agent's store (its key, last sequence number, last update, lease holder)."""
-        return await self.store.sessions()
-
-    async def facts(
-        self, ctx: RuntimeContext | None = None, *, after: int = 0, limit: int | None = None
-    ) -> list[StoredFact]:
-        """The session's facts after sequence number ``after``, in order (:mod:`rxagent.session.facts`)."""
-        return await self.store.read(session_key(ctx), after=after, limit=limit)
-
-    async def turns(self, ctx: RuntimeContext | None = None) -> list[TurnRecord]:
-        """The session's turns, each with its input and its runs (see :mod:`rxagent.session.history`)."""
-        return turns_of(await self.store.read(session_key(ctx)))
-
-    async def fork(self, ctx: RuntimeContext | None, at: int, into: RuntimeContext) -> None:
-        """Start the new session ``into`` as a copy of this one up to sequence number ``at``.
+    def close(self) -> None:
+        """:meth:`aclose` for synchronous code (after :meth:`run_sync`): on the loop the runs used, which it
+        then closes.
 
         Raises:
-            SessionExistsError: ``into`` already has facts.
+            RuntimeError: called where an event loop runs: use ``await agent.aclose()`` there.
         """
-        target = session_key(into)
-        await self.store.fork(session_key(ctx), at, target)
-        self.keeper.forget(target)
-
-    async def delete_session(self, ctx: RuntimeContext | None) -> None:
-        """Delete the session (waiting, as a run would, for a run that holds it)."""
-        key = session_key(ctx)
-        claim = await self._take(key)
-        try:
-            await self.store.delete(key)
-        finally:
-            claim.broken = True  # nothing of it is kept in memory
-            await self.keeper.release(claim)
-            self.keeper.forget(key)
-
-    async def _take(self, key: SessionKey) -> Claim:
-        try:
-            return await self.keeper.claim(self.keeper.place(key), key, wait=self.options.session_wait)
-        except SessionBusy as busy:
-            raise SessionBusyError(key, busy.waited, busy.ahead, busy.holder) from None
+        _refuse_in_loop("close", "await agent.aclose()")
+        runner, self._runner = self._runner, None
+        if runner is None:
+            asyncio.run(self.aclose())
+            return
+        with runner:  # closes the loop, whatever aclose does
+            runner.run(self.aclose())
 
 
 ReActAgent = Agent
@@ -627,10 +549,15 @@ def _output_spec(output_type: type[object] | Mapping[str, JsonValue] | None) -> 
     raise TypeError(f"output_type must be a pydantic model class or a JSON schema, got {output_type!r}")
 
 
-def session_key(ctx: RuntimeContext | None) -> SessionKey:
-    """The session a context names: ``(user_id, session_id)``, the session ``"default"`` when unnamed."""
-    context = ctx or RuntimeContext(session_id=DEFAULT_SESSION)
-    return (context.user_id, context.session_id or DEFAULT_SESSION)
+def _refuse_in_loop(method: str, instead: str) -> None:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # none runs here: the caller may run one
+        return
+    raise RuntimeError(
+        f"agent.{method}() cannot be called where an event loop runs (a notebook cell, a coroutine, a tool):"
+        f" it would block the loop the agent needs. Use `{instead}` there"
+    )
 
 
 def _describe(error: BaseException) -> str:
@@ -685,7 +612,7 @@ def _retry_what_is_safe(agent: AnyAgent, claim: Claim) -> None:
     next model call say) is closed, so the new input follows its results."""
     projection = claim.projection
     state = projection.state
-    refused = agent.unsafe_to_repeat(projection.uncertain.values())
+    refused = agent.sessions.unsafe_to_repeat(projection.uncertain.values())
     if refused:
         raise UncertainToolCallsError(refused)
     retried = list(projection.uncertain.values())

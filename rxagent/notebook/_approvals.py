@@ -254,6 +254,6 @@ async def approvals(
     interval: float = 0.1,
 ) -> ApprovalPanel:
     """Implementation of :func:`rxagent.notebook.approvals`, where the contract is documented."""
-    state = await agent.state(ctx)
+    state = await agent.sessions.state(ctx)
     asking = [p for p in state.pending if p.kind == "ask"]
     return ApprovalPanel(agent, asking, ctx, agent_name=agent_name, ctx_name=ctx_name, interval=interval)

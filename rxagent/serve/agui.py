@@ -348,7 +348,7 @@ async def run_agui(request: web.Request) -> web.StreamResponse:
     waiting = {p.call.id: p for p in status.pending}
     await _refuse_taken(handle, [e.interrupt_id for e in entries if e.interrupt_id not in waiting])
     answers, warnings = answers_from_resume(entries, waiting)
-    state = await hub.agent.state(handle.ctx)
+    state = await hub.agent.sessions.state(handle.ctx)
     message = _new_message(run_input, {m.id for m in state.messages})
     if answers:
         try:

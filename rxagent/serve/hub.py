@@ -172,9 +172,9 @@ class SessionHub:
         *,
         every: bool = False,
     ) -> None:
-        """Record what happened to the session's uncertain calls (:meth:`ReActAgent.reconcile`); with
-        ``every``, each call the session refuses to run on must be among them (the input must lead to a
-        run).
+        """Record what happened to the session's uncertain calls
+        (:meth:`~rxagent.agent.sessions.Sessions.reconcile`); with ``every``, each call the session refuses
+        to run on must be among them (the input must lead to a run).
 
         Raises:
             ApiError: 409, a run is going or queued, a call to reconcile is left out (``every``; named, with
@@ -191,7 +191,7 @@ class SessionHub:
                 uncertain=[uncertain_json(c) for c in status.uncertain],
             )
         try:
-            await self.agent.reconcile(handle.ctx, outcomes)
+            await self.agent.sessions.reconcile(handle.ctx, outcomes)
         except (ReconcileError, SessionBusyError) as refused:
             raise ApiError(409, str(refused)) from None
 

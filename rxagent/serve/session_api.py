@@ -49,7 +49,7 @@ def routes() -> list[web.RouteDef]:
 async def list_sessions(request: web.Request) -> web.Response:
     """``GET /api/sessions``: every session of the store (without a user id), newest first."""
     hub = request.app[HUB]
-    infos = [i for i in await hub.agent.sessions() if i.key[0] is None]
+    infos = [i for i in await hub.agent.sessions.list() if i.key[0] is None]
     infos.sort(key=lambda i: i.updated_at, reverse=True)
     return json_response(
         {
@@ -75,7 +75,7 @@ async def get_turns(request: web.Request) -> web.Response:
     """``GET /api/sessions/{sid}/turns``: the session's turns, each with its runs."""
     hub = request.app[HUB]
     handle = await hub.existing(request.match_info["sid"])
-    turns = await hub.agent.turns(handle.ctx)
+    turns = await hub.agent.sessions.turns(handle.ctx)
     return json_response({"turns": [dataclasses.asdict(t) for t in turns]})
 
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 from rxagent.session.facts import Checkpoint, Fact, FactKind, StoredFact, UnreadableFactError
 from rxagent.session.feed import FeedGap, FeedItem, FeedLagError, FeedPolicy, SessionFeed, one_by_one
 from rxagent.session.history import AnswerKind, AnswerRecord, RunRecord, TurnRecord, answers_of, turns_of
+from rxagent.session.in_process import MemoryStore
 from rxagent.session.keeper import Claim, Place, SessionBusy, SessionKeeper
-from rxagent.session.memory import MemoryStore
 from rxagent.session.open import check_store, default_db_path, open_store, store_file, store_name
 from rxagent.session.projection import Projection
 from rxagent.session.reconcile import Reconcile, ReconcileError, UncertainToolCallsError

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import cast
 
 from rxagent.redaction import mask_url
-from rxagent.session.memory import MemoryStore
+from rxagent.session.in_process import MemoryStore
 from rxagent.session.store import SessionStore
 from rxagent.state import DEFAULT_SESSION
 

@@ -494,7 +494,7 @@ class SQLiteStore:
         SessionFileError: the folder does not exist, the file is not a SQLite database or is another
             application's, or its schema is newer than this rxagent's.
         ValueError: ``path`` names no file (``""``, ``":memory:"``: use
-            :class:`~rxagent.session.memory.MemoryStore`), or a bad ``synchronous``/``busy_timeout``.
+            :class:`~rxagent.session.in_process.MemoryStore`), or a bad ``synchronous``/``busy_timeout``.
     """
 
     durable = True

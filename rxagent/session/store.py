@@ -1,6 +1,6 @@
 """The session store contract: an append-only log per session, and a writer lease with a fencing token.
 
-One protocol, three stores: :class:`~rxagent.session.memory.MemoryStore` (one process),
+One protocol, three stores: :class:`~rxagent.session.in_process.MemoryStore` (one process),
 :class:`~rxagent.session.sqlite.SQLiteStore` (a file: the embedded default) and
 :class:`~rxagent.session.postgres.PostgresStore` (many processes and hosts). Every store passes the same
 conformance tests.

@@ -5,6 +5,9 @@
 
 from __future__ import annotations
 
+import warnings
+from typing import TYPE_CHECKING
+
 from rxagent.tools._tool import (
     FunctionTool,
     PermissionCheck,
@@ -20,9 +23,9 @@ from rxagent.tools.arguments import ArgumentProblem, ToolArgumentError
 from rxagent.tools.events import (
     ToolBatchFinished,
     ToolBodyStarted,
-    ToolCallFinished,
     ToolCallNested,
     ToolCallProgress,
+    ToolCallSettled,
     ToolCallSuspended,
     ToolEvent,
     ToolPermissionRequired,
@@ -63,10 +66,10 @@ __all__ = [
     "ToolArgumentError",
     "ToolBatchFinished",
     "ToolBodyStarted",
-    "ToolCallFinished",
     "ToolCallNested",
     "ToolCallNext",
     "ToolCallProgress",
+    "ToolCallSettled",
     "ToolCallSuspended",
     "ToolContext",
     "ToolEvent",
@@ -85,3 +88,20 @@ __all__ = [
     "result_of",
     "tool",
 ]
+
+if TYPE_CHECKING:
+    ToolCallFinished = ToolCallSettled
+    """Deprecated: the old name of :class:`ToolCallSettled`, kept one release."""
+else:
+
+    def __getattr__(name: str) -> object:
+        # Old names stay importable one release: they warn, and give the renamed object.
+        if name == "ToolCallFinished":
+            warnings.warn(
+                "rxagent.tools.ToolCallFinished is renamed ToolCallSettled;"
+                " the old name goes in the next release",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return ToolCallSettled
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

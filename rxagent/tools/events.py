@@ -3,15 +3,16 @@
 Events are small frozen dataclasses (cheap to build; the agent layer turns them into JSON events). A
 batch emits, as things happen: :class:`ToolBodyStarted`, :class:`ToolCallProgress`,
 :class:`ToolCallNested` (events of a run the tool runs, see ``ToolContext.publish``),
-:class:`ToolCallFinished` for every call that runs (or is refused or rejected), plus
+:class:`ToolCallSettled` for every call that runs (or is refused or rejected), plus
 :class:`ToolPermissionRequired` / :class:`ToolCallSuspended` for calls that wait for a human or for the
 caller, and last of all one :class:`ToolBatchFinished` with the results in the order of the calls.
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from rxagent.events import AgentEvent
 from rxagent.messages import ToolResultBlock, ToolUseBlock
@@ -21,9 +22,9 @@ from rxagent.tools.permissions import PermissionDecision
 __all__ = [
     "ToolBatchFinished",
     "ToolBodyStarted",
-    "ToolCallFinished",
     "ToolCallNested",
     "ToolCallProgress",
+    "ToolCallSettled",
     "ToolCallSuspended",
     "ToolEvent",
     "ToolPermissionRequired",
@@ -55,8 +56,14 @@ class ToolCallNested:
 
 
 @dataclass(frozen=True, slots=True)
-class ToolCallFinished:
-    """A call has its result: ran (``ok``/``error``), refused (``denied``), or rejected before running."""
+class ToolCallSettled:
+    """A call has its result: ran (``ok``/``error``), refused (``denied``), or rejected before running.
+
+    The executor's event, after the call was *run* (or refused); the agent reports it as a
+    :class:`~rxagent.events.ToolResult`. Not to be confused with the agent event
+    :class:`~rxagent.events.ToolCallCompleted`, which comes earlier: the model finished *writing* the call.
+    (Named ``ToolCallFinished`` before; that name is a deprecated alias for one release.)
+    """
 
     call: ToolUseBlock
     result: ToolResultBlock
@@ -103,9 +110,26 @@ ToolEvent: TypeAlias = (
     ToolBodyStarted
     | ToolCallProgress
     | ToolCallNested
-    | ToolCallFinished
+    | ToolCallSettled
     | ToolPermissionRequired
     | ToolCallSuspended
     | ToolBatchFinished
 )
 """Anything the executor emits."""
+
+if TYPE_CHECKING:
+    ToolCallFinished = ToolCallSettled
+    """Deprecated: the old name of :class:`ToolCallSettled`, kept one release."""
+else:
+
+    def __getattr__(name: str) -> object:
+        # Old names stay importable one release: they warn, and give the renamed object.
+        if name == "ToolCallFinished":
+            warnings.warn(
+                "rxagent.tools.events.ToolCallFinished is renamed ToolCallSettled;"
+                " the old name goes in the next release",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return ToolCallSettled
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -50,9 +50,9 @@ from rxagent.tools.arguments import ArgumentProblem, ToolArgumentError, parse_ar
 from rxagent.tools.events import (
     ToolBatchFinished,
     ToolBodyStarted,
-    ToolCallFinished,
     ToolCallNested,
     ToolCallProgress,
+    ToolCallSettled,
     ToolCallSuspended,
     ToolEvent,
     ToolPermissionRequired,
@@ -93,7 +93,7 @@ class ToolInvocation:
 
     def finished(self, output: str, status: ToolResultStatus = "ok") -> Observable[ToolEvent]:
         """A stream holding just a result for this call: what a short-circuiting interceptor returns."""
-        return sync_of(ToolCallFinished(self.call, result_of(self.call, output, status), 0.0))
+        return sync_of(ToolCallSettled(self.call, result_of(self.call, output, status), 0.0))
 
 
 @runtime_checkable
@@ -115,7 +115,7 @@ ToolCallNext: TypeAlias = Callable[[ToolInvocation], Observable[ToolEvent]]
 ToolInterceptor: TypeAlias = Callable[[ToolInvocation, RuntimeContext, ToolCallNext], Observable[ToolEvent]]
 """A ``tool_call`` hook: ``(invocation, context, next) -> events``. Rewrite the arguments and call
 ``next``, return :meth:`ToolInvocation.finished` to short-circuit, or pipe operators onto ``next(...)``.
-Only the first :class:`ToolCallFinished` it emits counts."""
+Only the first :class:`ToolCallSettled` it emits counts."""
 
 
 def result_of(call: ToolUseBlock, output: str, status: ToolResultStatus) -> ToolResultBlock:
@@ -206,7 +206,7 @@ class ToolExecutor:
             position = {id(call): index for index, call in enumerate(batch)}
 
             def record(event: ToolEvent) -> tuple[ToolEvent]:
-                if isinstance(event, ToolCallFinished):
+                if isinstance(event, ToolCallSettled):
                     results[position.get(id(event.call), len(batch))] = event.result
                 elif isinstance(event, ToolPermissionRequired | ToolCallSuspended):
                     waiting[position.get(id(event.call), len(batch))] = event
@@ -264,8 +264,8 @@ class ToolExecutor:
     def _plan(
         self, index: int, call: ToolUseBlock, view: ToolView, runtime: RuntimeContext, approved: bool
     ) -> _Runnable | ToolEvent:
-        def reject(text: str, status: ToolResultStatus = "error") -> ToolCallFinished:
-            return ToolCallFinished(call, result_of(call, text, status), 0.0)
+        def reject(text: str, status: ToolResultStatus = "error") -> ToolCallSettled:
+            return ToolCallSettled(call, result_of(call, text, status), 0.0)
 
         limit = view.toolkit.max_argument_chars
         if len(call.raw_arguments) > limit:
@@ -320,7 +320,7 @@ class ToolExecutor:
 
             def mark(event: ToolEvent) -> None:
                 nonlocal answered
-                answered = answered or isinstance(event, ToolCallFinished)
+                answered = answered or isinstance(event, ToolCallSettled)
 
             def missing_result(_: abc.SchedulerBase | None) -> Observable[ToolEvent]:
                 if answered:
@@ -329,7 +329,7 @@ class ToolExecutor:
                 return invocation.finished(text, "error")
 
             return chain(invocation).pipe(
-                ops.take_while(lambda event: not isinstance(event, ToolCallFinished), inclusive=True),
+                ops.take_while(lambda event: not isinstance(event, ToolCallSettled), inclusive=True),
                 ops.do_action(mark),
                 ops.concat(reactivex.defer(missing_result)),
             )
@@ -344,8 +344,8 @@ class ToolExecutor:
 
         def finished(
             text: str, status: ToolResultStatus, started: float, value: Any = None, error: str | None = None
-        ) -> ToolCallFinished:
-            return ToolCallFinished(call, result_of(call, text, status), clock.now() - started, value, error)
+        ) -> ToolCallSettled:
+            return ToolCallSettled(call, result_of(call, text, status), clock.now() - started, value, error)
 
         if invocation.arguments is not checked:
             final = {**invocation.arguments, **invocation.presets}

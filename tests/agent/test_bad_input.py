@@ -109,7 +109,7 @@ async def test_bad_input_is_refused_at_every_door_and_the_log_keeps_nothing(
     )
     try:
         assert (await agent.call("refund and sign", CTX)).reason == "PERMISSION_ASKING"
-        before = await agent.facts(CTX)
+        before = await agent.sessions.facts(CTX)
         handle = agent.session(CTX)
         doors: list[Callable[[], Any]] = [
             lambda: agent.stream_events(bad, CTX),
@@ -124,7 +124,7 @@ async def test_bad_input_is_refused_at_every_door_and_the_log_keeps_nothing(
             await agent.call(bad, CTX)
         assert handle.status().queued == 0
         assert handle.last_run is None
-        assert await agent.facts(CTX) == before, what
+        assert await agent.sessions.facts(CTX) == before, what
         await answer_and_go_on(agent, handle)
     finally:
         await agent.aclose()
@@ -148,16 +148,16 @@ async def test_bad_messages_are_refused_by_steer_inject_and_add_messages(tmp_pat
     )
     try:
         assert (await agent.call("refund and sign", CTX)).reason == "PERMISSION_ASKING"
-        before = await agent.facts(CTX)
+        before = await agent.sessions.facts(CTX)
         handle = agent.session(CTX)
         with pytest.raises(InvalidInputError, match=r"message\.content\[0\]\.text: the text holds"):
             handle.steer(f"steer {LONE}")
         with pytest.raises(InvalidInputError, match=r"message\.metadata\.note"):
             handle.inject(Msg.user("fine text", metadata={"note": LONE}))
         with pytest.raises(InvalidInputError, match=r"messages\[1\]\.content\[0\]\.text"):
-            await agent.add_messages(CTX, [Msg.user("fine"), Msg.user(LONE)])
+            await agent.sessions.add_messages(CTX, [Msg.user("fine"), Msg.user(LONE)])
         await asyncio.wait_for(handle.wait(), WAIT)
-        assert await agent.facts(CTX) == before
+        assert await agent.sessions.facts(CTX) == before
         await answer_and_go_on(agent, handle)
     finally:
         await agent.aclose()

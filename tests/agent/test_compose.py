@@ -284,7 +284,7 @@ async def test_a_child_waiting_for_approval_gives_an_error_result_and_keeps_its_
     assert result.reason == "MODEL_STOP"
     ((user, session),) = await stored_keys(child_store)
     assert waiting.result.text.count(session) == 1  # says where the decision can be given
-    state = await child.state(RuntimeContext(user_id=user, session_id=session))
+    state = await child.sessions.state(RuntimeContext(user_id=user, session_id=session))
     assert [(p.call.id, p.kind) for p in state.pending] == [("r1", "ask")]
 
 
@@ -356,7 +356,7 @@ async def test_cancelling_the_parent_cancels_the_childs_model_call_and_releases_
     parked.gates[-1].set_result("Paris.")
     assert (await asyncio.wait_for(again, WAIT)).text == "Paris."
     assert (parked.calls, parked.cancelled) == (2, 1)
-    state = await child.state(child_ctx)
+    state = await child.sessions.state(child_ctx)
     assert [m.text for m in state.messages] == ["Capital?", "Again?", "Paris."]  # the task was kept
     await no_task_left(before)
 
@@ -391,7 +391,7 @@ async def test_cancelling_the_parent_cancels_the_childs_running_tool() -> None:
     seen.dispose()
     await asyncio.wait_for(tool_cancelled.wait(), WAIT)
     user, session = await child_store.first_key()
-    state = await child.state(RuntimeContext(user_id=user, session_id=session))
+    state = await child.sessions.state(RuntimeContext(user_id=user, session_id=session))
     (results,) = [m.tool_results for m in state.messages if m.role == "tool"]
     assert [(r.tool_use_id, r.status) for r in results] == [("l1", "interrupted")]
     assert seen.outcome is None  # the parent emitted nothing more
@@ -416,7 +416,7 @@ async def test_interrupting_the_parent_cancels_the_child_and_ends_the_parent_int
     assert inner
     assert not any(isinstance(e, AgentResult) for e in inner)
     assert result.usage.model_calls == 1  # a cancelled child reports no usage
-    state = await parent.state(ADA)
+    state = await parent.sessions.state(ADA)
     assert [(r.tool_use_id, r.status) for r in state.messages[-1].tool_results] == [("t1", "interrupted")]
     await no_task_left(before)
 
@@ -679,7 +679,7 @@ async def test_fan_out_failures_are_outcomes_and_the_batch_goes_on() -> None:
     results = await to_list(reactivex.of("a", "b").pipe(agent.map_runs(context=contexts)))
     assert results[0].result is not None
     assert results[0].result.session_id == "job-a"
-    assert (await agent.state(RuntimeContext(user_id="user0", session_id="job-a"))).messages
+    assert (await agent.sessions.state(RuntimeContext(user_id="user0", session_id="job-a"))).messages
     assert isinstance(results[1].error, LookupError)
 
 

@@ -110,7 +110,7 @@ async def test_an_interrupt_cuts_a_custom_step_and_ends_the_run_interrupted() ->
     assert result.reason == "INTERRUPTED"
     assert held.cleaned.is_set()
     check_invariants(events)
-    assert [m.text for m in (await agent.state(CTX)).messages] == ["hi"]  # saved
+    assert [m.text for m in (await agent.sessions.state(CTX)).messages] == ["hi"]  # saved
 
 
 async def test_a_cancel_during_a_custom_step_releases_it_saves_and_frees_the_session() -> None:
@@ -123,7 +123,7 @@ async def test_a_cancel_during_a_custom_step_releases_it_saves_and_frees_the_ses
     agent.steps = {**agent.steps, Think: noting}  # the next run passes the custom step
     assert (await asyncio.wait_for(agent.call("again", CTX), 5)).text == "second run"
     assert seen.outcome is None
-    texts = [m.text for m in (await agent.state(CTX)).messages]
+    texts = [m.text for m in (await agent.sessions.state(CTX)).messages]
     assert texts == ["first", "again", "(think: be brief)", "second run"]
 
 
@@ -163,7 +163,7 @@ async def test_a_failing_custom_step_ends_with_an_error_result_after_saving(
     assert isinstance(report, ErrorEvent)
     assert isinstance(result, AgentResult)
     assert result.reason == "ERROR"
-    assert [m.text for m in (await agent.state(CTX)).messages] == ["hi"]
+    assert [m.text for m in (await agent.sessions.state(CTX)).messages] == ["hi"]
 
 
 async def test_a_node_without_a_step_is_a_clear_error() -> None:

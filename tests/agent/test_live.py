@@ -8,6 +8,7 @@ arrives after the run's last boundary, a cancel before the run got to the loop, 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import threading
 import tracemalloc
 import weakref
@@ -17,7 +18,7 @@ from typing import Any
 import pytest
 
 from rxagent import ScriptedModel, ScriptedResponse, ScriptedToolCall
-from rxagent.agent import ExternalResult, PendingToolCallsError, ReActAgent, ToolDecision
+from rxagent.agent import ExternalResult, PendingToolCallsError, ReActAgent, SessionActivity, ToolDecision
 from rxagent.context import RuntimeContext
 from rxagent.events import AgentEvent, AgentResult, TextDelta
 from rxagent.model.scripted import FunctionModel
@@ -159,7 +160,7 @@ async def test_steer_lands_at_the_next_reasoning_boundary() -> None:
     roles = [(m.role, m.text) for m in second.messages]
     assert roles[-1] == ("user", "Also mention the weather.")  # after the tool results, before the turn
     assert roles[-2][0] == "tool"
-    facts = await agent.facts(CTX)
+    facts = await agent.sessions.facts(CTX)
     assert sum(f.kind == "steer" for f in facts) == 1
 
 
@@ -197,7 +198,7 @@ async def test_inject_adds_context_without_a_model_call() -> None:
     session.inject("The user likes tea.")
     await asyncio.wait_for(session.wait(), WAIT)
     assert model.requests == []
-    assert [m.text for m in (await agent.state(CTX)).messages] == ["The user likes tea."]
+    assert [m.text for m in (await agent.sessions.state(CTX)).messages] == ["The user likes tea."]
     await asyncio.wait_for(session.submit("What do I like?"), WAIT)
     assert [m.text for m in model.requests[0].messages] == ["The user likes tea.", "What do I like?"]
 
@@ -299,7 +300,7 @@ async def test_a_watcher_joining_mid_run_from_zero_sees_exactly_the_runs_items()
     events = [i.event for i in late_items if i.event is not None]
     assert events[0].type == "run_started"
     assert events[-1] == result
-    stored = [(f.seq, f.kind, f.payload) for f in await agent.facts(CTX)]
+    stored = [(f.seq, f.kind, f.payload) for f in await agent.sessions.facts(CTX)]
     assert [(i.seq, i.kind, i.payload) for i in late_items] == stored[: len(late_items)]
 
 
@@ -316,7 +317,7 @@ async def test_the_first_watcher_of_a_run_nobody_watched_gets_what_is_not_in_the
     gate.open()
     await asyncio.wait_for(run, WAIT)
     items = await asyncio.wait_for(late, WAIT)
-    stored = [(f.seq, f.kind, f.payload) for f in await agent.facts(CTX)]
+    stored = [(f.seq, f.kind, f.payload) for f in await agent.sessions.facts(CTX)]
     assert [(i.seq, i.kind, i.payload) for i in items] == stored[: len(items)]
     assert [i.kind for i in items][:2] == ["turn_started", "run_started"]
 
@@ -340,7 +341,7 @@ async def test_a_session_nobody_watches_keeps_no_feed() -> None:
     assert fresh.held == 0  # the run nobody watched published nowhere
     replay = await collect_until_result(fresh.watch(0), second.id)  # the log has it all
     assert [(i.seq, i.payload) for i in replay[: len(seen)]] == [(i.seq, i.payload) for i in seen]
-    stored = [(f.seq, f.payload) for f in await agent.facts(CTX)]
+    stored = [(f.seq, f.payload) for f in await agent.sessions.facts(CTX)]
     assert [(i.seq, i.payload) for i in replay] == stored[: len(replay)]
 
 
@@ -502,7 +503,7 @@ async def test_a_session_this_process_never_ran_reads_its_status_and_feed_from_t
         ScriptedModel([asking]), Toolkit([refund]), permissions=Permissions().ask("refund"), store=path
     )
     assert (await first.session(CTX).submit("refund")).reason == "PERMISSION_ASKING"
-    stored = [(f.seq, f.kind, f.payload) for f in await first.facts(CTX)]
+    stored = [(f.seq, f.kind, f.payload) for f in await first.sessions.facts(CTX)]
     await first.aclose()
 
     later = ReActAgent(
@@ -536,7 +537,7 @@ async def test_check_refuses_answers_that_do_not_fit_and_changes_nothing() -> No
     )
     session = agent.session(CTX)
     await session.submit("refund and sign")
-    before = len(await agent.facts(CTX))
+    before = len(await agent.sessions.facts(CTX))
     refused = [
         ([ToolDecision("nope", allow=True)], "no pending tool call with id 'nope'"),
         ([ExternalResult("r1", "done")], "asks for permission"),
@@ -551,7 +552,7 @@ async def test_check_refuses_answers_that_do_not_fit_and_changes_nothing() -> No
         with pytest.raises(PendingToolCallsError, match=message):
             await session.check(answers)
     await session.check([ToolDecision("r1", allow=True), ExternalResult("e1", "signed")])  # these fit
-    assert len(await agent.facts(CTX)) == before
+    assert len(await agent.sessions.facts(CTX)) == before
 
 
 async def test_stop_cancels_queued_runs_interrupts_the_running_one_and_keeps_late_steers() -> None:
@@ -568,9 +569,19 @@ async def test_stop_cancels_queued_runs_interrupts_the_running_one_and_keeps_lat
         await queued
     assert session.last_run is queued  # the late steer started no run: it joined the history
     await asyncio.wait_for(session.wait(), WAIT)
-    assert (await agent.state(CTX)).messages[-1].text == "too late for this run"
+    assert (await agent.sessions.state(CTX)).messages[-1].text == "too late for this run"
     assert len(gate.requests) == 1
     again = session.submit("after the stop")  # the handle takes work again
     await gate.next_call()
     gate.open()
     assert (await asyncio.wait_for(again, WAIT)).text == "first"
+
+
+@pytest.mark.parametrize("module", ["rxagent.agent", "rxagent.agent.live"])
+def test_session_state_is_a_deprecated_alias_of_session_activity(module: str) -> None:
+    imported = importlib.import_module(module)
+    with pytest.warns(DeprecationWarning, match="SessionState is renamed SessionActivity"):
+        old = imported.SessionState
+    assert old is SessionActivity
+    with pytest.raises(AttributeError, match="SessionStat"):
+        _ = imported.SessionStat

@@ -96,7 +96,7 @@ async def test_history_persists_across_runs_of_a_session() -> None:
         "Hi Ada.",
         "Who am I?",
     ]
-    state = await agent.state()
+    state = await agent.sessions.state()
     assert len(state.messages) == 4
 
 
@@ -234,7 +234,7 @@ async def test_interrupt_during_the_model_stream_ends_with_interrupted() -> None
     result = check_invariants(events)
     assert result.reason == "INTERRUPTED"
     assert result.text == "a long ans"
-    assert (await agent.state()).messages[-1].text == "a long ans"
+    assert (await agent.sessions.state()).messages[-1].text == "a long ans"
 
 
 async def test_interrupt_during_tools_gives_dangling_calls_interrupted_results() -> None:
@@ -261,7 +261,7 @@ async def test_interrupt_during_tools_gives_dangling_calls_interrupted_results()
     assert result.reason == "INTERRUPTED"
     tool_message = [e.message for e in of_type(events, MessageCompleted) if e.message.role == "tool"]  # type: ignore[attr-defined]
     assert tool_message[0].tool_results[0].status == "interrupted"
-    state = await agent.state()
+    state = await agent.sessions.state()
     assert state.messages[-1].tool_results[0].status == "interrupted"
 
 
@@ -297,7 +297,7 @@ async def test_incremental_repair_sends_what_a_full_repair_would_at_every_step()
     model = ScriptedModel(script)
     agent = ReActAgent(model, Toolkit([add]), system_prompt="You are exact.", store=store)
     await run(agent, "count")
-    final = [(m.role, m.content) for m in repair_transcript((await agent.state()).messages)]
+    final = [(m.role, m.content) for m in repair_transcript((await agent.sessions.state()).messages)]
     assert len(model.requests) == 6
     for request in model.requests:
         sent = [(m.role, m.content) for m in request.messages[1:]]  # after the system prompt

@@ -68,7 +68,7 @@ async def test_300_steered_and_injected_messages_keep_their_order(tmp_path: Path
                 await loop_turns(pause)
         await asyncio.wait_for(handle.wait(), WAIT)
         agent.keeper.forget(handle.key)  # read the log back, not the projection kept in memory
-        logged = [m.text for m in (await agent.state(ctx)).messages if m.role == "user"]
+        logged = [m.text for m in (await agent.sessions.state(ctx)).messages if m.role == "user"]
     finally:
         await agent.aclose()
         await store.aclose()

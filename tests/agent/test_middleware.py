@@ -230,7 +230,7 @@ async def test_request_hooks_may_publish_events_and_keep_data_in_the_session_sta
     assert [n.message for n in notes] == ["request 1"]  # type: ignore[attr-defined]
     assert events.index(notes[0]) < [e.type for e in events].index("model_call_started")
     await run(agent, "b")
-    assert (await agent.state()).extras == {"counting": 2}
+    assert (await agent.sessions.state()).extras == {"counting": 2}
 
 
 class WatchingRun(Middleware):

@@ -40,7 +40,7 @@ async def waiting_for_approval(agent: ReActAgent, ctx: RuntimeContext, order: st
 
 
 async def refused_run_left_no_trace(agent: ReActAgent, ctx: RuntimeContext, run_id: str) -> None:
-    facts = await agent.facts(ctx)
+    facts = await agent.sessions.facts(ctx)
     assert not [f for f in facts if f.run_id == run_id], "a refused answer's run left facts"
 
 
@@ -129,7 +129,7 @@ async def test_allow_and_deny_through_call_at_once_one_is_taken_under_the_lease(
             assert refused[0].taken.kind == ("approval" if taken[0] else "denial")
             assert refused[0].taken.seq is not None  # found in the log, under the lease
             assert refunds[order] == (1 if taken[0] else 0)
-            facts = await first.facts(ctx)
+            facts = await first.sessions.facts(ctx)
             assert sum(f.kind == "decision" for f in facts) == 1  # the refused one recorded nothing
             assert sum(f.kind == "run_started" for f in facts) == 2  # the asking run and the taken one
             taken_kinds[refused[0].taken.kind] += 1

@@ -95,7 +95,7 @@ async def test_a_denial_and_an_external_result_are_told_as_tool_results() -> Non
     told_before_its_message(events)
     assert ran == []
     # The log's recorded events hold each result once: what a feed, the dashboard and AG-UI read.
-    recorded = [f.data() for f in await agent.facts(CTX) if f.kind == "event"]
+    recorded = [f.data() for f in await agent.sessions.facts(CTX) if f.kind == "event"]
     recorded_results = [e["result"]["tool_use_id"] for e in recorded if e["type"] == "tool_result"]  # type: ignore[index,call-overload]
     assert recorded_results == ["r1", "e1"]
 

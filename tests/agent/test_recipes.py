@@ -95,7 +95,7 @@ async def check_plan_run(agent: ReActAgent, requests: Sequence[Any]) -> list[Age
     assert SHOUTED == ["five"]
     notes = [e.text for e in of_type(events, StepNote)]
     assert notes == ["step 1: Add 2 and 3", "step 2: Shout the sum"]
-    assert "plan" not in (await agent.state(CTX)).extras  # the finished plan is cleared
+    assert "plan" not in (await agent.sessions.state(CTX)).extras  # the finished plan is cleared
     return events
 
 
@@ -135,7 +135,7 @@ async def test_a_reply_without_a_numbered_plan_works_on_the_request_directly() -
     agent = ReActAgent(model, Toolkit([add]), steps=plan_and_execute())
     result, _ = await run(agent, "1+1", CTX)
     assert (result.reason, result.text) == ("MODEL_STOP", "2")
-    assert "plan" not in (await agent.state(CTX)).extras
+    assert "plan" not in (await agent.sessions.state(CTX)).extras
 
 
 # ---- a reviewer before tools run ---------------------------------------------------------------------------
@@ -258,7 +258,7 @@ async def test_an_interrupt_while_the_reviewer_thinks_ends_the_run_interrupted()
     await helper
     assert result.reason == "INTERRUPTED"
     assert stuck.cancelled.is_set()  # the custom step was cut, its work cancelled
-    assert {r.tool_use_id: r.status for r in (await agent.state(CTX)).messages[-1].tool_results} == {
+    assert {r.tool_use_id: r.status for r in (await agent.sessions.state(CTX)).messages[-1].tool_results} == {
         "s1": "interrupted",
         "s2": "interrupted",
     }
@@ -275,7 +275,7 @@ async def test_a_cancel_while_the_reviewer_thinks_releases_it_and_saves() -> Non
     seen.dispose()
     await asyncio.wait_for(stuck.cancelled.wait(), 5)
     assert (await asyncio.wait_for(agent.call("again", CTX), 5)).text == "next"  # the session was released
-    saved = (await agent.state(CTX)).messages
+    saved = (await agent.sessions.state(CTX)).messages
     assert [m.role for m in saved] == ["user", "assistant", "tool", "user", "assistant"]
     assert [r.status for r in saved[2].tool_results] == ["interrupted", "interrupted"]
 

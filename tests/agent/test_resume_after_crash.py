@@ -52,13 +52,13 @@ async def test_an_idempotent_uncertain_call_and_a_call_that_never_started_each_r
     await store.release(lease)  # as if it expired
     ran: list[str] = []
     agent = ReActAgent(ScriptedModel(["Both shipped."]), shipping(ran), store=store)
-    assert [c.id for c in await agent.uncertain(CTX)] == ["c1"]
+    assert [c.id for c in await agent.sessions.uncertain(CTX)] == ["c1"]
 
     result = await agent.call(None, CTX)
 
     assert result.reason == "MODEL_STOP"
     assert ran == ["A", "B"]  # each once, in the batch's order
-    state = await agent.state(CTX)
+    state = await agent.sessions.state(CTX)
     tool_messages = [m for m in state.messages if m.role == "tool"]
     assert len(tool_messages) == 1
     assert [(r.tool_use_id, r.status) for r in tool_messages[0].tool_results] == [("c1", "ok"), ("c2", "ok")]
@@ -67,7 +67,7 @@ async def test_an_idempotent_uncertain_call_and_a_call_that_never_started_each_r
         {"call_id": "c1", "outcome": "retry", "automatic": True}
     ]
     assert sum(f.kind == "tool_dispatched" for f in facts) == 3  # c1 twice (lost, then again), c2 once
-    assert await agent.uncertain(CTX) == []
+    assert await agent.sessions.uncertain(CTX) == []
 
 
 async def test_results_recorded_before_the_process_died_are_sent_before_the_next_input() -> None:
@@ -92,7 +92,7 @@ async def test_results_recorded_before_the_process_died_are_sent_before_the_next
         [ScriptedResponse(tool_calls=[ScriptedToolCall("ship", {"order": "B"}, id="c2")]), "Both shipped."]
     )
     agent = ReActAgent(model, shipping(ran), store=store)
-    assert await agent.uncertain(CTX) == []
+    assert await agent.sessions.uncertain(CTX) == []
 
     assert (await agent.call("Now ship B.", CTX)).reason == "MODEL_STOP"
 
@@ -100,7 +100,7 @@ async def test_results_recorded_before_the_process_died_are_sent_before_the_next
     first = model.requests[0].messages
     assert [m.role for m in first] == ["user", "assistant", "tool", "user"]
     assert first[2].tool_results == (result,)  # the recorded result, in its place
-    state = await agent.state(CTX)
+    state = await agent.sessions.state(CTX)
     layout = [(m.role, [r.tool_use_id for r in m.tool_results]) for m in state.messages]
     assert layout == [
         ("user", []),

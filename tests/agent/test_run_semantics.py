@@ -166,7 +166,7 @@ async def test_an_interrupt_keeps_the_results_of_calls_that_finished(
         "c1": ("ok", "charged 30"),
         "m1": ("interrupted", "Interrupted by the user before it finished."),
     }
-    assert results_by_call(await agent.state(ADA)) == expected
+    assert results_by_call(await agent.sessions.state(ADA)) == expected
     tool_messages = [
         e.message for e in events if isinstance(e, MessageCompleted) and e.message.role == "tool"
     ]
@@ -190,7 +190,7 @@ async def test_a_cancel_saves_the_finished_results_and_marks_only_unfinished_cal
     # The next run on the session waits for the cancelled run's save, then sees what happened.
     await asyncio.wait_for(agent.call("and now?", ADA), 5)
     assert seen.outcome is None  # a cancel emits nothing more, not even a terminal signal
-    state = await agent.state(ADA)
+    state = await agent.sessions.state(ADA)
     assert results_by_call(state) == {
         "c1": ("ok", "charged 30"),
         "m1": ("interrupted", "The run was cancelled before this call finished."),
@@ -253,16 +253,16 @@ async def asking_agent(*script: ScriptedResponse | str, permissions: Permissions
 )
 async def test_a_refused_input_changes_nothing(decisions: list[Any], why: str) -> None:
     agent = await asking_agent(two_refunds(), "Both refunded.")
-    before = (await agent.state(ADA)).model_dump_json()
+    before = (await agent.sessions.state(ADA)).model_dump_json()
     with pytest.raises(PendingToolCallsError, match=why):
         await agent.call(decisions, ADA)
-    assert (await agent.state(ADA)).model_dump_json() == before
+    assert (await agent.sessions.state(ADA)).model_dump_json() == before
     assert REFUNDS == []
     # A valid answer afterwards runs each call once and sends exactly one result per id.
     done = await agent.call([ToolDecision("r1", allow=True), ToolDecision("r2", allow=True)], ADA)
     assert (done.reason, done.text) == ("MODEL_STOP", "Both refunded.")
     assert sorted(REFUNDS) == [("A-1", 5.0), ("B-2", 7.0)]
-    state = await agent.state(ADA)
+    state = await agent.sessions.state(ADA)
     ids = [r.tool_use_id for m in state.messages for r in m.tool_results]
     assert sorted(ids) == ["r1", "r2"]
 
@@ -292,7 +292,7 @@ async def test_an_approval_with_edited_arguments_runs_and_records_the_edited_cal
     )
     assert done.reason == "MODEL_STOP"
     assert REFUNDS == [("A-1", 2.5)]
-    state = await agent.state(ADA)
+    state = await agent.sessions.state(ADA)
     assistant = next(m for m in state.messages if m.role == "assistant" and m.tool_calls)
     first = assistant.tool_calls[0]
     assert (first.id, first.input) == ("r1", {"order": "A-1", "amount": 2.5})
@@ -318,7 +318,7 @@ async def test_edited_arguments_pass_the_permission_gate_again() -> None:
         ADA,
     )
     assert REFUNDS == [("B-2", 7.0)]
-    status, text = results_by_call(await agent.state(ADA))["r1"]
+    status, text = results_by_call(await agent.sessions.state(ADA))["r1"]
     assert status == "denied"
     assert "over the limit" in text
 
@@ -405,7 +405,7 @@ async def test_a_model_error_mid_stream_ends_with_an_error_event_and_an_error_re
     assert sum(isinstance(e, AgentResult) for e in seen.items) == 1
     assert [e.seq for e in seen.items] == list(range(len(seen.items)))
     # The run was saved before the result: the input is kept, the half answer is not.
-    assert [m.text for m in (await agent.state(ADA)).messages] == ["hi"]
+    assert [m.text for m in (await agent.sessions.state(ADA)).messages] == ["hi"]
 
 
 async def test_call_still_raises_the_original_error(server: OpenAIServer, model: OpenAIChatModel) -> None:
@@ -424,7 +424,7 @@ async def test_a_consumer_that_stops_at_the_error_result_loses_nothing() -> None
     assert isinstance(seen[-1], AgentResult)
     assert seen[-1].reason == "ERROR"
     assert (await agent.call("two", ADA)).text == "fine"
-    assert [m.text for m in (await agent.state(ADA)).messages] == ["one", "two", "fine"]
+    assert [m.text for m in (await agent.sessions.state(ADA)).messages] == ["one", "two", "fine"]
 
 
 # ---- 8. a per-run tool view through the runtime context ----------------------------------------------------
@@ -465,7 +465,7 @@ async def test_each_caller_gets_its_own_tools_and_preset_values_on_one_agent() -
     assert "tenant" not in str(schema.parameters)  # hidden from the model
     result = await agent.call("reset", acme)
     assert result.text == "refused"
-    state = await agent.state(acme)
+    state = await agent.sessions.state(acme)
     refused = [r for m in state.messages for r in m.tool_results][-1]
     assert (refused.name, refused.status) == ("admin_reset", "error")
     assert "admin_reset" in refused.text
@@ -624,14 +624,14 @@ async def test_a_refused_input_changes_nothing_through_the_openai_client(
     agent = ReActAgent(model, Toolkit([refund, sign]), permissions=Permissions().ask("refund"))
     first = await agent.call("refund both", ADA)
     assert first.reason == "PERMISSION_ASKING"
-    before = (await agent.state(ADA)).model_dump_json()
+    before = (await agent.sessions.state(ADA)).model_dump_json()
     seen = await expect(
         agent.stream_events([ToolDecision("r1", allow=False), ToolDecision("r1", allow=True)], ADA)
     )
     assert isinstance(seen.error, PendingToolCallsError)
     _, result = failure_ending(seen.items)
     assert [c.id for c in result.pending] == ["r1", "r2"]
-    assert (await agent.state(ADA)).model_dump_json() == before
+    assert (await agent.sessions.state(ADA)).model_dump_json() == before
     assert len(server.requests) == 1  # the refused input reached no model
     done = await agent.call([ToolDecision("r1", allow=True), ToolDecision("r2", allow=True)], ADA)
     assert done.text == "Both refunded."

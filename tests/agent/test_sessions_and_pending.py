@@ -92,7 +92,7 @@ async def test_state_is_saved_on_completion_and_on_failure_and_the_error_is_kept
     with pytest.raises(RuntimeError, match="model exploded"):
         await agent.call("two", ADA)
     assert store.saves == ["run_finished", "run_failed"]
-    state = await agent.state(ADA)
+    state = await agent.sessions.state(ADA)
     assert [m.text for m in state.messages] == ["one", "ok", "two"]
 
 
@@ -131,7 +131,7 @@ async def test_cancel_releases_the_session_saves_what_happened_and_emits_nothing
     # The cancelled run's input is recorded (saved before the next run got the session); its half-streamed
     # answer is not: a cancel keeps facts, not fragments.
     assert store.saves == ["run_cancelled", "run_finished"]
-    assert [m.text for m in (await agent.state(ADA)).messages] == ["go", "again", "next run"]
+    assert [m.text for m in (await agent.sessions.state(ADA)).messages] == ["go", "again", "next run"]
 
 
 async def test_permission_asking_then_allow_executes_the_same_call() -> None:
@@ -235,7 +235,7 @@ async def test_call_observable_is_the_same_pipeline_filtered_to_the_result() -> 
     results: list[Any] = await to_list(agent.call_observable("hi", ADA))
     assert [r.type for r in results] == ["agent_result"]
     assert results[0].text == "one"
-    assert [m.text for m in (await agent.state(ADA)).messages] == ["hi", "one"]
+    assert [m.text for m in (await agent.sessions.state(ADA)).messages] == ["hi", "one"]
 
 
 async def test_messages_as_input() -> None:
@@ -264,6 +264,6 @@ async def test_the_state_is_saved_before_the_result_so_a_consumer_may_stop_there
         if isinstance(event, AgentResult):
             assert store.saves == ["run_finished"]
             break
-    assert [m.text for m in (await agent.state(ADA)).messages] == ["remember me", "kept"]
+    assert [m.text for m in (await agent.sessions.state(ADA)).messages] == ["remember me", "kept"]
     agent.model.extend("next")  # type: ignore[attr-defined]
     assert (await asyncio.wait_for(agent.call("and now?", ADA), 2)).text == "next"  # the lease was released

@@ -75,7 +75,7 @@ async def test_a_40_round_tool_loop_with_2000_token_results_stays_under_a_4000_t
     assert any(isinstance(e, ToolResultsEvicted) for e in events)
     assert any(isinstance(e, ContextCompressed) for e in events)
     # The session keeps every result in full: the window changed only the requests.
-    state = await agent.state()
+    state = await agent.sessions.state()
     results = [m.tool_results[0].text for m in state.messages if m.role == "tool"]
     assert results == [page_text(p) for p in range(40)]
     assert len([e for e in events if isinstance(e, ToolResult)]) == 40
@@ -126,7 +126,7 @@ async def test_the_summary_is_computed_once_per_span_across_turns_and_runs() -> 
     assert 1 <= compressions == len(summariser.spans) < 12
     ids = [i for span in summariser.spans for i in span]
     assert len(ids) == len(set(ids))  # no message summarised twice
-    state = await agent.state(ctx)
+    state = await agent.sessions.state(ctx)
     assert ids == [m.id for m in state.messages[: len(ids)]]
     stored = state.extras[STATE_KEY]
     assert isinstance(stored, dict)
@@ -160,7 +160,7 @@ async def test_a_request_that_cannot_fit_fails_the_run_with_the_budget_error() -
         await to_list(agent.stream_events("Hi"))
     assert caught.value.breakdown["system"] > 600
     assert model.requests == []
-    state = await agent.state()
+    state = await agent.sessions.state()
     assert [m.text for m in state.messages] == ["Hi"]  # the run's input is kept; nothing else happened
 
 

@@ -97,7 +97,7 @@ async def test_the_decisions_go_together_once_every_call_has_one_with_the_reason
     result = await asyncio.wait_for(panel.result, 5)
     assert result.text == "Refunded A1 only."
     assert ran == ["A1"]
-    state = await agent.state(CTX)
+    state = await agent.sessions.state(CTX)
     [tool_message] = [m for m in state.messages if m.role == "tool"]
     assert [(r.tool_use_id, r.status) for r in tool_message.tool_results] == [
         ("r-A1", "ok"),
@@ -173,7 +173,7 @@ async def test_external_calls_are_left_out_and_cannot_be_put_in() -> None:
     panel = await approvals(agent, CTX)
     assert panel.calls == ()
     assert panel.snippet() == "# nothing waits for a decision in this session"
-    state = await agent.state(CTX)
+    state = await agent.sessions.state(CTX)
     with pytest.raises(ValueError, match="wait for an external result"):
         ApprovalPanel(agent, state.pending, CTX)
 

@@ -214,7 +214,7 @@ async def test_cancelling_the_cell_disposes_the_run_and_says_so() -> None:
     # the session was released (keeping the cancelled run's input): the next run on it starts at once
     second = await asyncio.wait_for(agent.call("again"), 5)
     assert second.text == "second answer"
-    assert [m.text for m in (await agent.state()).messages] == ["hi", "again", "second answer"]
+    assert [m.text for m in (await agent.sessions.state()).messages] == ["hi", "again", "second answer"]
 
 
 async def test_a_stream_without_a_result_is_an_error_after_drawing_what_came() -> None:

@@ -265,7 +265,7 @@ async def test_a_session_state_shows_as_a_transcript_in_order() -> None:
     model = ScriptedModel([ScriptedResponse(tool_calls=[ScriptedToolCall("add", {"a": 2, "b": 3})]), "5"])
     agent = ReActAgent(model, Toolkit([add]))
     await agent.call("2 + 3?")
-    state = await agent.state()
+    state = await agent.sessions.state()
     text = parse(html_of(state)).text
     positions = [text.index(piece) for piece in ("2 + 3?", '{"a": 2, "b": 3}', "→", "5")]
     assert positions == sorted(positions)
@@ -352,7 +352,7 @@ async def test_every_event_of_a_run_displays_in_ipython_as_html_and_text() -> No
     agent = ReActAgent(model, Toolkit([add]))
     events = await to_list(agent.stream_events("1 + 2?"))
     formatter = InteractiveShell.instance().display_formatter
-    state = await agent.state()
+    state = await agent.sessions.state()
     for subject in [*events, state, agent.toolkit, state.messages[0]]:
         bundle, _ = formatter.format(subject)
         assert "text/html" in bundle, type(subject).__name__

@@ -360,7 +360,7 @@ async def test_a_client_that_disconnects_does_not_stop_the_run() -> None:
         async with live.sse("/api/sessions/t/feed") as feed:  # it re-attaches through the session's feed
             facts = await feed.until(is_result_of(rx_run_id))
         assert json.loads(facts[-1].data)["data"]["reason"] == "MODEL_STOP"
-        assert (await agent.state(live.server.hub.handle("t").ctx)).messages[-1].text == "z" * 40
+        assert (await agent.sessions.state(live.server.hub.handle("t").ctx)).messages[-1].text == "z" * 40
 
 
 # ---- bad input ---------------------------------------------------------------------------------------------

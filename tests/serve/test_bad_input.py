@@ -112,7 +112,7 @@ def nested(depth: int) -> str:
 
 
 async def log_of(agent: ReActAgent, session: str) -> list[StoredFact]:
-    return await agent.facts(RuntimeContext(session_id=session))
+    return await agent.sessions.facts(RuntimeContext(session_id=session))
 
 
 async def waiting_session(live: Live) -> None:
@@ -199,7 +199,7 @@ async def test_nesting_is_refused_one_level_past_the_limit_and_valid_surrogate_p
         assert status == 202, accepted
         handle = live.server.hub.handle("u")
         await asyncio.wait_for(handle.wait(), WAIT)
-        texts = [m.text for m in (await agent.state(handle.ctx)).messages if m.role == "user"]
+        texts = [m.text for m in (await agent.sessions.state(handle.ctx)).messages if m.role == "user"]
         assert texts == ["[" * 5000, "smile \U0001f600"]
 
 
@@ -247,7 +247,7 @@ async def test_an_unreadable_fact_is_reported_with_its_sequence_number_not_a_500
         # The Python API says the same, and a run on it fails before it starts, with no event.
         ctx = RuntimeContext(session_id="broken")
         with pytest.raises(UnreadableFactError) as unreadable:
-            await agent.state(ctx)
+            await agent.sessions.state(ctx)
         assert (unreadable.value.seq, unreadable.value.kind) == (message_seq, "message")
         seen: list[AgentEvent] = []
         with pytest.raises(UnreadableFactError):

@@ -422,7 +422,8 @@ async def test_closing_the_page_releases_its_stream_and_the_run_goes_on(browser:
         assert (await live.server.hub.handle("s").open_feed()).watchers == 0
         model.open()
         await asyncio.wait_for(live.server.hub.handle("s").wait(), WAIT)
-        assert (await live.agent.state(live.server.hub.handle("s").ctx)).messages[-1].text == "still going"
+        state = await live.agent.sessions.state(live.server.hub.handle("s").ctx)
+        assert state.messages[-1].text == "still going"
 
 
 # ---- approvals ---------------------------------------------------------------------------------------------
@@ -739,7 +740,7 @@ async def test_the_token_never_appears_in_the_page_or_any_response(
         async with live.sse("/api/sessions/s/feed", headers={"Authorization": f"Bearer {TOKEN}"}) as feed:
             events = await feed.until(lambda e: e.event == "fact" and e.json()["seq"] == 1)
             assert all(TOKEN not in e.data for e in events)
-        facts = await live.agent.facts(live.server.hub.handle("s").ctx)
+        facts = await live.agent.sessions.facts(live.server.hub.handle("s").ctx)
         assert all(TOKEN not in f.payload for f in facts)
     assert TOKEN not in caplog.text
     assert "GET / 303" in caplog.text  # the redirect was logged, without its query string

@@ -88,7 +88,7 @@ async def test_allow_and_deny_at_once_over_the_session_api_one_is_taken() -> Non
             refusal = one[1] if one[0] == 409 else other[1]
             assert refusal["taken_by"] == answer["run_id"]
             assert refunds[order] == (1 if allowed else 0)
-            facts = await live.agent.facts(live.server.hub.handle(session).ctx)
+            facts = await live.agent.sessions.facts(live.server.hub.handle(session).ctx)
             assert [f.kind for f in facts].count("run_started") == 2  # the refused answer started no run
             assert [f.kind for f in facts].count("decision") == 1
     assert taken["approval"] > 0
@@ -177,7 +177,7 @@ async def test_two_servers_on_one_file_take_one_answer_per_call(tmp_path: Path) 
                 for server in servers:
                     await asyncio.wait_for(server.hub.handle(session).wait(), WAIT)
                 assert refunds[order] == (1 if allowed else 0)
-                facts = await agents[0].facts(servers[0].hub.handle(session).ctx)
+                facts = await agents[0].sessions.facts(servers[0].hub.handle(session).ctx)
                 assert [f.kind for f in facts].count("decision") == 1
                 assert [f.kind for f in facts].count("run_started") == 2
     finally:

@@ -110,7 +110,7 @@ async def test_every_route_needs_the_token(method: str, path: str, body: Any) ->
                 text = await response.text()
                 assert TOKEN not in text
                 assert "needs its token" in text
-        assert not await live.agent.sessions()  # nothing was made by the refused requests
+        assert not await live.agent.sessions.list()  # nothing was made by the refused requests
         async with live.http.request(
             method, path, json=body, headers={"Authorization": f"Bearer {TOKEN}"}
         ) as response:
@@ -178,7 +178,7 @@ async def test_changes_from_another_origin_are_refused(headers: dict[str, str]) 
             status, answer = await live.post(path, body, headers=headers)
             assert status == 403, (path, answer)
             assert "origin" in answer["error"] or "cross-site" in answer["error"]
-        assert not await live.agent.sessions()
+        assert not await live.agent.sessions.list()
         status, _ = await live.post("/api/sessions/s/runs", {"input": "hi"}, headers={"Origin": live.url})
         assert status == 202  # the server's own origin may
 
@@ -205,7 +205,7 @@ async def test_oversized_bodies_are_refused_and_change_nothing() -> None:
             assert response.status == 413
         status, _ = await live.post("/ag-ui", {**ROUTES[8][2], "forwardedProps": "z" * 4096})
         assert status == 413
-        assert not await live.agent.sessions()
+        assert not await live.agent.sessions.list()
         assert (await live.post("/api/sessions/s/runs", {"input": "small"}))[0] == 202
 
 

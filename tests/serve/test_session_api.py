@@ -75,7 +75,7 @@ async def test_a_run_streams_on_the_feed_exactly_as_the_log_has_it() -> None:
         facts = fact_events(events)
         assert [f["seq"] for f in facts] == list(range(1, len(facts) + 1))  # no gap, no duplicate
         assert [e.id for e in events] == [str(f["seq"]) for f in facts]
-        stored = await live.agent.facts(live.server.hub.handle("s1").ctx)
+        stored = await live.agent.sessions.facts(live.server.hub.handle("s1").ctx)
         assert [(f["seq"], f["kind"], f["run_id"]) for f in facts] == [
             (s.seq, s.kind, s.run_id) for s in stored[: len(facts)]
         ]
@@ -164,7 +164,7 @@ async def test_a_client_that_takes_nothing_for_send_timeout_is_dropped_and_the_r
             (stream,) = live.server.hub.streams
             _, answer = await live.post("/api/sessions/s/runs", {"input": "second"})
             await clock.run(handle.wait())  # the stalled client fills its buffers, then waits
-            assert (await live.agent.state(handle.ctx)).messages[-1].text == "v" * 20_000
+            assert (await live.agent.sessions.state(handle.ctx)).messages[-1].text == "v" * 20_000
             await clock.advance(60)
             await clock.advance(60)  # well past the deadline with data waiting: dropped
             await asyncio.wait_for(stream.closed.wait(), WAIT)
@@ -194,7 +194,7 @@ async def test_a_client_that_disconnects_never_stops_the_run() -> None:
         assert [(r["run_id"], r["outcome"]) for r in turns["turns"][0]["runs"]] == [
             (answer["run_id"], "finished")
         ]
-        assert (await agent.state(handle.ctx)).messages[-1].text == "x" * 50
+        assert (await agent.sessions.state(handle.ctx)).messages[-1].text == "x" * 50
 
 
 async def test_a_stalled_client_holds_bounded_memory_and_then_catches_up_exactly() -> None:

@@ -108,7 +108,7 @@ async def test_two_agents_on_one_store_take_turns_and_both_runs_are_kept(store: 
     gate.set()
     await asyncio.wait_for(asyncio.gather(*runs), 10)
     assert most == 1
-    texts = [m.text for m in (await one.state(ADA)).messages]
+    texts = [m.text for m in (await one.sessions.state(ADA)).messages]
     assert sorted(texts) == sorted(["first", "re: first", "second", "re: second"])
     assert texts.index("re: first") == texts.index("first") + 1 or texts.index("re: second") == 1
 
@@ -131,12 +131,14 @@ async def test_a_call_with_no_recorded_outcome_refuses_the_next_run_until_reconc
     await crash_after_refund(store)
     model = ScriptedModel(["Refund confirmed."])
     restarted = ReActAgent(model, Toolkit([refund]), store=store)
-    [uncertain] = await restarted.uncertain(ADA)
+    [uncertain] = await restarted.sessions.uncertain(ADA)
     assert (uncertain.id, uncertain.name) == ("r1", "refund")
     with pytest.raises(UncertainToolCallsError, match=r"refund .*A-1.* \(id r1\)"):
         await restarted.call("did it work?", ADA)
-    await restarted.reconcile(ADA, [Reconcile("r1", "succeeded", "refunded A-1 (checked with the bank)")])
-    assert await restarted.uncertain(ADA) == []
+    await restarted.sessions.reconcile(
+        ADA, [Reconcile("r1", "succeeded", "refunded A-1 (checked with the bank)")]
+    )
+    assert await restarted.sessions.uncertain(ADA) == []
     result = await restarted.call("did it work?", ADA)
     assert result.text == "Refund confirmed."
     assert REFUNDS == ["A-1"]  # never twice
@@ -151,7 +153,7 @@ async def test_a_call_reconciled_as_retry_runs_again_exactly_once(durable_store:
     REFUNDS.clear()  # say the bank shows no refund
     model = ScriptedModel(["Refunded now."])
     restarted = ReActAgent(model, Toolkit([refund]), store=store)
-    await restarted.reconcile(ADA, [Reconcile("r1", "retry")])
+    await restarted.sessions.reconcile(ADA, [Reconcile("r1", "retry")])
     result = await restarted.call(None, ADA)
     assert result.text == "Refunded now."
     assert REFUNDS == ["A-1"]
@@ -165,7 +167,7 @@ async def test_a_call_reconciled_as_failed_tells_the_model(durable_store: Sessio
     await crash_after_refund(store)
     model = ScriptedModel(["I will try again later."])
     restarted = ReActAgent(model, Toolkit([refund]), store=store)
-    await restarted.reconcile(ADA, [Reconcile("r1", "failed", "the bank rejected it")])
+    await restarted.sessions.reconcile(ADA, [Reconcile("r1", "failed", "the bank rejected it")])
     await restarted.call("and?", ADA)
     result = model.requests[0].messages[2].tool_results[0]
     assert result.status == "error"
@@ -177,13 +179,13 @@ async def test_reconciling_what_is_not_uncertain_is_refused_and_changes_nothing(
 ) -> None:
     store = durable_store  # a crash leaves a trace only in a store that outlives the process
     agent = await crash_after_refund(store)
-    before = await agent.facts(ADA)
+    before = await agent.sessions.facts(ADA)
     with pytest.raises(ReconcileError, match="no uncertain call with id 'nope'"):
-        await agent.reconcile(ADA, [Reconcile("r1", "retry"), Reconcile("nope", "retry")])
+        await agent.sessions.reconcile(ADA, [Reconcile("r1", "retry"), Reconcile("nope", "retry")])
     with pytest.raises(ReconcileError, match="twice"):
-        await agent.reconcile(ADA, [Reconcile("r1", "retry"), Reconcile("r1", "failed")])
-    assert await agent.facts(ADA) == before
-    assert [c.id for c in await agent.uncertain(ADA)] == ["r1"]
+        await agent.sessions.reconcile(ADA, [Reconcile("r1", "retry"), Reconcile("r1", "failed")])
+    assert await agent.sessions.facts(ADA) == before
+    assert [c.id for c in await agent.sessions.uncertain(ADA)] == ["r1"]
 
 
 async def test_an_idempotent_call_with_no_outcome_is_run_again_by_itself(durable_store: SessionStore) -> None:
@@ -201,7 +203,7 @@ async def test_an_idempotent_call_with_no_outcome_is_run_again_by_itself(durable
     result = await restarted.call(None, ADA)
     assert result.text == "Marked."
     assert REFUNDS == ["A-1:done", "A-1:done"]  # safe to repeat, so it was
-    facts = await restarted.facts(ADA)
+    facts = await restarted.sessions.facts(ADA)
     assert any(f.kind == "reconciled" and '"automatic":true' in f.payload for f in facts)
 
 
@@ -219,14 +221,14 @@ async def test_the_log_reads_back_as_turns_with_their_runs(store: SessionStore) 
     with pytest.raises(PendingToolCallsError):
         await agent.call("never mind", ADA)
     await agent.call(ToolDecision("r1", allow=True), ADA)
-    turns = await agent.turns(ADA)
+    turns = await agent.sessions.turns(ADA)
     assert [(t.input, t.reason) for t in turns] == [(["hi"], "MODEL_STOP"), (["refund A-1"], "MODEL_STOP")]
     paused, refused, resumed = turns[1].runs
     assert (paused.outcome, paused.reason) == ("finished", "PERMISSION_ASKING")
     assert refused.outcome == "failed"
     assert "PendingToolCallsError" in (refused.error or "")
     assert (resumed.outcome, resumed.reason) == ("finished", "MODEL_STOP")
-    assert any(f.kind == "decision" and '"approval"' in f.payload for f in await agent.facts(ADA))
+    assert any(f.kind == "decision" and '"approval"' in f.payload for f in await agent.sessions.facts(ADA))
 
 
 async def test_a_cancelled_run_leaves_its_input_and_a_record(store: SessionStore) -> None:
@@ -245,11 +247,11 @@ async def test_a_cancelled_run_leaves_its_input_and_a_record(store: SessionStore
         await running
     # The cancel is recorded on the loop, after the cancel, before the session is free again: taking the
     # session (to add nothing) waits for it.
-    await asyncio.wait_for(agent.add_messages(ADA, []), 5)
-    kinds = [f.kind for f in await agent.facts(ADA)]
+    await asyncio.wait_for(agent.sessions.add_messages(ADA, []), 5)
+    kinds = [f.kind for f in await agent.sessions.facts(ADA)]
     assert kinds[:3] == ["turn_started", "run_started", "message"]
     assert kinds[-1] == "run_cancelled"
-    assert [m.text for m in (await agent.state(ADA)).messages] == ["remember this"]
+    assert [m.text for m in (await agent.sessions.state(ADA)).messages] == ["remember this"]
 
 
 async def test_a_run_cancelled_while_its_save_is_appended_records_each_fact_once(store: SessionStore) -> None:
@@ -274,41 +276,43 @@ async def test_a_run_cancelled_while_its_save_is_appended_records_each_fact_once
     reply.set()
     with pytest.raises(asyncio.CancelledError):
         await running
-    await asyncio.wait_for(agent.add_messages(ADA, []), 5)  # the session is free once the release is done
+    # The session is free once the release is done.
+    await asyncio.wait_for(agent.sessions.add_messages(ADA, []), 5)
 
-    facts = await agent.facts(ADA)
+    facts = await agent.sessions.facts(ADA)
     assert [f.seq for f in facts] == list(range(1, len(facts) + 1))
     kinds = [f.kind for f in facts]
     assert (kinds.count("run_started"), kinds.count("run_finished"), kinds.count("message")) == (1, 1, 2)
     assert kinds[-1] == "run_cancelled"  # the consumer left before the result: recorded too
     assert (await agent.call("again?", ADA)).text == "and again"
-    assert [m.text for m in (await agent.state(ADA)).messages] == ["hi", "done", "again?", "and again"]
+    texts = [m.text for m in (await agent.sessions.state(ADA)).messages]
+    assert texts == ["hi", "done", "again?", "and again"]
 
 
 async def test_fork_and_delete(store: SessionStore) -> None:
     agent = ReActAgent(ScriptedModel(["one", "two", "branch"]), store=store)
     await agent.call("first", ADA)
-    after_first = len(await agent.facts(ADA))
+    after_first = len(await agent.sessions.facts(ADA))
     await agent.call("second", ADA)
     branch = RuntimeContext(user_id="ada", session_id="branch")
-    await agent.fork(ADA, after_first, branch)
-    assert [m.text for m in (await agent.state(branch)).messages] == ["first", "one"]
+    await agent.sessions.fork(ADA, after_first, branch)
+    assert [m.text for m in (await agent.sessions.state(branch)).messages] == ["first", "one"]
     assert (await agent.call("other way", branch)).text == "branch"
     with pytest.raises(SessionExistsError):
-        await agent.fork(ADA, 1, branch)
-    assert {info.key for info in await agent.sessions()} >= {("ada", "s1"), ("ada", "branch")}
-    await agent.delete_session(branch)
-    assert await agent.facts(branch) == []
-    assert [m.text for m in (await agent.state(ADA)).messages] == ["first", "one", "second", "two"]
+        await agent.sessions.fork(ADA, 1, branch)
+    assert {info.key for info in await agent.sessions.list()} >= {("ada", "s1"), ("ada", "branch")}
+    await agent.sessions.delete(branch)
+    assert await agent.sessions.facts(branch) == []
+    assert [m.text for m in (await agent.sessions.state(ADA)).messages] == ["first", "one", "second", "two"]
 
 
 async def test_a_turn_appends_only_its_own_facts(store: SessionStore) -> None:
     agent = ReActAgent(ScriptedModel([f"answer {n}" for n in range(30)]), store=store)
     counts = []
     for n in range(30):
-        before = len(await agent.facts(ADA))
+        before = len(await agent.sessions.facts(ADA))
         await agent.call(f"question {n}", ADA)
-        counts.append(len(await agent.facts(ADA)) - before)
+        counts.append(len(await agent.sessions.facts(ADA)) - before)
     assert set(counts[1:]) == {counts[1]}  # the same facts per turn, however long the history
 
 
@@ -321,7 +325,7 @@ async def test_text_with_a_lone_surrogate_is_recorded_and_read_back(store: Sessi
     result = await asyncio.wait_for(session.submit("hi"), 10)
     assert result.text == "smile 😀 and a stray \udc00"  # the pair mended, the stray kept
     restarted = ReActAgent(ScriptedModel([]), store=store)
-    assert (await restarted.state(ADA)).messages[-1].text == result.text
+    assert (await restarted.sessions.state(ADA)).messages[-1].text == result.text
     deltas = "".join(
         e.text  # type: ignore[union-attr]
         for e in (item.event for item in [*(await _items(restarted))])
@@ -333,4 +337,4 @@ async def test_text_with_a_lone_surrogate_is_recorded_and_read_back(store: Sessi
 async def _items(agent: ReActAgent) -> list[Any]:
     from rxagent.session import FeedItem
 
-    return [FeedItem.of(f) for f in await agent.facts(ADA)]
+    return [FeedItem.of(f) for f in await agent.sessions.facts(ADA)]

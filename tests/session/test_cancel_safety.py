@@ -101,7 +101,7 @@ async def test_an_append_that_failed_after_committing_counts_as_made(store: Sess
     assert kinds(facts).count("run_finished") == 2  # once per run
     texts = [m.text for m in (await replayed(store)).state.messages]
     assert texts == ["one", "first answer", "two", "second answer"]
-    assert (await agent.state(CTX)).messages == (await replayed(store)).state.messages
+    assert (await agent.sessions.state(CTX)).messages == (await replayed(store)).state.messages
     assert await store.lease(KEY) is None
 
 
@@ -130,7 +130,7 @@ async def test_a_foreign_append_under_the_runs_lease_fails_the_run_and_leaves_th
     assert "run_finished" not in kinds(facts)  # refused, not written after the intruder's fact
     # The session goes on from the log (the run's projection, ahead of it, was dropped).
     assert (await agent.call("again", CTX)).text == "later"
-    assert (await agent.state(CTX)).messages == (await replayed(store)).state.messages
+    assert (await agent.sessions.state(CTX)).messages == (await replayed(store)).state.messages
 
 
 # ---- leases under cancel ---------------------------------------------------------------------------------

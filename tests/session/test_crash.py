@@ -5,7 +5,7 @@ yet, and a delay): before the tool wrote its line, or after it wrote it and befo
 recorded. After each kill the test process loads the session and checks what the log promises:
 
 - every fact the child saw committed (it printed the log from inside the tool) is still there, unchanged;
-- the dispatched call is *uncertain*: :meth:`ReActAgent.uncertain` lists it and a run refuses with
+- the dispatched call is *uncertain*: ``agent.sessions.uncertain`` lists it and a run refuses with
   :class:`UncertainToolCallsError` naming it;
 - reconciled from the ledger file (``succeeded`` when its line is there, ``retry`` when not), the session
   completes (``MODEL_STOP``), and the ledger holds exactly one line per intended call: the side effect
@@ -167,7 +167,7 @@ async def test_a_side_effect_cut_short_by_a_kill_is_uncertain_until_reconciled_a
 
             model = ScriptedModel([f"Order {i} is refunded."])
             agent = ReActAgent(model, ledger_toolkit(files.ledger, files.statuses), store=store)
-            uncertain = await agent.uncertain(CTX)
+            uncertain = await agent.sessions.uncertain(CTX)
             assert [(c.id, c.name, c.input) for c in uncertain] == [(call_id, "append_line", {"line": line})]
             async with asyncio.timeout(30):  # the dead child's lease is taken over at once
                 with pytest.raises(UncertainToolCallsError, match=call_id) as refused:
@@ -180,9 +180,11 @@ async def test_a_side_effect_cut_short_by_a_kill_is_uncertain_until_reconciled_a
             head = len(facts) + 1
 
             with pytest.raises(ReconcileError, match="no uncertain call with id 'refund-x'"):
-                await agent.reconcile(CTX, [Reconcile("refund-x", "failed")])
+                await agent.sessions.reconcile(CTX, [Reconcile("refund-x", "failed")])
             with pytest.raises(ReconcileError, match="reconciled twice"):
-                await agent.reconcile(CTX, [Reconcile(call_id, "retry"), Reconcile(call_id, "failed")])
+                await agent.sessions.reconcile(
+                    CTX, [Reconcile(call_id, "retry"), Reconcile(call_id, "failed")]
+                )
             assert await store.head(KEY) == head
 
             # What the operator finds decides: the line is in the ledger, or the refund is to run again.
@@ -191,10 +193,10 @@ async def test_a_side_effect_cut_short_by_a_kill_is_uncertain_until_reconciled_a
                 Reconcile(call_id, "succeeded", f"appended {line!r}") if done else Reconcile(call_id, "retry")
             )
             outcomes[outcome.outcome] += 1
-            await agent.reconcile(CTX, [outcome])
-            assert await agent.uncertain(CTX) == []
+            await agent.sessions.reconcile(CTX, [outcome])
+            assert await agent.sessions.uncertain(CTX) == []
             with pytest.raises(ReconcileError, match="uncertain: none"):
-                await agent.reconcile(CTX, [outcome])
+                await agent.sessions.reconcile(CTX, [outcome])
 
             result = await agent.call(None, CTX)
             assert result.reason == "MODEL_STOP"
@@ -203,7 +205,7 @@ async def test_a_side_effect_cut_short_by_a_kill_is_uncertain_until_reconciled_a
             model.assert_complete()
             assert files.lines() == intended  # exactly one line per intended call, whatever the moment
 
-            state = await agent.state(CTX)
+            state = await agent.sessions.state(CTX)
             results = [r for m in state.messages for r in m.tool_results if r.tool_use_id == call_id]
             assert len(results) == 1
             assert results[0].status == "ok"
@@ -237,13 +239,13 @@ async def test_an_idempotent_call_cut_short_by_a_kill_is_run_again_by_the_next_r
 
             model = ScriptedModel([f"Order {i} is shipped."])
             agent = ReActAgent(model, ledger_toolkit(files.ledger, files.statuses, count), store=store)
-            assert [c.id for c in await agent.uncertain(CTX)] == [call_id]
+            assert [c.id for c in await agent.sessions.uncertain(CTX)] == [call_id]
             async with asyncio.timeout(30):
                 result = await agent.call(None, CTX)  # no reconciliation asked: the tool is idempotent
             assert result.reason == "MODEL_STOP"
             assert ran == ["started", "written"]  # run again, once
             assert (files.statuses / order).read_text() == "shipped"
-            assert await agent.uncertain(CTX) == []
+            assert await agent.sessions.uncertain(CTX) == []
 
             after = (await store.read(KEY))[head:]
             reconciled = [f.data() for f in after if f.kind == "reconciled"]
@@ -278,7 +280,7 @@ async def take_over(store: SessionStore, ledger: Path, text: str) -> str:
     ledger, then run the session on (with the round's input again if the log never got it); how."""
     agent = ReActAgent(batch_model(), effect_toolkit(ledger), store=store, options=AgentOptions(lease_ttl=5))
     try:
-        messages = (await agent.state(CTX)).messages
+        messages = (await agent.sessions.state(CTX)).messages
         again = None if any(m.role == "user" and m.text == text for m in messages) else text
         how = "asked again" if again else "carried on"
         async with asyncio.timeout(30):  # the dead child's lease is taken over at once
@@ -287,7 +289,7 @@ async def take_over(store: SessionStore, ledger: Path, text: str) -> str:
             except UncertainToolCallsError as refused:
                 outcomes = outcomes_from_ledger(refused.calls, ledger)
                 how = "reconciled: " + ",".join(sorted(o.outcome for o in outcomes))
-                await agent.reconcile(CTX, outcomes)
+                await agent.sessions.reconcile(CTX, outcomes)
                 result = await agent.call(None, CTX)
         assert (result.reason, result.text) == ("MODEL_STOP", "done")
         return how

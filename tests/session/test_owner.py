@@ -17,7 +17,7 @@ from dataclasses import replace
 import pytest
 
 from rxagent.session import SessionKeeper
-from rxagent.session.memory import MemoryStore
+from rxagent.session.in_process import MemoryStore
 from rxagent.session.owner import ProcessOwner, owner_gone, this_machine
 
 

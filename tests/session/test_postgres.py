@@ -488,7 +488,7 @@ async def test_two_agents_on_two_stores_continue_one_conversation(postgres_url: 
         await first.call("hi, I am Ada", ctx)
         second = ReActAgent(ScriptedModel(["you are Ada"]), store=two)
         await second.call("who am I?", ctx)
-        state = await second.state(ctx)
+        state = await second.sessions.state(ctx)
         assert [m.text for m in state.messages] == ["hi, I am Ada", "hello, Ada", "who am I?", "you are Ada"]
         listed = await one.sessions()
         assert [info.key for info in listed] == [("ada", "chat")]

@@ -128,13 +128,13 @@ async def test_a_death_before_the_batch_closes_leaves_every_result_and_nothing_r
     store = SQLiteStore(path)
     model = ScriptedModel(["Both charged."])
     second = ReActAgent(model, charges(ran, safe=safe), store=store, options=options)
-    assert await second.uncertain(CTX) == []
+    assert await second.sessions.uncertain(CTX) == []
     async with asyncio.timeout(10):  # the dead process's lease expires first
         result = await second.call(None, CTX)
 
     assert result.text == "Both charged."
     assert sorted(ran) == ["A", "B"]  # neither ran again, and nobody was asked
-    (tool_message,) = [m for m in (await second.state(CTX)).messages if m.role == "tool"]
+    (tool_message,) = [m for m in (await second.sessions.state(CTX)).messages if m.role == "tool"]
     assert [(r.tool_use_id, r.text) for r in tool_message.tool_results] == [
         ("a", "charged A"),
         ("b", "charged B"),
@@ -180,10 +180,10 @@ async def test_a_result_list_written_without_a_recorded_result_does_not_erase_it
 
     ran: list[str] = []
     agent = ReActAgent(ScriptedModel(["Both charged."]), charges(ran, safe=False), store=store)
-    assert [c.id for c in await agent.uncertain(CTX)] == ["b"]
+    assert [c.id for c in await agent.sessions.uncertain(CTX)] == ["b"]
     from rxagent.session import Reconcile
 
-    await agent.reconcile(CTX, [Reconcile("b", "retry")])
+    await agent.sessions.reconcile(CTX, [Reconcile("b", "retry")])
     assert (await agent.call(None, CTX)).text == "Both charged."
     assert ran == ["B"]  # A, whose result the log holds, never ran again
     await agent.aclose()
@@ -209,14 +209,14 @@ async def test_a_run_a_crash_left_open_is_ended_by_whoever_takes_the_session_aft
     await store.save_checkpoint(KEY, Projection.replay(None, await store.read(KEY)).checkpoint())
 
     agent = ReActAgent(ScriptedModel([]), store=store)
-    await agent.add_messages(CTX, [Msg.user("A note for later.")])  # an inject, with no run
+    await agent.sessions.add_messages(CTX, [Msg.user("A note for later.")])  # an inject, with no run
 
     facts = await store.read(KEY)
     assert [(f.kind, f.data()) for f in facts[3:4]] == [
         ("run_failed", {"run_id": "run_1", "error": LOST_RUN})
     ]
     assert [f.kind for f in facts[4:]] == ["message"]
-    await agent.add_messages(CTX, [Msg.user("Another.")])
+    await agent.sessions.add_messages(CTX, [Msg.user("Another.")])
     assert [f.kind for f in (await store.read(KEY))[5:]] == ["message"]  # ended once
     await agent.aclose()
     await store.aclose()

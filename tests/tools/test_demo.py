@@ -143,7 +143,7 @@ async def test_the_demo_tools_are_read_only_so_a_crash_inside_one_never_strands_
     result = await agent.call(None, ctx)  # nobody is asked: running it again changes nothing
 
     assert result.text == "42."
-    state = await agent.state(ctx)
+    state = await agent.sessions.state(ctx)
     assert [r.text for m in state.messages for r in m.tool_results] == ["42"]
     await agent.aclose()
     await store.aclose()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import importlib
 import json
 import threading
 from collections.abc import Sequence
@@ -28,9 +29,9 @@ from rxagent.tools import (
     SchemaTool,
     ToolBatchFinished,
     ToolBodyStarted,
-    ToolCallFinished,
     ToolCallNext,
     ToolCallProgress,
+    ToolCallSettled,
     ToolCallSuspended,
     ToolContext,
     ToolEvent,
@@ -120,7 +121,7 @@ async def test_concurrency_safe_calls_run_together_and_results_keep_call_order(c
     calls = [call("fetch", {"key": k, "delay": d}, id=k) for k, d in [("a", 3), ("b", 0), ("c", 1)]]
     events = await run(calls, toolkit, ToolExecutor(clock=clock))
     assert log[:3] == ["start a", "start b", "start c"]
-    finished = [(e.call.id, e.duration_s) for e in events if isinstance(e, ToolCallFinished)]
+    finished = [(e.call.id, e.duration_s) for e in events if isinstance(e, ToolCallSettled)]
     assert finished == [("b", 0.0), ("c", 1.0), ("a", 3.0)]  # as they happen, timed on the clock
     assert texts(events) == ["value of a", "value of b", "value of c"]  # in call order
     assert clock.now() == 3.0  # together: the longest, not the sum
@@ -204,7 +205,7 @@ async def test_progress_comes_between_start_and_finish_and_is_never_a_result() -
 
     events = await run([call("steps", id="s")], Toolkit([steps]))
     kinds = [type(e).__name__ for e in events]
-    assert kinds == ["ToolBodyStarted"] + ["ToolCallProgress"] * 3 + ["ToolCallFinished", "ToolBatchFinished"]
+    assert kinds == ["ToolBodyStarted"] + ["ToolCallProgress"] * 3 + ["ToolCallSettled", "ToolBatchFinished"]
     assert texts(events) == ["done"]
 
 
@@ -237,9 +238,9 @@ async def test_timeouts_become_error_results_and_mark_the_context_cancelled(cloc
     assert contexts[0].cancelled
     assert cleaned_up == [30.0]  # the tool's task was cancelled at the deadline
     assert results[1].text == "Error: tool 'own_timeout' raised TimeoutError"
-    durations = [e.duration_s for e in events if isinstance(e, ToolCallFinished)]
+    durations = [e.duration_s for e in events if isinstance(e, ToolCallSettled)]
     assert durations == [30.0, 0.0]  # one after the other (neither is concurrency-safe), timed on the clock
-    finished = {e.call.id: e for e in events if isinstance(e, ToolCallFinished)}
+    finished = {e.call.id: e for e in events if isinstance(e, ToolCallSettled)}
     assert (finished["h"].error_type, finished["o"].error_type) == ("TimeoutError", "TimeoutError")
 
 
@@ -312,7 +313,7 @@ async def test_ordinary_exceptions_become_error_results_the_model_can_read() -> 
         "Error: ZeroDivisionError: float division by zero",
     )
     assert (results[1].status, results[1].text) == ("ok", "0.25")
-    finished = {e.call.id: e for e in events if isinstance(e, ToolCallFinished)}
+    finished = {e.call.id: e for e in events if isinstance(e, ToolCallSettled)}
     assert (finished["d"].error_type, finished["e"].error_type) == ("ZeroDivisionError", None)
 
 
@@ -344,7 +345,7 @@ async def test_error_results_name_the_class_of_error_when_one_is_known() -> None
         ],
         Toolkit([count, unencodable, says_error]),
     )
-    finished = {e.call.id: e for e in events if isinstance(e, ToolCallFinished)}
+    finished = {e.call.id: e for e in events if isinstance(e, ToolCallSettled)}
     assert {k: (e.result.status, e.error_type) for k, e in finished.items()} == {
         "a": ("error", "ToolArgumentError"),
         "u": ("error", "PydanticSerializationError"),
@@ -704,14 +705,14 @@ async def test_interceptors_rewrite_short_circuit_and_wrap_in_onion_order() -> N
         return next_(invocation).pipe(
             ops.map(
                 lambda e: (
-                    ToolCallFinished(
+                    ToolCallSettled(
                         e.call,
                         ToolResultBlock(
                             tool_use_id=e.call.id, name=e.call.name, output=e.result.output + e.result.output
                         ),
                         e.duration_s,
                     )
-                    if isinstance(e, ToolCallFinished)
+                    if isinstance(e, ToolCallSettled)
                     else e
                 )
             )
@@ -763,7 +764,7 @@ async def test_only_the_first_result_of_an_interceptor_counts() -> None:
     events = await run(
         [call("greet", {"name": "a"}, id="1")], Toolkit([greet]), ToolExecutor(interceptors=[twice])
     )
-    assert [type(e) for e in events] == [ToolCallFinished, ToolBatchFinished]
+    assert [type(e) for e in events] == [ToolCallSettled, ToolBatchFinished]
     assert texts(events) == ["first"]
 
 
@@ -791,5 +792,15 @@ async def test_return_values_are_encoded_as_text() -> None:
         "(no output)",
         '{"a":[1,2],"when":"2026-01-02"}',
     ]
-    finished = [e for e in events if isinstance(e, ToolCallFinished)]
+    finished = [e for e in events if isinstance(e, ToolCallSettled)]
     assert isinstance(finished[0].value, Weather)
+
+
+@pytest.mark.parametrize("module", ["rxagent.tools", "rxagent.tools.events"])
+def test_tool_call_finished_is_a_deprecated_alias_of_tool_call_settled(module: str) -> None:
+    imported = importlib.import_module(module)
+    with pytest.warns(DeprecationWarning, match="ToolCallFinished is renamed ToolCallSettled"):
+        old = imported.ToolCallFinished
+    assert old is ToolCallSettled
+    with pytest.raises(AttributeError, match="ToolCallFinishd"):
+        _ = imported.ToolCallFinishd

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from reactivex import operators as ops
 
 from rxagent.messages import ToolUseBlock
-from rxagent.tools import ToolBatchFinished, ToolCallFinished, ToolEvent, ToolExecutor, Toolkit, tool
+from rxagent.tools import ToolBatchFinished, ToolCallSettled, ToolEvent, ToolExecutor, Toolkit, tool
 
 
 class Address(BaseModel):
@@ -77,7 +77,7 @@ def test_arbitrary_json_arguments_never_crash_and_each_call_gets_exactly_one_res
         return await ToolExecutor(parallel=parallel).execute(blocks, toolkit.view()).pipe(ops.to_list())
 
     events = asyncio.run(execute())
-    finished = [e for e in events if isinstance(e, ToolCallFinished)]
+    finished = [e for e in events if isinstance(e, ToolCallSettled)]
     assert sorted(e.call.id for e in finished) == sorted(b.id for b in blocks)
     last = events[-1]
     assert isinstance(last, ToolBatchFinished)

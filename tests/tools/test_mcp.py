@@ -53,8 +53,8 @@ from rxagent.tools import (
     Permissions,
     ToolBatchFinished,
     ToolBodyStarted,
-    ToolCallFinished,
     ToolCallProgress,
+    ToolCallSettled,
     ToolContext,
     ToolEvent,
     ToolExecutor,
@@ -422,7 +422,7 @@ async def test_a_call_returns_the_text_of_the_result(any_era: Connected) -> None
     assert [(r.status, r.text) for r in results(events)] == [("ok", "5"), ("ok", "héllo ✓\nnext line")]
     started = [e for e in events if isinstance(e, ToolBodyStarted)]
     assert [e.arguments for e in started] == [{"a": 2, "b": 3}, {"text": "héllo ✓\nnext line"}]
-    finished = [e for e in events if isinstance(e, ToolCallFinished)]
+    finished = [e for e in events if isinstance(e, ToolCallSettled)]
     assert [e.value for e in finished] == ["5", "héllo ✓\nnext line"]
 
 
@@ -522,7 +522,7 @@ async def test_dispose_cancels_the_call_on_the_server_and_the_session_survives(a
     assert await text_of(toolkit, "add", a=20, b=22) == "42"
     progress = [e.update for e in watch.events if isinstance(e, ToolCallProgress)]
     assert [(p.message, p.fraction) for p in progress] == [("started", 0.0)]
-    assert not [e for e in watch.events if isinstance(e, ToolCallFinished)]
+    assert not [e for e in watch.events if isinstance(e, ToolCallSettled)]
     assert watch.error is None
 
 
