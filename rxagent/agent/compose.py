@@ -39,7 +39,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypedDict
 
 import pydantic_core
 from pydantic import BaseModel
@@ -65,13 +65,41 @@ from rxagent.tools import SchemaTool, Tool, ToolContext, ToolTraits
 if TYPE_CHECKING:
     from rxagent.agent.react import AnyAgent
 
-__all__ = ["ChildSessions", "RunContextFactory", "RunOutcome", "agent_tool", "map_runs"]
+__all__ = [
+    "AgentToolOptions",
+    "ChildSessions",
+    "MapRunsOptions",
+    "RunContextFactory",
+    "RunOutcome",
+    "agent_tool",
+    "map_runs",
+]
 
 ChildSessions: TypeAlias = Literal["per_call", "shared"]
 """Where an agent used as a tool keeps its runs: a fresh session per call, or one per parent session."""
 
 RunContextFactory: TypeAlias = Callable[[int, AgentInput], RuntimeContext]
 """``(index, input) -> context`` of one run of :func:`map_runs`."""
+
+
+class AgentToolOptions(TypedDict, total=False):
+    """The options of :func:`agent_tool` (and ``Agent.as_tool``) after the name and description."""
+
+    sessions: ChildSessions
+    max_task_chars: int
+    timeout: float | None
+    groups: Iterable[str]
+
+
+class MapRunsOptions(TypedDict, total=False):
+    """The options of :func:`map_runs` (and ``Agent.map_runs``)."""
+
+    max_concurrent: int
+    ordered: bool
+    context: RunContextFactory | None
+    events: bool
+    deltas: bool
+    progress: ProgressOption
 
 
 # ---- an agent as a tool ----------------------------------------------------------------------------------

@@ -1,74 +1,47 @@
-"""The ReAct agent: the lifecycle (session, save, serialisation) around the default assembly of steps.
-
-::
-
-    stream_events(input, ctx)
-      using_resource: take the session's turn (bounded by session_wait) · load its state
-        └─ agent cut point
-             └─ run_loop(steps, Start(input), run)          (see rxagent.agent.steps)
-                  Start → Reason → Act → Reason → … → Finish
-      release: save on every ending (complete, failure, cancel) · hand the session to the next run
-
-Nothing runs until subscription; disposing the subscription cancels the model call or the tools in
-flight and saves what happened (cancel emits nothing more). ``stream_events`` is the one pipeline;
-``call`` and ``call_observable`` are it filtered to the :class:`~rxagent.events.AgentResult`. Replace or
-add steps with ``steps=`` (merged over :func:`default_steps`) to build another agent from the same parts.
+"""The host: :class:`Agent` holds a model, tools, options, middleware, a session store and a loop of steps
+(:mod:`rxagent.agent.loop`; ReAct by default), and runs it per input with the session lifecycle of
+:mod:`rxagent.agent.lifecycle`. ``stream_events`` is the one pipeline; ``call`` and ``call_observable``
+are it filtered to the :class:`~rxagent.events.AgentResult`; ``agent.sessions`` reads and changes its
+sessions.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Generic, Never, TypeAlias, cast
+from collections.abc import Mapping, Sequence
+from typing import Generic, Never, TypeAlias, Unpack, cast
 
-import reactivex
-from pydantic import BaseModel, JsonValue
+from pydantic import JsonValue
 from reactivex import Observable
 from reactivex import operators as ops
 from typing_extensions import TypeVar
 
-from rxagent.agent.compose import ChildSessions, RunContextFactory, RunOutcome, agent_tool, map_runs
+from rxagent.agent.compose import AgentToolOptions, MapRunsOptions, RunOutcome, agent_tool, map_runs
 from rxagent.agent.control import RunControl
 from rxagent.agent.inputs import (
     AgentInput,
-    AnswerTakenError,
-    ExternalResult,
-    RunInput,
-    SessionBusyError,
-    ToolDecision,
-    normalise_input,
 )
+from rxagent.agent.lifecycle import run_events
 from rxagent.agent.live import SessionHandle
 from rxagent.agent.loop import react_steps
-from rxagent.agent.middleware import AnyMiddleware, chain, has_hooks, watches_events
-from rxagent.agent.nodes import Node, Start, Steps
+from rxagent.agent.middleware import AnyMiddleware, watches_events
+from rxagent.agent.nodes import Node, Steps
 from rxagent.agent.options import AgentOptions
-from rxagent.agent.run import RunState, new_run
-from rxagent.agent.sessions import Sessions, session_key
-from rxagent.agent.steps import recover, run_loop
+from rxagent.agent.sessions import Sessions
 from rxagent.agent.structured import OutputSpec
 from rxagent.clock import SYSTEM_CLOCK, Clock
 from rxagent.context import RuntimeContext
-from rxagent.events import AgentEvent, AgentResult, RunReason
-from rxagent.logs import with_current_run
-from rxagent.messages import new_id
+from rxagent.events import AgentEvent, AgentResult
 from rxagent.model.types import ChatModel
-from rxagent.operators import Operator, Outcome, ProgressOption, last_value, using_resource
+from rxagent.operators import Operator, last_value
 from rxagent.session import (
-    Claim,
     MemoryStore,
-    Place,
-    SessionBusy,
     SessionKeeper,
     SessionStore,
-    answers_of,
     open_store,
 )
-from rxagent.session.reconcile import UncertainToolCallsError, never_started
-from rxagent.state import DEFAULT_SESSION, PendingCall, SessionKey
+from rxagent.state import DEFAULT_SESSION
 from rxagent.tools import Permissions, Tool, Toolkit
 
 __all__ = ["DEFAULT_SESSION", "Agent", "ReActAgent"]
@@ -135,7 +108,7 @@ class Agent(Generic[DepsT, OutputT]):
         self.options = options or AgentOptions()
         self.middleware = tuple(middleware)
         self.permissions = permissions or Permissions()
-        self.output = _output_spec(output_type)
+        self.output = OutputSpec.of(output_type)
         self.store: SessionStore = open_store(store) if isinstance(store, str) else store or MemoryStore()
         self._owns_store = not isinstance(store, SessionStore)
         self.clock = clock
@@ -167,22 +140,10 @@ class Agent(Generic[DepsT, OutputT]):
         uses as tools (:meth:`as_tool`) come too, each with its own ``run_id`` and ``seq`` and this run's
         id as ``parent_run_id`` (see :mod:`rxagent.events`); this run's own result is still the last event.
 
-        Lifecycle:
-            value: the session state is saved *before* the ``AgentResult`` is emitted, so a consumer may
-            stop at the result (``break`` out of ``async for``) without losing the run.
-            complete: after the ``AgentResult``; the session is released.
-            error: a run that fails once started still ends with exactly one ``AgentResult``: an
-            :class:`~rxagent.events.ErrorEvent` (the error's type and message), the ``ERROR`` phase and an
-            ``AgentResult`` with reason ``ERROR`` come last, the state saved before them, and then the
-            stream errors with the original error (a failing save is attached to it as a note; ``call``
-            raises it). Calls that finished keep their results; calls cut short get ``error`` results;
-            calls waiting for a decision stay pending. A run that never started — its session stayed
-            busy past ``AgentOptions.session_wait`` (:class:`SessionBusyError`), or the store failed to
-            load it — errors with no events.
-            cancel: the model call or tools in flight are cancelled and nothing more is emitted; the
-            session is saved with what happened (finished calls keep their results, calls cut short get
-            ``interrupted`` results, the half-streamed answer is dropped), then released.
-            re-subscribe: a new run.
+        Lifecycle: as :mod:`rxagent.agent.lifecycle` says. The state is saved *before* the result, so a
+        consumer may stop there; a failure ends with an ``ErrorEvent`` and an ``ERROR`` result, then the
+        error; a cancel saves what happened and emits nothing more; a run whose session stayed busy past
+        ``AgentOptions.session_wait`` errors with :class:`SessionBusyError` and no events.
 
         ``control`` interrupts the run from any thread and shows its place in the session's queue.
         ``deltas=False`` leaves out the per-token events (text, thinking and tool-argument deltas) for
@@ -191,182 +152,9 @@ class Agent(Generic[DepsT, OutputT]):
         them; ``run_id`` names the run (default: a fresh id). ``deps`` reach tools and steps as
         ``RunContext[Deps].deps`` (default: those of ``ctx`` when it is a ``RunContext``, else ``None``).
         """
-        return self._events(
-            input, ctx, control, deltas=deltas, quiet=False, record=record, run_id=run_id, deps=deps
+        return run_events(
+            self, input, ctx, control, deltas=deltas, quiet=False, record=record, run_id=run_id, deps=deps
         )
-
-    def _events(
-        self,
-        input: AgentInput,
-        ctx: RuntimeContext | None,
-        control: RunControl | None,
-        *,
-        deltas: bool,
-        quiet: bool,
-        record: bool = False,
-        run_id: str | None = None,
-        deps: object = None,
-    ) -> Observable[AgentEvent]:
-        record = record or self.options.record_events
-        context = ctx or RuntimeContext(session_id=DEFAULT_SESSION)
-        key = session_key(context)
-        run_input = normalise_input(input)
-        keeper = self.keeper
-
-        async def acquire() -> _Held:
-            run_control = control or RunControl()
-            place = keeper.place(key)
-            run_control.bind(asyncio.get_running_loop(), place)
-            try:
-                claim = await self._claim(place, key, run_input.decisions)
-            except BaseException:
-                run_control.unbind()
-                raise
-            return _Held(claim, run_control)
-
-        def use(held: _Held) -> Observable[AgentEvent]:
-            claim = held.claim
-            recorder = claim.recorder
-
-            async def save(reason: RunReason, failure: Exception | None) -> None:
-                turn_id = held.turn_id
-                run_id = recorder.run_id  # not `run`: the run holds this closure
-                if failure is not None:
-                    recorder.note("run_failed", {"run_id": run_id, "error": _describe(failure)})
-                else:
-                    recorder.note("run_finished", {"run_id": run_id, "reason": reason})
-                if turn_id is not None and not claim.projection.state.pending:  # nothing left to answer
-                    recorder.note("turn_finished", {"turn_id": turn_id, "reason": reason})
-                try:
-                    await claim.flush()
-                except Exception as save_error:
-                    if failure is None:
-                        raise
-                    failure.add_note(f"recording the session after this error failed too: {save_error!r}")
-                held.saved = True
-
-            run = new_run(
-                self.model,
-                self.toolkit,
-                name=self.name,
-                system_prompt=self.system_prompt,
-                options=self.options,
-                middleware=self.middleware,
-                output_type=self.output,
-                ctx=context,
-                deps=deps,
-                state=claim.projection.state,
-                control=held.control,
-                save=save,
-                recorder=recorder,
-                permissions=self.permissions,
-                clock=self.clock,
-                run_id=run_id,
-                quiet=quiet,
-                deltas=deltas,
-            )
-            recorder.run_id = run.run_id
-            run.repaired = claim.projection.memo.get("repair", run.repaired)
-            held.run = run
-            held.turn_id = _record_start(run, claim, run_input)
-            self.sessions.run_started(key, run)
-
-            def loop(first: RunInput) -> Observable[AgentEvent]:
-                return run_loop(self.steps, Start(first), run)
-
-            counter = itertools.count()
-            own_id = run.run_id
-
-            def stamp(event: AgentEvent) -> AgentEvent:
-                # In the order subscribers see events, after any middleware; events of nested runs (an
-                # agent used as a tool) pass through with their own run's numbering.
-                if event.run_id == own_id:
-                    event.seq = next(counter)
-                if record:
-                    recorder.event(event)
-                return event
-
-            events = chain(self.middleware, "agent", run.ctx, loop)(run_input)
-            if has_hooks(self.middleware, "agent"):  # an agent hook's own StopRun or failure
-                events = events.pipe(
-                    ops.catch(lambda error, _: recover(run, error) or reactivex.throw(error))
-                )
-            # The run's context is the current run while it subscribes: log lines its tasks write carry
-            # its ids (rxagent.logs).
-            return events.pipe(ops.map(stamp), with_current_run(run.ctx))
-
-        async def release(held: _Held, outcome: Outcome) -> None:
-            claim, run = held.claim, held.run
-            try:
-                if not held.saved and run is not None:
-                    if outcome.kind == "cancelled":
-                        # What happened stays recorded: finished calls keep their results.
-                        cancelled = "The run was cancelled before this call finished."
-                        run.settle(cancelled, "interrupted", answer_waiting=False)
-                        claim.recorder.note("run_cancelled", {"run_id": run.run_id})
-                    else:
-                        error = outcome.error
-                        why = _describe(error) if error is not None else "it ended before its result"
-                        claim.recorder.note("run_failed", {"run_id": run.run_id, "error": why})
-                try:  # what came after the run's ending was recorded (its result event, if recorded)
-                    await claim.flush()
-                except Exception:
-                    if not held.saved:
-                        raise
-                    ids = {"trace_id": context.trace_id, "session_id": key[1]}
-                    if run is not None:
-                        ids["run_id"] = run.run_id
-                    _log.warning(
-                        "rxagent: recording the end of a run of %r failed", key[1], exc_info=True, extra=ids
-                    )
-            finally:
-                if run is not None:
-                    claim.projection.memo["repair"] = run.repaired
-                    self.sessions.run_ended(key, run)  # what was steered too late goes back to the handle
-                held.run = None  # the run's save closure holds the holder: cut the cycle
-                try:
-                    await keeper.release(claim)
-                finally:
-                    held.control.unbind()
-
-        return using_resource(acquire, use, release)
-
-    async def _claim(
-        self, place: Place, key: SessionKey, answers: Sequence[ToolDecision | ExternalResult] = ()
-    ) -> Claim:
-        """Take the session for a run; refuse while calls of it have no known outcome, and refuse answers
-        for calls the log records an answer for already (checked under the lease the run then records its
-        own answers under: one answer per call, whoever sends them)."""
-        wait = self.options.session_wait
-        try:
-            claim = await self.keeper.claim(place, key, wait=wait)
-        except SessionBusy as busy:
-            raise SessionBusyError(key, busy.waited, busy.ahead, busy.holder) from None
-        try:
-            await self._refuse_taken(claim, answers)  # first: refusing it leaves the projection as it was
-            _retry_what_is_safe(self, claim)
-        except UncertainToolCallsError:
-            try:  # what the claim noted stays recorded (the end of a run a crash left open)
-                await claim.flush()
-            except Exception:
-                _log.warning("rxagent: recording session %r failed", key[1], exc_info=True)
-            finally:
-                await self.keeper.release(claim)
-            raise
-        except BaseException:
-            await self.keeper.release(claim)
-            raise
-        return claim
-
-    async def _refuse_taken(self, claim: Claim, answers: Sequence[ToolDecision | ExternalResult]) -> None:
-        waiting = {p.call.id for p in claim.projection.state.pending}
-        gone = [a.call_id for a in answers if a.call_id not in waiting]
-        if not gone:  # the usual case: the log is read only for answers to calls that wait no more
-            return
-        taken = answers_of(await self.store.read(claim.key), gone)
-        for call_id in gone:
-            if call_id in taken:
-                raise AnswerTakenError(taken[call_id])
 
     def call_observable(
         self,
@@ -390,7 +178,7 @@ class Agent(Generic[DepsT, OutputT]):
             # Results of nested runs (agents used as tools) carry this run's id as their parent.
             return isinstance(event, AgentResult) and event.parent_run_id == parent
 
-        events = self._events(input, ctx, control, deltas=watched, quiet=not watched, deps=deps)
+        events = run_events(self, input, ctx, control, deltas=watched, quiet=not watched, deps=deps)
         # The result's structured value is this agent's output spec's, validated: of type OutputT.
         return cast("Observable[AgentResult[OutputT]]", events.pipe(ops.filter(own_result)))
 
@@ -434,65 +222,28 @@ class Agent(Generic[DepsT, OutputT]):
         return self._runner.run(settled())
 
     def as_tool(
-        self,
-        name: str | None = None,
-        description: str | None = None,
-        *,
-        sessions: ChildSessions = "per_call",
-        max_task_chars: int = 8000,
-        timeout: float | None = None,
-        groups: Iterable[str] = (),
+        self, name: str | None = None, description: str | None = None, **options: Unpack[AgentToolOptions]
     ) -> Tool:
-        """This agent as a tool of another agent: the task in, this agent's answer out.
-
-        Each call runs this agent (in a child session, with the calling run's user and trace id) and
-        its events appear in the caller's stream with ``parent_run_id`` set; its usage counts in the
-        caller's result; cancelling or interrupting the caller cancels it. See
-        :func:`rxagent.agent.compose.agent_tool` for the arguments and the whole contract.
+        """This agent as a tool of another agent: the task in, this agent's answer out (each call a run in
+        a child session, its events in the caller's stream; see :func:`rxagent.agent.compose.agent_tool`
+        for the options: ``sessions``, ``max_task_chars``, ``timeout``, ``groups``).
 
         Example:
-            >>> researcher = ReActAgent(model, search_tools, name="researcher")  # doctest: +SKIP
-            >>> lead = ReActAgent(model, Toolkit([researcher.as_tool(description="Finds facts.")]))
+            >>> researcher = Agent(model, search_tools, name="researcher")  # doctest: +SKIP
+            >>> lead = Agent(model, Toolkit([researcher.as_tool(description="Finds facts.")]))
         """
-        return agent_tool(
-            self,
-            name,
-            description,
-            sessions=sessions,
-            max_task_chars=max_task_chars,
-            timeout=timeout,
-            groups=groups,
-        )
+        return agent_tool(self, name, description, **options)
 
-    def map_runs(
-        self,
-        *,
-        max_concurrent: int = 4,
-        ordered: bool = True,
-        context: RunContextFactory | None = None,
-        events: bool = False,
-        deltas: bool = False,
-        progress: ProgressOption = False,
-    ) -> Operator[AgentInput, RunOutcome]:
+    def map_runs(self, **options: Unpack[MapRunsOptions]) -> Operator[AgentInput, RunOutcome]:
         """An operator running this agent once per input, at most ``max_concurrent`` at once: a
-        :class:`~rxagent.agent.compose.RunOutcome` per input, in input order or as the runs finish.
-        ``progress=True`` shows a progress bar with the counts of runs done, failed and running.
-
-        See :func:`rxagent.agent.compose.map_runs` for the arguments and the lifecycle.
+        :class:`~rxagent.agent.compose.RunOutcome` per input (see :func:`rxagent.agent.compose.map_runs`
+        for the options: ``max_concurrent``, ``ordered``, ``context``, ``events``, ``deltas``, ``progress``).
 
         Example:
             >>> fan_out = agent.map_runs(progress=True)  # doctest: +SKIP
             >>> answers = await to_list(reactivex.from_iterable(questions).pipe(fan_out))
         """
-        return map_runs(
-            self,
-            max_concurrent=max_concurrent,
-            ordered=ordered,
-            context=context,
-            events=events,
-            deltas=deltas,
-            progress=progress,
-        )
+        return map_runs(self, **options)
 
     def session(self, ctx: RuntimeContext | None = None) -> SessionHandle:
         """The live handle of the session ``ctx`` names: ``agent.sessions.handle(ctx)`` (see
@@ -529,26 +280,6 @@ AnyAgent: TypeAlias = "Agent[Never, object]"
 """Any agent, whatever its deps and output types (what code that only runs it takes)."""
 
 
-@dataclass(slots=True)
-class _Held:
-    claim: Claim
-    control: RunControl
-    run: RunState | None = None
-    turn_id: str | None = None
-    saved: bool = False
-    """The run recorded (or tried to, for a failure) its ending: the release records no more."""
-
-
-def _output_spec(output_type: type[object] | Mapping[str, JsonValue] | None) -> OutputSpec | None:
-    if output_type is None:
-        return None
-    if isinstance(output_type, Mapping):
-        return OutputSpec(output_type)
-    if issubclass(output_type, BaseModel):
-        return OutputSpec(output_type)
-    raise TypeError(f"output_type must be a pydantic model class or a JSON schema, got {output_type!r}")
-
-
 def _refuse_in_loop(method: str, instead: str) -> None:
     try:
         asyncio.get_running_loop()
@@ -558,70 +289,3 @@ def _refuse_in_loop(method: str, instead: str) -> None:
         f"agent.{method}() cannot be called where an event loop runs (a notebook cell, a coroutine, a tool):"
         f" it would block the loop the agent needs. Use `{instead}` there"
     )
-
-
-def _describe(error: BaseException) -> str:
-    return f"{type(error).__name__}: {error}"
-
-
-def _record_start(run: RunState, claim: Claim, run_input: RunInput) -> str:
-    """Note the run's start (and a new turn's) for the log (the keeper noted a run the log left open).
-
-    New input opens a turn, unless calls wait for answers (then the input will be refused, or, with
-    ``recover_pending``, it ends the waiting turn); returns the run's turn.
-    """
-    projection, recorder = claim.projection, claim.recorder
-    turn_id = projection.turn_id
-    waiting = bool(projection.state.pending) and not run.deps.options.recover_pending
-    if (run_input.messages and not waiting) or turn_id is None:
-        if turn_id is not None:
-            recorder.note("turn_finished", {"turn_id": turn_id, "reason": "SUPERSEDED"})
-        turn_id = new_id("turn")
-        recorder.note("turn_started", {"turn_id": turn_id})
-    messages: list[JsonValue] = [m.model_dump(mode="json") for m in run_input.messages]
-    decisions: list[JsonValue] = [_decision_json(d) for d in run_input.decisions]
-    recorder.note(
-        "run_started",
-        {
-            "run_id": run.run_id,
-            "turn_id": turn_id,
-            "agent": run.deps.name,
-            "input": messages,
-            "decisions": decisions,
-        },
-    )
-    return turn_id
-
-
-def _decision_json(decision: ToolDecision | ExternalResult) -> JsonValue:
-    if isinstance(decision, ExternalResult):
-        return {"call_id": decision.call_id, "result": decision.output, "status": decision.status}
-    arguments: JsonValue = dict(decision.arguments) if decision.arguments is not None else None
-    return {
-        "call_id": decision.call_id,
-        "allow": decision.allow,
-        "reason": decision.reason,
-        "arguments": arguments,
-    }
-
-
-def _retry_what_is_safe(agent: AnyAgent, claim: Claim) -> None:
-    """Calls whose outcome a crash lost: the repeatable ones (idempotent or read-only tools) are queued to
-    run again, and calls of the open batch that never started are queued too; any other refuses the run.
-    A batch whose results were all recorded but not yet sent on (the process stopped in between, in the
-    next model call say) is closed, so the new input follows its results."""
-    projection = claim.projection
-    state = projection.state
-    refused = agent.sessions.unsafe_to_repeat(projection.uncertain.values())
-    if refused:
-        raise UncertainToolCallsError(refused)
-    retried = list(projection.uncertain.values())
-    unstarted = never_started(state, projection)
-    for call in retried:
-        projection.uncertain.pop(call.id, None)
-        claim.recorder.note("reconciled", {"call_id": call.id, "outcome": "retry", "automatic": True})
-    for call in [*retried, *unstarted]:
-        why = "its outcome was lost; it is safe to run again"
-        state.pending.append(PendingCall(call=call, kind="retry", reason=why))
-    if not state.pending:
-        state.close_batch()

@@ -39,6 +39,21 @@ OUTPUT_TOOL = "generate_response"
 class OutputSpec:
     """An output type (pydantic model class or JSON schema) with its schema and validation."""
 
+    @staticmethod
+    def of(output_type: type[object] | Mapping[str, JsonValue] | None) -> OutputSpec | None:
+        """The spec of an agent's ``output_type`` (``None``: plain text answers).
+
+        Raises:
+            TypeError: neither a pydantic model class nor a JSON schema.
+        """
+        if output_type is None:
+            return None
+        if isinstance(output_type, Mapping):
+            return OutputSpec(output_type)
+        if issubclass(output_type, BaseModel):
+            return OutputSpec(output_type)
+        raise TypeError(f"output_type must be a pydantic model class or a JSON schema, got {output_type!r}")
+
     def __init__(self, output_type: type[BaseModel] | Mapping[str, JsonValue]) -> None:
         if isinstance(output_type, Mapping):
             self.model: type[BaseModel] | None = None

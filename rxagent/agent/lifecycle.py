@@ -1,0 +1,339 @@
+"""The lifecycle of one run: take the session, build the run, run the loop, save and release on every ending.
+
+::
+
+    run_events(agent, input, ctx)
+      using_resource: take the session's turn (bounded by session_wait) · load its state
+        └─ agent cut point
+             └─ run_loop(agent.steps, Start(input), run)          (see rxagent.agent.steps)
+                  Start → Reason → Act → Reason → … → Finish
+      release: save on every ending (complete, failure, cancel) · hand the session to the next run
+
+Runs on the same ``(user_id, session_id)`` wait for each other; other sessions run in parallel. The
+events of agents a run uses as tools come too, each with its own ``run_id`` and ``seq`` and the run's id
+as ``parent_run_id``; the run's own result is still the last event.
+
+Lifecycle (of ``Agent.stream_events``, and so of ``call``):
+    value: the session state is saved *before* the ``AgentResult`` is emitted, so a consumer may stop at
+    the result (``break`` out of ``async for``) without losing the run.
+    complete: after the ``AgentResult``; the session is released.
+    error: a run that fails once started still ends with exactly one ``AgentResult``: an ``ErrorEvent``
+    (the error's type and message), the ``ERROR`` phase and an ``AgentResult`` with reason ``ERROR`` come
+    last, the state saved before them, and then the stream errors with the original error (a failing save
+    is attached to it as a note; ``call`` raises it). Calls that finished keep their results; calls cut
+    short get ``error`` results; calls waiting for a decision stay pending. A run that never started — its
+    session stayed busy past ``AgentOptions.session_wait`` (``SessionBusyError``), or the store failed to
+    load it — errors with no events.
+    cancel: the model call or tools in flight are cancelled and nothing more is emitted; the session is
+    saved with what happened (finished calls keep their results, calls cut short get ``interrupted``
+    results, the half-streamed answer is dropped), then released.
+    re-subscribe: a new run. The run's changes are noted for the session's
+log as they happen (the start of the run and of a new turn, decisions, tool results) and written when
+the run ends; a run that finds calls a crash left without an outcome runs again the ones that are safe to
+repeat and refuses to start while any other waits to be reconciled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import reactivex
+from pydantic import JsonValue
+from reactivex import Observable
+from reactivex import operators as ops
+
+from rxagent.agent.control import RunControl
+from rxagent.agent.inputs import (
+    AgentInput,
+    AnswerTakenError,
+    ExternalResult,
+    RunInput,
+    SessionBusyError,
+    ToolDecision,
+    normalise_input,
+)
+from rxagent.agent.middleware import chain, has_hooks
+from rxagent.agent.nodes import Start
+from rxagent.agent.run import RunState, new_run
+from rxagent.agent.sessions import session_key
+from rxagent.agent.steps import recover, run_loop
+from rxagent.context import RuntimeContext
+from rxagent.events import AgentEvent, RunReason
+from rxagent.logs import with_current_run
+from rxagent.messages import new_id
+from rxagent.operators import Outcome, using_resource
+from rxagent.session import Claim, Place, SessionBusy, answers_of
+from rxagent.session.reconcile import UncertainToolCallsError, never_started
+from rxagent.state import DEFAULT_SESSION, PendingCall, SessionKey
+
+if TYPE_CHECKING:
+    from rxagent.agent.react import AnyAgent
+
+__all__ = ["run_events"]
+
+_log = logging.getLogger("rxagent")
+
+
+def run_events(
+    agent: AnyAgent,
+    input: AgentInput,
+    ctx: RuntimeContext | None,
+    control: RunControl | None,
+    *,
+    deltas: bool,
+    quiet: bool,
+    record: bool = False,
+    run_id: str | None = None,
+    deps: object = None,
+) -> Observable[AgentEvent]:
+    """The events of one run of ``agent`` (what ``Agent.stream_events`` returns; see the module).
+
+    Args:
+        agent: the host (its model, tools, options, middleware, store and steps).
+        input, ctx, control, record, run_id, deps: as ``Agent.stream_events`` takes them.
+        deltas: per-token events are wanted. quiet: nobody watches the per-step events (``call``).
+    """
+    record = record or agent.options.record_events
+    context = ctx or RuntimeContext(session_id=DEFAULT_SESSION)
+    key = session_key(context)
+    run_input = normalise_input(input)
+    keeper = agent.keeper
+
+    async def acquire() -> _Held:
+        run_control = control or RunControl()
+        place = keeper.place(key)
+        run_control.bind(asyncio.get_running_loop(), place)
+        try:
+            claim = await _claim(agent, place, key, run_input.decisions)
+        except BaseException:
+            run_control.unbind()
+            raise
+        return _Held(claim, run_control)
+
+    def use(held: _Held) -> Observable[AgentEvent]:
+        claim = held.claim
+        recorder = claim.recorder
+
+        async def save(reason: RunReason, failure: Exception | None) -> None:
+            turn_id = held.turn_id
+            run_id = recorder.run_id  # not `run`: the run holds this closure
+            if failure is not None:
+                recorder.note("run_failed", {"run_id": run_id, "error": _describe(failure)})
+            else:
+                recorder.note("run_finished", {"run_id": run_id, "reason": reason})
+            if turn_id is not None and not claim.projection.state.pending:  # nothing left to answer
+                recorder.note("turn_finished", {"turn_id": turn_id, "reason": reason})
+            try:
+                await claim.flush()
+            except Exception as save_error:
+                if failure is None:
+                    raise
+                failure.add_note(f"recording the session after this error failed too: {save_error!r}")
+            held.saved = True
+
+        run = new_run(
+            agent.model,
+            agent.toolkit,
+            name=agent.name,
+            system_prompt=agent.system_prompt,
+            options=agent.options,
+            middleware=agent.middleware,
+            output_type=agent.output,
+            ctx=context,
+            deps=deps,
+            state=claim.projection.state,
+            control=held.control,
+            save=save,
+            recorder=recorder,
+            permissions=agent.permissions,
+            clock=agent.clock,
+            run_id=run_id,
+            quiet=quiet,
+            deltas=deltas,
+        )
+        recorder.run_id = run.run_id
+        run.repaired = claim.projection.memo.get("repair", run.repaired)
+        held.run = run
+        held.turn_id = _record_start(run, claim, run_input)
+        agent.sessions.run_started(key, run)
+
+        def loop(first: RunInput) -> Observable[AgentEvent]:
+            return run_loop(agent.steps, Start(first), run)
+
+        counter = itertools.count()
+        own_id = run.run_id
+
+        def stamp(event: AgentEvent) -> AgentEvent:
+            # In the order subscribers see events, after any middleware; events of nested runs (an
+            # agent used as a tool) pass through with their own run's numbering.
+            if event.run_id == own_id:
+                event.seq = next(counter)
+            if record:
+                recorder.event(event)
+            return event
+
+        events = chain(agent.middleware, "agent", run.ctx, loop)(run_input)
+        if has_hooks(agent.middleware, "agent"):  # an agent hook's own StopRun or failure
+            events = events.pipe(ops.catch(lambda error, _: recover(run, error) or reactivex.throw(error)))
+        # The run's context is the current run while it subscribes: log lines its tasks write carry
+        # its ids (rxagent.logs).
+        return events.pipe(ops.map(stamp), with_current_run(run.ctx))
+
+    async def release(held: _Held, outcome: Outcome) -> None:
+        claim, run = held.claim, held.run
+        try:
+            if not held.saved and run is not None:
+                if outcome.kind == "cancelled":
+                    # What happened stays recorded: finished calls keep their results.
+                    cancelled = "The run was cancelled before this call finished."
+                    run.settle(cancelled, "interrupted", answer_waiting=False)
+                    claim.recorder.note("run_cancelled", {"run_id": run.run_id})
+                else:
+                    error = outcome.error
+                    why = _describe(error) if error is not None else "it ended before its result"
+                    claim.recorder.note("run_failed", {"run_id": run.run_id, "error": why})
+            try:  # what came after the run's ending was recorded (its result event, if recorded)
+                await claim.flush()
+            except Exception:
+                if not held.saved:
+                    raise
+                ids = {"trace_id": context.trace_id, "session_id": key[1]}
+                if run is not None:
+                    ids["run_id"] = run.run_id
+                _log.warning(
+                    "rxagent: recording the end of a run of %r failed", key[1], exc_info=True, extra=ids
+                )
+        finally:
+            if run is not None:
+                claim.projection.memo["repair"] = run.repaired
+                agent.sessions.run_ended(key, run)  # what was steered too late goes back to the handle
+            held.run = None  # the run's save closure holds the holder: cut the cycle
+            try:
+                await keeper.release(claim)
+            finally:
+                held.control.unbind()
+
+    return using_resource(acquire, use, release)
+
+
+async def _claim(
+    agent: AnyAgent, place: Place, key: SessionKey, answers: Sequence[ToolDecision | ExternalResult] = ()
+) -> Claim:
+    """Take the session for a run; refuse while calls of it have no known outcome, and refuse answers
+    for calls the log records an answer for already (checked under the lease the run then records its
+    own answers under: one answer per call, whoever sends them)."""
+    wait = agent.options.session_wait
+    try:
+        claim = await agent.keeper.claim(place, key, wait=wait)
+    except SessionBusy as busy:
+        raise SessionBusyError(key, busy.waited, busy.ahead, busy.holder) from None
+    try:
+        await _refuse_taken(agent, claim, answers)  # first: refusing it leaves the projection as it was
+        _retry_what_is_safe(agent, claim)
+    except UncertainToolCallsError:
+        try:  # what the claim noted stays recorded (the end of a run a crash left open)
+            await claim.flush()
+        except Exception:
+            _log.warning("rxagent: recording session %r failed", key[1], exc_info=True)
+        finally:
+            await agent.keeper.release(claim)
+        raise
+    except BaseException:
+        await agent.keeper.release(claim)
+        raise
+    return claim
+
+
+async def _refuse_taken(
+    agent: AnyAgent, claim: Claim, answers: Sequence[ToolDecision | ExternalResult]
+) -> None:
+    waiting = {p.call.id for p in claim.projection.state.pending}
+    gone = [a.call_id for a in answers if a.call_id not in waiting]
+    if not gone:  # the usual case: the log is read only for answers to calls that wait no more
+        return
+    taken = answers_of(await agent.store.read(claim.key), gone)
+    for call_id in gone:
+        if call_id in taken:
+            raise AnswerTakenError(taken[call_id])
+
+
+@dataclass(slots=True)
+class _Held:
+    claim: Claim
+    control: RunControl
+    run: RunState | None = None
+    turn_id: str | None = None
+    saved: bool = False
+    """The run recorded (or tried to, for a failure) its ending: the release records no more."""
+
+
+def _describe(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
+def _record_start(run: RunState, claim: Claim, run_input: RunInput) -> str:
+    """Note the run's start (and a new turn's) for the log (the keeper noted a run the log left open).
+
+    New input opens a turn, unless calls wait for answers (then the input will be refused, or, with
+    ``recover_pending``, it ends the waiting turn); returns the run's turn.
+    """
+    projection, recorder = claim.projection, claim.recorder
+    turn_id = projection.turn_id
+    waiting = bool(projection.state.pending) and not run.deps.options.recover_pending
+    if (run_input.messages and not waiting) or turn_id is None:
+        if turn_id is not None:
+            recorder.note("turn_finished", {"turn_id": turn_id, "reason": "SUPERSEDED"})
+        turn_id = new_id("turn")
+        recorder.note("turn_started", {"turn_id": turn_id})
+    messages: list[JsonValue] = [m.model_dump(mode="json") for m in run_input.messages]
+    decisions: list[JsonValue] = [_decision_json(d) for d in run_input.decisions]
+    recorder.note(
+        "run_started",
+        {
+            "run_id": run.run_id,
+            "turn_id": turn_id,
+            "agent": run.deps.name,
+            "input": messages,
+            "decisions": decisions,
+        },
+    )
+    return turn_id
+
+
+def _decision_json(decision: ToolDecision | ExternalResult) -> JsonValue:
+    if isinstance(decision, ExternalResult):
+        return {"call_id": decision.call_id, "result": decision.output, "status": decision.status}
+    arguments: JsonValue = dict(decision.arguments) if decision.arguments is not None else None
+    return {
+        "call_id": decision.call_id,
+        "allow": decision.allow,
+        "reason": decision.reason,
+        "arguments": arguments,
+    }
+
+
+def _retry_what_is_safe(agent: AnyAgent, claim: Claim) -> None:
+    """Calls whose outcome a crash lost: the repeatable ones (idempotent or read-only tools) are queued to
+    run again, and calls of the open batch that never started are queued too; any other refuses the run.
+    A batch whose results were all recorded but not yet sent on (the process stopped in between, in the
+    next model call say) is closed, so the new input follows its results."""
+    projection = claim.projection
+    state = projection.state
+    refused = agent.sessions.unsafe_to_repeat(projection.uncertain.values())
+    if refused:
+        raise UncertainToolCallsError(refused)
+    retried = list(projection.uncertain.values())
+    unstarted = never_started(state, projection)
+    for call in retried:
+        projection.uncertain.pop(call.id, None)
+        claim.recorder.note("reconciled", {"call_id": call.id, "outcome": "retry", "automatic": True})
+    for call in [*retried, *unstarted]:
+        why = "its outcome was lost; it is safe to run again"
+        state.pending.append(PendingCall(call=call, kind="retry", reason=why))
+    if not state.pending:
+        state.close_batch()
