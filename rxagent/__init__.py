@@ -38,6 +38,7 @@ from rxagent.retry import RetryBudget, RetryPolicy
 
 if TYPE_CHECKING:
     from rxagent.agent import (
+        Agent,
         AgentOptions,
         ExternalResult,
         ReActAgent,
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 __all__ = [
+    "Agent",
     "AgentEvent",
     "AgentOptions",
     "AgentResult",
@@ -89,6 +91,7 @@ __all__ = [
 ]
 
 _LAZY = {
+    "Agent": "rxagent.agent",
     "AgentOptions": "rxagent.agent",
     "ExternalResult": "rxagent.agent",
     "ReActAgent": "rxagent.agent",
