@@ -39,10 +39,10 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypedDict
+from typing import TYPE_CHECKING, Literal, TypeAlias, TypedDict
 
 import pydantic_core
-from pydantic import BaseModel
+from pydantic import BaseModel, JsonValue
 from reactivex import Observable
 
 from rxagent.agent.inputs import AgentInput
@@ -139,7 +139,7 @@ def agent_tool(
     if sessions not in ("per_call", "shared"):
         raise ValueError(f"sessions must be 'per_call' or 'shared', got {sessions!r}")
     tool_name = name if name is not None else agent.name
-    parameters: dict[str, Any] = {
+    parameters: dict[str, JsonValue] = {
         "type": "object",
         "properties": {
             "task": {
@@ -155,10 +155,11 @@ def agent_tool(
         "additionalProperties": False,
     }
 
-    async def delegate(arguments: dict[str, Any], context: ToolContext) -> ToolResultBlock | str:
+    async def delegate(arguments: dict[str, JsonValue], context: ToolContext) -> ToolResultBlock | str:
         child = _child_context(context, tool_name, shared=sessions == "shared")
+        task = str(arguments["task"])  # the schema made it a string
         try:
-            result = await last_value(_child_events(agent, arguments["task"], child, context))
+            result = await last_value(_child_events(agent, task, child, context))
         except Exception as error:
             return _error(context, f"the agent '{agent.name}' failed: {type(error).__name__}: {error}")
         return _answer(agent, result, context, child)
@@ -195,7 +196,7 @@ def _child_events(
     runtime = context.runtime
     run = run_context_of(runtime)
     detail = run.event_detail if run is not None else "result"
-    events: Observable[Any] = (
+    events: Observable[AgentEvent] = (
         agent.call_observable(task, child)
         if detail == "result"
         else agent.stream_events(task, child, deltas=detail == "all")
@@ -227,7 +228,7 @@ def _answer(
         if result.structured is None:
             why = result.structured_error or "no structured answer"
             return _error(context, f"{who} gave no valid structured answer: {why}")
-        value: Any = result.structured
+        value = result.structured
         if isinstance(value, BaseModel):
             return value.model_dump_json()
         return pydantic_core.to_json(value).decode()
@@ -385,7 +386,7 @@ def _one_run(
 ) -> Observable[RunOutcome]:
     try:
         ctx = contexts(index, item)
-        stream: Observable[Any] = (
+        stream: Observable[AgentEvent] = (
             agent.stream_events(item, ctx, deltas=deltas) if events else agent.call_observable(item, ctx)
         )
     except Exception as error:  # bad input (normalise_input) or a failing context factory: this input's

@@ -39,10 +39,10 @@ import logging
 import threading
 import warnings
 from collections import deque
-from collections.abc import AsyncGenerator, Callable, Iterable, Sequence
+from collections.abc import AsyncGenerator, Callable, Generator, Iterable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVarTuple
 
 from reactivex import Observable, abc
 
@@ -79,6 +79,7 @@ if TYPE_CHECKING:
 __all__ = ["RunHandle", "SessionActivity", "SessionHandle", "SessionStatus"]
 
 _log = logging.getLogger("rxagent")
+_Ts = TypeVarTuple("_Ts")
 
 SessionActivity: TypeAlias = Literal[
     "idle", "queued", "running", "waiting_for_approval", "waiting_for_results", "uncertain"
@@ -224,7 +225,7 @@ class RunHandle:
             raise RuntimeError("on the event loop, `await` the run handle instead of blocking on result()")
         return self._future.result(timeout)
 
-    def __await__(self) -> Any:
+    def __await__(self) -> Generator[object, None, AgentResult]:
         # Shielded: a waiter that is cancelled (a client that went away) stops waiting, never the run, and
         # never cancels the result every other waiter reads (wrap_future alone would cancel it).
         return asyncio.shield(asyncio.wrap_future(self._future)).__await__()
@@ -290,7 +291,7 @@ class SessionHandle:
         """Whether the caller runs on the agent's loop."""
         return threading.get_ident() == self._thread
 
-    def on_loop(self, work: Callable[..., None], *args: Any) -> None:
+    def on_loop(self, work: Callable[[*_Ts], None], *args: *_Ts) -> None:
         """Run ``work`` on the agent's loop: now when called there, soon when called from elsewhere."""
         if self.is_loop_thread():
             work(*args)

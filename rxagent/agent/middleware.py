@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, Protocol, TypeAlias, TypeVar, cast, runtime_checkable
+from typing import ClassVar, Literal, Never, Protocol, TypeAlias, TypeVar, cast, overload, runtime_checkable
 
 from reactivex import Observable
 
@@ -215,7 +215,7 @@ def _bind(
 
 
 class _Inserted(Middleware):
-    def __init__(self, cut_point: CutPoint, operator: Operator[Any, Any]) -> None:
+    def __init__(self, cut_point: CutPoint, operator: Operator[Never, object]) -> None:
         self.cut_point = cut_point
         self.operator = operator
 
@@ -223,18 +223,34 @@ class _Inserted(Middleware):
         return f"insert({self.cut_point!r}, {self.operator!r})"
 
 
-def insert(cut_point: CutPoint, operator: Operator[Any, Any]) -> Middleware:
+@overload
+def insert(
+    cut_point: Literal["agent", "reasoning", "acting"], operator: Operator[AgentEvent, AgentEvent]
+) -> Middleware: ...
+@overload
+def insert(
+    cut_point: Literal["request"], operator: Operator[ChatRequest | AgentEvent, ChatRequest | AgentEvent]
+) -> Middleware: ...
+@overload
+def insert(cut_point: Literal["model_call"], operator: Operator[ChatChunk, ChatChunk]) -> Middleware: ...
+@overload
+def insert(cut_point: Literal["tool_call"], operator: Operator[ToolEvent, ToolEvent]) -> Middleware: ...
+def insert(cut_point: CutPoint, operator: Operator[Never, object]) -> Middleware:
     """A middleware that pipes ``operator`` onto the output of ``cut_point``: the common case.
+
+    The operator takes and gives what the cut point outputs (see the module's table): events at
+    ``agent``, ``reasoning`` and ``acting``; the request and the events before it at ``request``; chunks
+    at ``model_call``; tool events at ``tool_call``.
 
     Example:
         >>> from reactivex import operators as ops
         >>> shout = insert("model_call", ops.map(lambda c: replace(c, text=c.text.upper())))  # doctest: +SKIP
     """
-    hooks: dict[str, Any] = {}
+    hooks: dict[str, object] = {}
 
     def hook(
-        self: _Inserted, value: Any, ctx: RunContext, next: Callable[[Any], Observable[Any]]
-    ) -> Observable[Any]:
+        self: _Inserted, value: object, ctx: RunContext, next: Callable[[object], Observable[Never]]
+    ) -> Observable[object]:
         return next(value).pipe(self.operator)
 
     hooks[cut_point] = hook

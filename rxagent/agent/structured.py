@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import cast
 
 from jsonschema import Draft202012Validator
 from pydantic import BaseModel, JsonValue, ValidationError
@@ -84,8 +84,9 @@ class OutputSpec:
             parameters=schema,
         )
 
-    def validate(self, value: Any) -> Any:
-        """The validated output (a model instance or the JSON value); raises ``ValueError`` saying why not."""
+    def validate(self, value: JsonValue) -> BaseModel | JsonValue:
+        """The validated output (an instance of the model, or the JSON value for a JSON schema); raises
+        ``ValueError`` saying why not."""
         if self.model is not None:
             try:
                 return self.model.model_validate(value)
@@ -100,18 +101,18 @@ class OutputSpec:
             raise ValueError("; ".join(problems[:10]))
         return value
 
-    def validate_text(self, text: str) -> Any:
+    def validate_text(self, text: str) -> BaseModel | JsonValue:
         """Validate JSON answer text (native path: the whole answer is the JSON, fenced or not)."""
         stripped = text.strip()
         if stripped.startswith("```"):  # models often fence JSON even when asked not to
             stripped = stripped.strip("`").removeprefix("json").strip()
         try:
-            value = json.loads(stripped)
+            value: JsonValue = json.loads(stripped)
         except json.JSONDecodeError as error:
             raise ValueError(f"the answer is not valid JSON: {error.msg} at character {error.pos}") from None
         return self.validate(value)
 
-    def validate_answer(self, text: str) -> Any:
+    def validate_answer(self, text: str) -> BaseModel | JsonValue:
         """Validate the JSON object found in answer text (prompted path, see :func:`extract_json`)."""
         return self.validate(extract_json(text))
 
@@ -119,7 +120,7 @@ class OutputSpec:
 _FENCE = re.compile(r"```[ \t]*(?:json|JSON)?[ \t]*\n(.*?)```", re.DOTALL)
 
 
-def extract_json(text: str) -> dict[str, Any]:
+def extract_json(text: str) -> dict[str, JsonValue]:
     """The JSON object an answer holds: the first fenced block that parses, else the first complete
     ``{...}`` object in the text (prose around it is ignored).
 
@@ -133,20 +134,20 @@ def extract_json(text: str) -> dict[str, Any]:
     decoder = json.JSONDecoder()
     for match in _FENCE.finditer(text):
         try:
-            value: Any = json.loads(match.group(1))
+            value: JsonValue = json.loads(match.group(1))
         except json.JSONDecodeError:
             continue
         if isinstance(value, dict):
-            return cast("dict[str, Any]", value)
+            return value
     start = text.find("{")
     while start >= 0:
         try:
-            value, _ = decoder.raw_decode(text, start)
+            value, _ = cast("tuple[JsonValue, int]", decoder.raw_decode(text, start))
         except json.JSONDecodeError:
             start = text.find("{", start + 1)
             continue
         if isinstance(value, dict):
-            return cast("dict[str, Any]", value)
+            return value
         start = text.find("{", start + 1)
     raise ValueError("the answer holds no JSON object; reply with only the JSON object")
 

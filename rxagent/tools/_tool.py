@@ -9,13 +9,13 @@ import typing
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, TypeAlias, cast, overload
+from typing import Any, Generic, Literal, Never, TypeAlias, cast, overload
 
 import docstring_parser
 from jsonschema import Draft202012Validator
 from pydantic import BaseModel, JsonValue, ValidationError
 
-from rxagent.context import RuntimeContext
+from rxagent.context import DepsT, RuntimeContext, run_context_of
 from rxagent.events import AgentEvent
 from rxagent.requests import ToolSchema
 from rxagent.tools.arguments import (
@@ -64,11 +64,18 @@ class ProgressUpdate(BaseModel):
     data: JsonValue = None
 
 
-class ToolContext:
-    """What a running tool can see and do: its call id, the run's context, progress, nested events and
-    cancellation.
+class ToolContext(Generic[DepsT]):
+    """What a running tool can see and do: its call id, the run's context and dependencies, progress,
+    nested events and cancellation.
 
     Declare a parameter annotated ``ToolContext`` (any name) to receive it; it is never part of the schema.
+    ``ToolContext[Deps]`` types :attr:`deps`, the dependencies the caller gave the run: a tool of an
+    ``Agent[Db, ...]`` declares ``context: ToolContext[Db]`` and reads ``context.deps`` as a ``Db``.
+
+    Example:
+        >>> @tool
+        ... async def balance(account: str, context: ToolContext[Bank]) -> int:  # doctest: +SKIP
+        ...     return await context.deps.balance(account)
     """
 
     __slots__ = ("_cancelled", "_emit", "_loop", "_publish", "call_id", "runtime", "tool_name")
@@ -86,7 +93,8 @@ class ToolContext:
         self.tool_name = tool_name
         """Name of the tool being executed."""
         self.runtime = runtime
-        """The run's :class:`~rxagent.context.RuntimeContext`."""
+        """The run's :class:`~rxagent.context.RuntimeContext` (a :class:`~rxagent.context.RunContext` in an
+        agent's run)."""
         self._emit = emit
         self._publish = publish
         # A plain flag: one writer (the loop), readers in a worker thread; nobody waits on it.
@@ -95,6 +103,19 @@ class ToolContext:
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             self._loop = None
+
+    @property
+    def deps(self) -> DepsT:
+        """The dependencies the caller gave the run (``agent.call(..., deps=...)``, the run's
+        ``RunContext.deps``): a database pool, an HTTP client, the user's account, instead of globals.
+
+        ``None`` when the caller gave none, and for a tool run outside an agent's run. Nothing checks the
+        type at run time: the agent's ``Deps`` type parameter is what guarantees it (``Agent[Db, ...]``
+        takes only ``deps: Db``), so give a tool that declares ``ToolContext[Db]`` to agents of that
+        ``Deps`` only.
+        """
+        run = run_context_of(self.runtime)
+        return cast("DepsT", run.deps if run is not None else None)
 
     def progress(self, message: str = "", *, fraction: float | None = None, data: JsonValue = None) -> None:
         """Publish a progress update; safe to call from a sync tool's worker thread."""
@@ -377,7 +398,7 @@ class _FunctionSpec:
             if parameter.kind is inspect.Parameter.POSITIONAL_ONLY:
                 raise TypeError(f"tool {function.__name__!r}: parameter {name!r} must not be positional-only")
             annotation = hints.get(name, inspect.Parameter.empty)
-            if annotation is ToolContext:
+            if annotation is ToolContext or typing.get_origin(annotation) is ToolContext:  # or ToolContext[D]
                 self.context_parameter = name
                 continue
             parameters.append(Parameter(name, annotation, parameter.default, described.get(name)))
@@ -436,7 +457,8 @@ class SchemaTool(Tool):
         name: tool name.
         description: what the model reads.
         parameters: a JSON Schema object for the arguments.
-        call: ``(arguments, context) -> result`` (sync or async).
+        call: ``(arguments, context) -> result`` (sync or async); the context may be declared
+            ``ToolContext[Deps]`` (see :attr:`ToolContext.deps`).
         traits: how it behaves when called.
     """
 
@@ -445,7 +467,7 @@ class SchemaTool(Tool):
         name: str,
         description: str,
         parameters: Mapping[str, JsonValue],
-        call: Callable[[dict[str, Any], ToolContext], Any],
+        call: Callable[[dict[str, JsonValue], ToolContext[Never]], object],
         *,
         traits: ToolTraits | None = None,
     ) -> None:
@@ -485,7 +507,8 @@ class SchemaTool(Tool):
         return dict(arguments)
 
     def invoke(self, arguments: Mapping[str, Any], context: ToolContext) -> Any:
-        return self._call(dict(arguments), context)
+        # ToolContext[Never] above takes a call declaring any deps type: the agent's Deps guarantees it.
+        return self._call(dict(arguments), cast("ToolContext[Never]", context))
 
 
 _AnyFunction: TypeAlias = Callable[..., Any]
@@ -530,7 +553,8 @@ def tool(
 
     The name defaults to the function's, the description to its docstring's summary and body, and each
     parameter's description to ``Annotated[..., Field(description=...)]`` or the docstring's Args entry.
-    A parameter annotated :class:`ToolContext` receives the call's context and is not shown to the model.
+    A parameter annotated :class:`ToolContext` (or ``ToolContext[Deps]``) receives the call's context and is
+    not shown to the model.
     The decorated object still calls like the function; on a method it binds to the instance it is taken
     from (``toolkit.register(account.refund)``). The keyword flags are the fields of :class:`ToolTraits`.
 
