@@ -16,8 +16,10 @@ tagged ``metadata["rxagent"] == "revise"``) and are told as a ``StepNote`` (sour
 model then reasons again, an iteration like any other. The run finishes ``MODEL_STOP`` with the last
 answer when the critic says ``OK``; when the critic still objects after ``max_rounds`` revisions (the
 detail says so and quotes the critique); and when the critic's reply holds no text (the detail says the
-answer stands uncriticised). Only plain-text answers are criticised (a structured answer is checked as
-usual), and a revision counts from the user's last own message::
+answer stands). An interrupt during the critique ends the run ``INTERRUPTED`` with the answer; a critic
+whose call fails fails the run, as any model call does. Only plain-text answers are criticised (a
+structured answer is checked as usual), and revisions count from the user's last own message, so each
+new request may be revised ``max_rounds`` times::
 
     agent = Agent(model, toolkit, steps=reflect_then_revise(max_rounds=2, critic=critic_model))
 """
