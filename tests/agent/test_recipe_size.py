@@ -1,6 +1,7 @@
 """The recipes stay small and public: each is 40 lines of code or fewer, imports the loop only through
 ``rxagent.agent`` / ``rxagent.agent.loop`` (besides plain data modules), and never patches the run's state
-or pops from its history.
+or pops from its history. Notebook 02, which shows them and a step of its own, is held to the same
+imports and the same hands-off rule.
 
 A line of code is a line holding a token that is not a comment, and not part of a docstring (a string
 standing alone as a statement) or an import statement. Bad inputs tried (on snippets): an import of a
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import io
+import json
 import tokenize
 from pathlib import Path
 
@@ -112,6 +114,16 @@ def state_patches(source: str) -> list[str]:
     return [text for _, text in sorted(problems)]
 
 
+def loop_imports(tree: ast.AST) -> list[str]:
+    """The ``rxagent.agent`` modules ``tree`` imports that are not the loop's facades or the recipes."""
+    public = {"rxagent.agent", "rxagent.agent.loop", "rxagent.agent.recipes"}
+    modules = [
+        *(n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module is not None),
+        *(a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names),
+    ]
+    return [m for m in modules if m.startswith("rxagent.agent") and m not in public]
+
+
 def recipes() -> list[Path]:
     return sorted(p for p in RECIPES.glob("*.py") if p.name != "__init__.py")
 
@@ -166,6 +178,7 @@ from pydantic import BaseModel
         "imports the private _private",
         "imports rxagent.session",
     ]
+    assert loop_imports(ast.parse(source)) == ["rxagent.agent.run"]
 
 
 def test_the_state_check_finds_patches_and_pops() -> None:
@@ -187,3 +200,19 @@ def step(node, run):
         "line 6: run.messages.remove(...)",
         "line 7: writes run.state.pending",
     ]
+
+
+def test_notebook_02_assembles_its_loops_from_the_public_parts_only() -> None:
+    notebook = json.loads((RECIPES.parents[2] / "notebooks" / "02_custom_pipelines.ipynb").read_text("utf-8"))
+    cells = ["".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "code"]
+    source = "\n\n".join(cells)
+    flags = ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT  # a notebook awaits at the top level
+    tree = compile(source, "02_custom_pipelines.ipynb", "exec", flags)
+    assert "model_turn" in source  # it shows a side turn of its own
+    assert loop_imports(tree) == []
+    assert [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.ImportFrom) and any(a.name.startswith("_") for a in n.names)
+    ] == []
+    assert state_patches(ast.unparse(tree)) == []
