@@ -7,7 +7,8 @@ slotted dataclasses, cheap enough to build one per streamed token; :func:`event_
 dashboards, logs and other processes.
 
 A run's events always satisfy: :class:`RunStarted` first; deltas of a message before the
-:class:`MessageCompleted` that holds it; tool results in the order of the calls; exactly one
+:class:`MessageCompleted` that holds it; tool results in the order of the calls once a batch's tools
+started (a result decided before, such as a reviewer's rejection, is told when it is decided); exactly one
 :class:`AgentResult`, last — failed runs included (reason ``ERROR``, after an :class:`ErrorEvent`), and
 built after every other event, so its ``time`` is when the run ended.
 
@@ -239,7 +240,7 @@ class ToolProgress(EventHeader):
 
 @dataclass(slots=True, kw_only=True)
 class ToolResult(EventHeader):
-    """A tool call's result, in the order the calls were made."""
+    """A tool call's result (in the order the calls were made, among those of a batch that ran)."""
 
     type: Literal["tool_result"] = "tool_result"
     result: ToolResultBlock

@@ -272,7 +272,7 @@ def test_custom_pipelines_notebook_shows_each_operator_recipe_fan_out_and_nested
     [plan] = tagged(notebook, "plan")
     planned = plan["data"]["text/plain"]
     assert planned.startswith("✓ finished · MODEL_STOP")
-    assert "plan: step 1: Add 2 and 3\nplan: step 2: Shout the sum" in planned
+    assert "plan: Step 1 of 2: Add 2 and 3\nplan: Step 2 of 2: Shout the sum" in planned
     assert "→ add [ok] 5" in planned
     assert "→ shout [ok] FIVE!" in planned
     assert "assistant: 2 + 3 = 5, and I shouted FIVE!" in planned
@@ -284,6 +284,26 @@ def test_custom_pipelines_notebook_shows_each_operator_recipe_fan_out_and_nested
     assert "→ shout [denied] Rejected by the reviewer: it would delete everything" in reviewed
     assert "reviewer: approved shout\nreviewer: rejected shout" in reviewed
     assert plain(notebook, "review-ran").strip() == "calls that ran: ['hello']"
+    # reflect, then revise: the critic objected once, in a side turn out of the history; the revision passed
+    [reflect] = tagged(notebook, "reflect")
+    reflected = reflect["data"]["text/plain"]
+    assert reflected.startswith("✓ finished · MODEL_STOP")
+    assert "assistant: 5.\nassistant: 2 + 3 = 5: three more than two is five." in reflected
+    assert "critic: Say how you got there, not only the number." in reflected
+    assert "AgentResult MODEL_STOP · 2 iteration(s) · 4 model call(s)" in reflected
+    assert plain(notebook, "reflect-history").splitlines() == [
+        "user: What is 2 + 3?",
+        "assistant: 5.",
+        "user: Revise your answer: Say how you got there, not only the number.",
+        "assistant: 2 + 3 = 5: three more than two is five.",
+        "2 iterations, 4 model calls (the critic's included)",
+    ]
+    # a step of our own around model_turn: the headline's side turn counted, not saved, not an iteration
+    assert plain(notebook, "side-turn").splitlines() == [
+        "Oslo is 14 °C with light rain. | headline: Mild and wet in Oslo",
+        "1 iteration, 2 model calls",
+        "history: [\"What's the weather in Oslo?\", 'Oslo is 14 °C with light rain.']",
+    ]
     # the fan-out's progress bar ended full, with the final counts beside it
     [box, label, bar, counts] = widgets(notebook, "fan-out")
     assert box["model_name"] == "HBoxModel"

@@ -6,7 +6,15 @@ from collections.abc import Sequence
 
 from rxagent.agent import AgentInput, ReActAgent, RunControl
 from rxagent.context import RuntimeContext
-from rxagent.events import AgentEvent, AgentResult, MessageCompleted, RunStarted, TextDelta, ToolResult
+from rxagent.events import (
+    AgentEvent,
+    AgentResult,
+    MessageCompleted,
+    RunStarted,
+    TextDelta,
+    ToolExecutionStarted,
+    ToolResult,
+)
 from rxagent.operators import to_list
 
 
@@ -49,15 +57,26 @@ def _check_run(events: Sequence[AgentEvent], *, deltas_match: bool) -> AgentResu
             assert event.message.text == pending_text or not deltas_match
             pending_text = ""
     assert pending_text == "" or not deltas_match or not results
-    # tool results in call order, per batch (a resumed run's first batch was called in an earlier run)
+    # Tool results per batch (a resumed run's first batch was called in an earlier run): each answers a
+    # call of the batch, once; once a tool of the batch started, the results come in call order. A result
+    # decided before any tool started (a reviewer's rejection) is told when it is decided.
     calls: list[str] | None = None
+    told: set[str] = set()
+    started = False
+    last = -1
     for event in events:
         if isinstance(event, MessageCompleted) and event.message.role == "assistant":
-            calls = [c.id for c in event.message.tool_calls]
-        if isinstance(event, ToolResult) and calls is not None:
-            assert event.result.tool_use_id in calls
-            position = calls.index(event.result.tool_use_id)
-            calls = calls[position + 1 :]
+            calls, told, started, last = [c.id for c in event.message.tool_calls], set(), False, -1
+        elif isinstance(event, ToolExecutionStarted) and calls is not None and event.call.id in calls:
+            started = True
+        elif isinstance(event, ToolResult) and calls is not None:
+            call_id = event.result.tool_use_id
+            assert call_id in calls, f"{call_id}: not a call of the batch"
+            assert call_id not in told, f"{call_id}: told twice"
+            told.add(call_id)
+            if started:
+                assert calls.index(call_id) > last, f"{call_id}: told out of call order"
+                last = calls.index(call_id)
     return results[0] if results else None
 
 

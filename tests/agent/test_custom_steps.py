@@ -1,8 +1,12 @@
 """Custom steps get the built-in steps' guarantees: interrupt, cancel without leaks, save on error,
 middleware; and the decisions between steps are plain functions a test calls without streams.
 
+An assembly is ``react_steps().on(Think, step)`` with typed steps (``Step[Think, Reason]``): the type
+checker verifies each edge, and at run time a node no step handles is a clear error.
+
 Bad inputs tried: a step that raises, a step that errors its stream, a step that completes without
-naming the next node, a node no step handles, a StopRun from a custom step.
+naming the next node, a node no step handles, a StopRun from a custom step, a registration for a type
+that is not a node.
 """
 
 from __future__ import annotations
@@ -10,27 +14,35 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import ClassVar, Literal, NoReturn
 
 import pytest
 from reactivex import Observable
 from reactivex import operators as ops
 
 from rxagent import ScriptedModel, ScriptedResponse, ScriptedToolCall
-from rxagent.agent import AgentOptions, Middleware, ReActAgent, ReasoningStep, RunControl, StopRun
+from rxagent.agent import Agent, AgentOptions, Middleware, ReasoningStep, RunControl, StopRun
 from rxagent.agent.loop import (
     Act,
+    AppliedInput,
     Finish,
+    Node,
+    ReActNode,
     Reason,
     Reprompt,
     RunInput,
     RunState,
     Start,
+    Step,
     StepOutput,
+    Steps,
+    after_acting,
     after_reasoning,
     after_tools,
     continue_reasoning,
     emit,
+    new_run,
+    react_steps,
     reason_step,
     route_input,
     start_step,
@@ -39,8 +51,8 @@ from rxagent.context import RunContext, RuntimeContext
 from rxagent.events import AgentEvent, AgentResult, ErrorEvent, StepNote
 from rxagent.messages import Msg, ToolUseBlock
 from rxagent.operators import from_async_iterable, to_list
-from rxagent.state import AgentState
-from rxagent.tools import Toolkit, tool
+from rxagent.state import AgentState, PendingCall
+from rxagent.tools import ToolBatchFinished, Toolkit, result_of, tool
 from tests.streams import expect
 
 from .helpers import check_invariants, run
@@ -48,21 +60,24 @@ from .helpers import check_invariants, run
 CTX = RuntimeContext(user_id="u", session_id="custom")
 
 
-@dataclass(frozen=True)
-class Think:
+@dataclass(frozen=True, slots=True)
+class Think(Node):
     """A custom node: a step of the test's own before the model."""
 
     label: str = "think"
 
 
-def starting_with(step: Callable[[Think, RunState], Observable[StepOutput]], *script: Any) -> ReActAgent:
-    def route(approved: tuple[ToolUseBlock, ...], run: RunState) -> Any:
-        return Think() if not approved and not run.state.pending else route_input(approved, run)
-
-    return ReActAgent(ScriptedModel(list(script)), steps={Start: start_step(route), Think: step})
+def think_first(applied: AppliedInput, run: RunState) -> Act | Finish | Reason | Think:
+    """The start's route: new text goes to ``Think`` first; answers for waiting calls as usual."""
+    return Think() if not applied.approved and not run.pending else route_input(applied, run)
 
 
-def noting(node: Think, run: RunState) -> Observable[StepOutput]:
+def starting_with(step: Step[Think, Reason], *script: str | ScriptedResponse) -> Agent:
+    steps: Steps[ReActNode | Think] = react_steps().on(Think, step).on(Start, start_step(think_first))
+    return Agent(ScriptedModel(list(script)), steps=steps)
+
+
+def noting(node: Think, run: RunState) -> Observable[StepOutput[Reason]]:
     run.add_messages([Msg.system(f"({node.label}: be brief)")])
     return emit(StepNote(**run.head, source="test", text=node.label), then=Reason())
 
@@ -74,14 +89,14 @@ class Held:
         self.started = asyncio.Event()
         self.cleaned = asyncio.Event()
 
-    def __call__(self, node: Think, run: RunState) -> Observable[StepOutput]:
-        async def wait() -> AsyncIterator[StepOutput]:
+    def __call__(self, node: Think, run: RunState) -> Observable[StepOutput[Reason]]:
+        async def wait() -> AsyncIterator[StepOutput[Reason]]:
             self.started.set()
             try:
                 await asyncio.Event().wait()
             finally:
                 self.cleaned.set()
-            yield emit(then=Reason())  # never reached  # type: ignore[misc]
+            yield StepNote(**run.head, source="test", text="never reached")
 
         return from_async_iterable(wait)
 
@@ -91,8 +106,8 @@ async def test_a_custom_step_runs_between_the_built_in_ones() -> None:
     result, events = await run(agent, "hi", CTX)
     assert (result.reason, result.text) == ("MODEL_STOP", "short answer")
     assert [e.text for e in events if isinstance(e, StepNote)] == ["think"]
-    sent = agent.model.requests[0].messages  # type: ignore[attr-defined]
-    assert sent[-1].text == "(think: be brief)"
+    assert isinstance(agent.model, ScriptedModel)
+    assert agent.model.requests[0].messages[-1].text == "(think: be brief)"
 
 
 async def test_an_interrupt_cuts_a_custom_step_and_ends_the_run_interrupted() -> None:
@@ -120,27 +135,27 @@ async def test_a_cancel_during_a_custom_step_releases_it_saves_and_frees_the_ses
     await asyncio.wait_for(held.started.wait(), 5)
     seen.dispose()
     await asyncio.wait_for(held.cleaned.wait(), 5)
-    agent.steps = {**agent.steps, Think: noting}  # the next run passes the custom step
+    agent.steps = agent.steps.on(Think, noting)  # the next run passes the custom step
     assert (await asyncio.wait_for(agent.call("again", CTX), 5)).text == "second run"
     assert seen.outcome is None
     texts = [m.text for m in (await agent.sessions.state(CTX)).messages]
     assert texts == ["first", "again", "(think: be brief)", "second run"]
 
 
-def raising(node: Think, run: RunState) -> Observable[StepOutput]:
+def raising(node: Think, run: RunState) -> Observable[StepOutput[Reason]]:
     raise ValueError("the custom step broke")
 
 
-def erroring(node: Think, run: RunState) -> Observable[StepOutput]:
-    async def fail() -> AsyncIterator[StepOutput]:
+def erroring(node: Think, run: RunState) -> Observable[StepOutput[Reason]]:
+    async def fail() -> AsyncIterator[StepOutput[Reason]]:
         yield StepNote(**run.head, source="test", text="about to fail")
         raise ValueError("the custom step broke")
 
     return from_async_iterable(fail)
 
 
-def silent(node: Think, run: RunState) -> Observable[StepOutput]:
-    return emit(then=Finish("MODEL_STOP")).pipe(ops.take(0))
+def silent(node: Think, run: RunState) -> Observable[StepOutput[Reason]]:
+    return emit(then=Reason()).pipe(ops.take(0))
 
 
 @pytest.mark.parametrize(
@@ -153,7 +168,7 @@ def silent(node: Think, run: RunState) -> Observable[StepOutput]:
     ids=["raises", "errors", "no-next"],
 )
 async def test_a_failing_custom_step_ends_with_an_error_result_after_saving(
-    step: Callable[[Think, RunState], Observable[StepOutput]], error: type[Exception], why: str
+    step: Step[Think, Reason], error: type[Exception], why: str
 ) -> None:
     agent = starting_with(step)
     seen = await asyncio.wait_for(expect(agent.stream_events("hi", CTX)), 5)
@@ -167,23 +182,36 @@ async def test_a_failing_custom_step_ends_with_an_error_result_after_saving(
 
 
 async def test_a_node_without_a_step_is_a_clear_error() -> None:
-    def route(approved: tuple[ToolUseBlock, ...], run: RunState) -> Any:
+    def route(applied: AppliedInput, run: RunState) -> Think:
         return Think("unhandled")
 
-    agent = ReActAgent(ScriptedModel([]), steps={Start: start_step(route)})
+    # `widen` announces Think to the checker without registering a step for it: only the run finds out
+    steps = react_steps().widen(Think).on(Start, start_step(route))
     with pytest.raises(KeyError, match="no step for node Think"):
-        await agent.call("hi", CTX)
+        await Agent(ScriptedModel([]), steps=steps).call("hi", CTX)
+
+
+def test_only_node_types_take_steps() -> None:
+    with pytest.raises(TypeError, match="Node subclasses"):
+        react_steps().on(str, noting)  # type: ignore[arg-type]
 
 
 async def test_a_stop_run_from_a_custom_step_ends_the_run_stopped() -> None:
-    def stopping(node: Think, run: RunState) -> Observable[StepOutput]:
+    def stopping(node: Think, run: RunState) -> NoReturn:
         raise StopRun("the custom step said so")
 
     result = await starting_with(stopping).call("hi", CTX)
     assert (result.reason, result.detail) == ("STOPPED", "the custom step said so")
 
 
-async def test_middleware_sees_custom_steps_and_wraps_reasoning_turns_they_reuse() -> None:
+@dataclass(frozen=True, slots=True)
+class Draft(Node):
+    """A custom model turn: the loop wraps its step in the ``reasoning`` cut point, as it wraps Reason's."""
+
+    cut_point: ClassVar[Literal["reasoning", "acting"] | None] = "reasoning"
+
+
+async def test_middleware_sees_custom_steps_and_wraps_the_model_turns_of_custom_nodes() -> None:
     seen: list[str] = []
     turns: list[ReasoningStep] = []
 
@@ -202,20 +230,24 @@ async def test_middleware_sees_custom_steps_and_wraps_reasoning_turns_they_reuse
             turns.append(step)
             return next(step)
 
-    @dataclass(frozen=True)
-    class Draft:
-        pass
+    def then_answer(node: Draft, message: Msg | None, run: RunState) -> Reason:
+        return Reason()
 
-    def route(approved: tuple[ToolUseBlock, ...], run: RunState) -> Any:
-        return Draft()
+    def route(applied: AppliedInput, run: RunState) -> Think:
+        return Think()
 
-    draft = reason_step(lambda node, message, run: Reason(), instructions="Draft first.", tools=False)
+    def to_draft(node: Think, run: RunState) -> Observable[StepOutput[Draft]]:
+        return emit(StepNote(**run.head, source="test", text="drafting"), then=Draft())
+
+    draft = reason_step(then_answer, instructions="Draft first.", tools=False)
+    steps = react_steps().on(Draft, draft).on(Think, to_draft).on(Start, start_step(route))
     model = ScriptedModel(["a draft", "final"])
-    agent = ReActAgent(model, steps={Start: start_step(route), Draft: draft}, middleware=[Watch()])
+    agent = Agent(model, steps=steps, middleware=[Watch()])
     result = await agent.call("hi", CTX)
     assert result.text == "final"
-    assert [t.iteration for t in turns] == [1, 2]  # the custom drafting turn passed the reasoning hook
+    assert [t.iteration for t in turns] == [1, 2]  # the Draft turn passed the reasoning hook; Think did not
     assert seen[0] == "run_started"
+    assert "step_note" in seen  # the agent hook sees the custom step's events
     assert seen.count("message_completed") == 2
     assert model.requests[0].messages[-1].text == "Draft first."
 
@@ -229,35 +261,39 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
-def run_state(agent: ReActAgent, iteration: int = 1) -> RunState:
-    async def save(_: Exception | None) -> None:
-        return None
-
-    state = RunState(agent, CTX, (CTX.user_id, "custom"), AgentState(), RunControl(), save)
-    state.iteration = iteration
-    return state
+def a_run(iteration: int = 1, state: AgentState | None = None) -> RunState:
+    """A run's state with no agent object at all."""
+    run = new_run(ScriptedModel([]), Toolkit([add]), options=AgentOptions(max_iters=3), ctx=CTX, state=state)
+    run.iteration = iteration
+    return run
 
 
 def test_decisions_are_plain_functions() -> None:
-    agent = ReActAgent(ScriptedModel([]), Toolkit([add]), options=AgentOptions(max_iters=3))
-    run = run_state(agent)
+    run = a_run()
     call = ToolUseBlock(id="c1", name="add", input={"a": 1, "b": 2})
     assert after_reasoning(Reason(), Msg(role="assistant", content=(call,)), run) == Act((call,))
     answer = Msg.assistant("3")
     assert after_reasoning(Reason(), answer, run) == Finish("MODEL_STOP", answer)
     blank = Msg.assistant("  ")
     assert after_reasoning(Reason(), blank, run) == Reprompt()
-    run.reprompted = True
-    assert after_reasoning(Reason(), blank, run) == Finish(
+    assert after_reasoning(Reason(reprompted=True), blank, run) == Finish(
         "NO_ANSWER", blank, detail="the model gave no answer text twice"
     )
-    assert after_reasoning(Reason(summarising=True), blank, run).reason == "MAX_ITERATIONS"
+    no_message = Finish("NO_ANSWER", None, detail="the reasoning step produced no message")
+    assert after_reasoning(Reason(), None, run) == no_message
+    assert after_reasoning(Reason(summarising=True), blank, run) == Finish("MAX_ITERATIONS", blank)
     assert continue_reasoning(run) == Reason()
-    assert continue_reasoning(run_state(agent, iteration=3)) == Reason(summarising=True)
-    assert route_input((call,), run) == Act((call,), frozenset({"c1"}))
+    assert continue_reasoning(a_run(iteration=3)) == Reason(summarising=True)
+    assert route_input(AppliedInput((call,)), run) == Act((call,), frozenset({"c1"}))
     assert after_tools(run) == Reason()
-    run.failure = "the pool died"
-    assert after_tools(run) == Finish("ERROR", None, detail="tool system error: the pool died")
+    waiting = a_run(state=AgentState(pending=[PendingCall(call=call, kind="ask")]))
+    assert after_tools(waiting) == Finish("PERMISSION_ASKING")
+    direct = ToolBatchFinished(results=(result_of(call, "3", "ok"),), waiting=(), return_direct=True)
+    finished = after_acting(direct, run)
+    assert isinstance(finished, Finish)
+    assert finished.reason == "TOOL_RETURN_DIRECT"
+    assert finished.message is not None
+    assert finished.message.text == "3"
 
 
 async def test_a_custom_assembly_keeps_the_event_invariants() -> None:

@@ -1,8 +1,9 @@
 """Every outcome is an event: a call's result is told by one ``ToolResult`` event whether a tool ran it or
 not — a human's denial, an external result, a reviewer's rejection, a call the user moved on from, a call an
-interrupt cut short — always before the tool message that carries it, and (within a batch the run called)
-in the order of the calls. The events the session's log records hold each result once, so the feed (and
-the dashboard and AG-UI built on it) tells each result once.
+interrupt cut short — always before the tool message that carries it, and (within a batch the run called,
+once its tools started) in the order of the calls; a reviewer's rejection is told when the reviewer
+decides, before the approved calls run. The events the session's log records hold each result once, so
+the feed (and the dashboard and AG-UI built on it) tells each result once.
 
 Bad inputs tried: new text while a call waits (with ``recover_pending``), an interrupt in the middle of a
 batch, a reviewer rejecting the first call of a batch and approving the second (and the other way round).
@@ -18,10 +19,9 @@ import pytest
 from rxagent import ScriptedModel, ScriptedResponse, ScriptedToolCall
 from rxagent.agent import AgentOptions, ExternalResult, ReActAgent, RunControl, ToolDecision
 from rxagent.agent.loop import RunState
-from rxagent.agent.recipes import Verdict, function_reviewer, reviewing
+from rxagent.agent.recipes import Review, Verdict, function_reviewer, reviewing
 from rxagent.context import RuntimeContext
-from rxagent.events import AgentEvent, MessageCompleted, ToolExecutionStarted, ToolResult
-from rxagent.messages import ToolUseBlock
+from rxagent.events import AgentEvent, MessageCompleted, StepNote, ToolExecutionStarted, ToolResult
 from rxagent.operators import to_list
 from rxagent.tools import Permissions, Toolkit, tool
 
@@ -63,6 +63,17 @@ def told_before_its_message(events: Sequence[AgentEvent]) -> None:
         elif isinstance(event, MessageCompleted) and event.message.role == "tool":
             for result in event.message.tool_results:
                 assert result.tool_use_id in told, f"{result.tool_use_id} only in the tool message"
+
+
+def call_of(event: AgentEvent) -> tuple[str, str]:
+    """An event's type and the id of the call it is about (a reviewer's note carries it in its data)."""
+    if isinstance(event, StepNote):
+        assert isinstance(event.data, dict)
+        return event.type, str(event.data["call_id"])
+    if isinstance(event, ToolExecutionStarted):
+        return event.type, event.call.id
+    assert isinstance(event, ToolResult)
+    return event.type, event.result.tool_use_id
 
 
 def both_calls() -> ScriptedResponse:
@@ -115,9 +126,9 @@ async def test_moving_on_from_a_waiting_call_tells_its_interrupted_result() -> N
 
 
 @pytest.mark.parametrize("rejected", ["r1", "r2"])
-async def test_a_reviewers_rejection_is_told_in_the_order_of_the_calls(rejected: str) -> None:
-    async def reviewer(calls: Sequence[ToolUseBlock], run: RunState) -> list[Verdict]:
-        return [Verdict(c.id, c.id != rejected, "not this one") for c in calls]
+async def test_a_reviewers_rejection_is_told_when_the_reviewer_decides(rejected: str) -> None:
+    async def reviewer(review: Review, run: RunState) -> dict[str, Verdict]:
+        return {c.id: Verdict(approve=c.id != rejected, reason="not this one") for c in review.calls}
 
     batch = ScriptedResponse(
         tool_calls=[
@@ -130,14 +141,20 @@ async def test_a_reviewers_rejection_is_told_in_the_order_of_the_calls(rejected:
         Toolkit([refund]),
         steps=reviewing(function_reviewer(reviewer)),
     )
-    result, events = await run(agent, "refund both", CTX)  # the invariants check call order too
+    result, events = await run(agent, "refund both", CTX)
     assert result.text == "One refunded."
-    assert results_told(events) == [
-        ("r1", "denied" if rejected == "r1" else "ok"),
-        ("r2", "denied" if rejected == "r2" else "ok"),
-    ]
+    approved = "r2" if rejected == "r1" else "r1"
+    # The decision first: each call's note, the rejection right after its own; then the approved call runs.
+    told = [call_of(e) for e in events if isinstance(e, StepNote | ToolExecutionStarted | ToolResult)]
+    notes = [("step_note", "r1"), ("step_note", "r2")]
+    notes.insert(notes.index(("step_note", rejected)) + 1, ("tool_result", rejected))
+    assert told == [*notes, ("tool_execution_started", approved), ("tool_result", approved)]
+    assert results_told(events) == [(rejected, "denied"), (approved, "ok")]
     told_before_its_message(events)
     assert ran == (["A-2"] if rejected == "r1" else ["A-1"])
+    # the tool message the model reads holds the results in the order of the calls
+    [message] = [e.message for e in events if isinstance(e, MessageCompleted) and e.message.role == "tool"]
+    assert [r.tool_use_id for r in message.tool_results] == ["r1", "r2"]
 
 
 async def test_an_interrupt_mid_batch_tells_the_finished_and_the_cut_short_results() -> None:

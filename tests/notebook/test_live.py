@@ -312,19 +312,16 @@ async def test_a_run_view_fed_by_hand_shows_two_runs_of_a_session_in_one_transcr
 
 
 async def test_a_custom_steps_notes_show_in_the_live_view() -> None:
-    from collections.abc import Sequence
-
     from rxagent.agent.loop import RunState
-    from rxagent.agent.recipes import Verdict, function_reviewer, reviewing
-    from rxagent.messages import ToolUseBlock
+    from rxagent.agent.recipes import Review, Verdict, function_reviewer, reviewing
 
     @tool
     def delete(path: str) -> str:
         """Delete a file."""
         return "deleted"
 
-    async def reviewer(calls: Sequence[ToolUseBlock], run: RunState) -> list[Verdict]:
-        return [Verdict(call.id, approve=False, reason="never delete") for call in calls]
+    async def reviewer(review: Review, run: RunState) -> dict[str, Verdict]:
+        return {call.id: Verdict(approve=False, reason="never delete") for call in review.calls}
 
     model = ScriptedModel(
         [ScriptedResponse(tool_calls=[ScriptedToolCall("delete", {"path": "/etc"}, id="d1")]), "I did not."]

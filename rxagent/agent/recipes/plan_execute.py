@@ -3,12 +3,14 @@ and a closing turn gives the answer.
 
 ::
 
-    Start ─▶ Plan (a text turn: "1. … 2. …") ─▶ NextItem(0) ─▶ Reason ⇄ Act … answer ─▶ NextItem(1) ─▶ …
+    Start ─▶ Plan (a text turn: "1. … 2. …") ─▶ NextItem ─▶ Reason ⇄ Act … answer ─▶ NextItem ─▶ …
           ─▶ Conclude (a text turn: the final answer) ─▶ Finish
 
-The plan and its progress live in the session state (``state.extras["plan"]``), so a run that stops to
-wait for an approval picks the plan up where it left it when the decision comes; a new request starts a
-new plan::
+Each item is handed to the model as a user message (``Step 1 of 2: …``) and told as a ``StepNote``
+(source ``"plan"``, the plan's :class:`Progress` as its data). The plan and its progress live in the
+session state (``state.extras["plan"]``), so a run that stops to wait for an approval picks the plan up
+where it left it when the decision comes; a new request starts a new plan, and a planning reply without
+numbered items works on the request directly (``extras["plan"]`` is then ``None``)::
 
     agent = Agent(model, toolkit, steps=plan_and_execute())
 """
@@ -18,18 +20,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from pydantic import JsonValue
+from pydantic import BaseModel
 from reactivex import Observable
 
 from rxagent.agent.loop import (
     Act,
     AppliedInput,
-    CheckOutput,
     Finish,
     Node,
     ReActNode,
     Reason,
-    Reprompt,
     RunState,
     Start,
     StepOutput,
@@ -45,17 +45,20 @@ from rxagent.agent.loop import (
 from rxagent.events import StepNote
 from rxagent.messages import Msg
 
-__all__ = ["PLAN", "Conclude", "NextItem", "Plan", "plan_and_execute"]
+__all__ = ["PLAN", "Conclude", "NextItem", "Plan", "Progress", "plan_and_execute"]
 
 PLAN = "plan"
-"""The ``state.extras`` key holding ``{"items": [...], "done": n}``."""
-
-_PLAN_PROMPT = (
-    "Before doing anything, write a short numbered plan for the user's request: one step per line, "
-    "'1. ...', '2. ...'. Write only the plan; do not carry it out yet."
-)
-_CONCLUDE_PROMPT = "Every step of the plan is done. Give the user the final answer to their request."
+"""The ``state.extras`` key holding the plan's :class:`Progress` (as JSON) while it is worked through."""
+_PLAN = "Write a short numbered plan for the request ('1. ...', '2. ...', one per line); do not do it yet."
+_CONCLUDE = "Every step of the plan is done. Give the user the final answer to their request."
 _ITEM = re.compile(r"^\s*\d+[.)]\s+(.+?)\s*$", re.MULTILINE)
+
+
+class Progress(BaseModel):
+    """A plan's ``items``, and how many of them were handed to the model (``started``)."""
+
+    items: list[str]
+    started: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +68,7 @@ class Plan(Node):
 
 @dataclass(frozen=True, slots=True)
 class NextItem(Node):
-    """Hand the model the next item of the plan."""
+    """Hand the model the next item of the plan (the one before it is done), or conclude after the last."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,54 +81,30 @@ def plan_and_execute(max_items: int = 8) -> Steps[ReActNode | Plan | NextItem | 
 
     def read_plan(node: Plan, message: Msg | None, run: RunState) -> NextItem | Reason:
         items = _ITEM.findall(message.text if message is not None else "")[:max_items]
-        if not items:  # no plan to follow: work on the request directly
-            return continue_reasoning(run)
-        run.state.extras[PLAN] = {"items": list[JsonValue](items), "done": 0}
-        return NextItem()
+        run.state.extras[PLAN] = Progress(items=items).model_dump() if items else None
+        return NextItem() if items else continue_reasoning(run)  # no plan: work on the request directly
 
-    def next_item(node: NextItem, run: RunState) -> Observable[StepOutput[Reason]]:
-        items, done = _progress(run)
-        run.add_messages([Msg.user(f"Step {done + 1} of {len(items)}: {items[done]}\nDo this step now.")])
-        note = StepNote(
-            **run.head, source="plan", text=f"step {done + 1}: {items[done]}", data=run.state.extras[PLAN]
-        )
+    def next_item(node: NextItem, run: RunState) -> Observable[StepOutput[Reason | Conclude]]:
+        plan = Progress.model_validate(run.state.extras.pop(PLAN))
+        if plan.started == len(plan.items):
+            return emit(then=Conclude())  # the plan is done, and cleared
+        step = f"Step {plan.started + 1} of {len(plan.items)}: {plan.items[plan.started]}"
+        plan.started += 1
+        run.state.extras[PLAN] = progress = plan.model_dump()
+        run.add_messages([Msg.user(f"{step}\nDo this step now.")])
+        note = StepNote(**run.head, source="plan", text=step, data=progress)
         return emit(note, then=continue_reasoning(run))
 
-    def after_answer(
-        node: Node, message: Msg | None, run: RunState
-    ) -> Act | CheckOutput | Finish | Reprompt | NextItem | Conclude:
+    def after_answer(node: Node, message: Msg | None, run: RunState) -> ReActNode | NextItem:
         decided = after_reasoning(node, message, run)
-        if PLAN not in run.state.extras or not (
-            isinstance(decided, Finish) and decided.reason == "MODEL_STOP"
-        ):
-            return decided
-        items, done = _progress(run)
-        run.state.extras[PLAN] = {"items": list[JsonValue](items), "done": done + 1}
-        if done + 1 < len(items):
-            return NextItem()
-        del run.state.extras[PLAN]
-        return Conclude()
+        answered = isinstance(decided, Finish) and decided.reason == "MODEL_STOP"
+        return NextItem() if answered and run.state.extras.get(PLAN) else decided
 
     def route(applied: AppliedInput, run: RunState) -> Act | Finish | Reason | Plan:
-        history = run.state.messages
-        if applied.approved or run.state.pending or not history or history[-1].role != "user":
-            return route_input(applied, run)  # answers for waiting calls: carry on with the plan
-        run.state.extras.pop(PLAN, None)  # a new request gets a new plan
-        return Plan()
+        new_request = not applied.approved and bool(run.messages) and run.messages[-1].role == "user"
+        return Plan() if new_request else route_input(applied, run)  # answers for waiting calls: carry on
 
-    return (
-        react_steps()
-        .on(Conclude, reason_step(instructions=_CONCLUDE_PROMPT, tools=False))
-        .on(NextItem, next_item)
-        .on(Reason, reason_step(after_answer))
-        .on(Plan, reason_step(read_plan, instructions=_PLAN_PROMPT, tools=False))
-        .on(Start, start_step(route))
-    )
-
-
-def _progress(run: RunState) -> tuple[list[str], int]:
-    plan = run.state.extras[PLAN]
-    if not isinstance(plan, dict) or not isinstance(items := plan.get("items"), list):
-        raise ValueError(f"state.extras[{PLAN!r}] is not a plan: {plan!r}")
-    done = plan.get("done")
-    return [str(i) for i in items], done if isinstance(done, int) else 0
+    steps = react_steps().on(Conclude, reason_step(instructions=_CONCLUDE, tools=False))
+    steps = steps.on(NextItem, next_item).on(Reason, reason_step(after_answer))
+    steps = steps.on(Plan, reason_step(read_plan, instructions=_PLAN, tools=False))
+    return steps.on(Start, start_step(route))

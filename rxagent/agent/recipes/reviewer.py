@@ -5,20 +5,28 @@
     Reason ─▶ Review(calls) ─▶ Verdicts(calls, verdicts) ─▶ Act(approved calls) ─▶ Reason …
                                                     └─(none approved)─▶ Reason
 
-Rejected calls get ``denied`` results carrying the reviewer's reason (the model reads them; a
-``ToolResult`` event tells each, after the reviewer's ``StepNote``). Calls a human approved go from
-``Start`` straight to ``Act``: they are not reviewed again. The review is a step: a function of yours
-(:func:`function_reviewer`) or a side turn of a model (:func:`model_reviewer`)::
+The review is a step: a function of yours (:func:`function_reviewer`) or a side turn of a model
+(:func:`model_reviewer`: its usage counted and its call traced, nothing of it in the history). Either
+gives a :class:`Verdict` per call id; a call without one is rejected (every call, when a model's answer
+cannot be read). The decision is told first, call by
+call: a ``StepNote`` (``approved shout`` / ``rejected shout``, the verdict as its data), and for a
+rejected call right after it the call's ``denied`` result (a ``ToolResult`` with the reviewer's reason,
+which the model reads); then the approved calls run, still through the permission gate, and their
+results follow. Calls a human approved go from ``Start`` straight to ``Act``: they are not reviewed
+again::
 
     agent = Agent(model, toolkit, steps=reviewing(model_reviewer(reviewer_model)))
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import suppress
+from dataclasses import dataclass
+from functools import partial
+from typing import Annotated
 
-from pydantic import BaseModel, Field, TypeAdapter
+from pydantic import AfterValidator, BaseModel, StrictBool, TypeAdapter
 from reactivex import Observable
 
 from rxagent.agent.loop import (
@@ -31,6 +39,7 @@ from rxagent.agent.loop import (
     Reason,
     Reprompt,
     RunState,
+    Step,
     StepOutput,
     Steps,
     after_reasoning,
@@ -47,16 +56,15 @@ from rxagent.model import ChatModel, ChatRequest
 from rxagent.operators import from_async_iterable
 from rxagent.tools import result_of
 
-__all__ = ["Review", "Verdict", "Verdicts", "function_reviewer", "model_reviewer", "reviewing"]
+__all__ = ["Review", "Reviewer", "Verdict", "Verdicts", "function_reviewer", "model_reviewer", "reviewing"]
 
 
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    """A reviewer's answer for one call (a call without one is rejected)."""
+class Verdict(BaseModel, frozen=True):
+    """A reviewer's answer for one call: ``approve`` it (only a JSON ``true`` does), or not, saying why
+    (an empty reason reads ``"no reason given"``)."""
 
-    call_id: str
-    approve: bool
-    reason: str = ""
+    approve: StrictBool
+    reason: Annotated[str, AfterValidator(lambda reason: reason or "no reason given")] = "no reason given"
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,95 +75,62 @@ class Review(Node):
 
 
 @dataclass(frozen=True, slots=True)
-class Verdicts(Node):
-    """Apply the reviewer's ``verdicts`` to ``calls``: run the approved ones, reject the others."""
+class Verdicts(Review):
+    """The reviewed batch with the reviewer's ``verdicts`` by call id: tell them, run the approved calls."""
 
-    calls: tuple[ToolUseBlock, ...]
-    verdicts: tuple[Verdict, ...]
-
-
-ReviewStep = Callable[[Review, RunState], Observable[StepOutput[Verdicts]]]
-"""A step that reviews a batch: a :func:`function_reviewer` or a :func:`model_reviewer`."""
+    verdicts: Mapping[str, Verdict]
 
 
-def reviewing(review: ReviewStep) -> Steps[ReActNode | Review | Verdicts]:
+Reviewer = Callable[[Review, RunState], Awaitable[Mapping[str, Verdict]]]
+"""``async (review, run) -> {call id: Verdict}``: a review of yours, for :func:`function_reviewer`."""
+_ASK = 'Approve only safe calls. Answer only with {"<call id>": {"approve": true or false, "reason": "..."}}'
+
+
+def reviewing(review: Step[Review, Verdicts]) -> Steps[ReActNode | Review | Verdicts]:
     """The ReAct assembly with every batch the model asks for reviewed by ``review`` before it runs."""
 
     def to_review(node: Node, message: Msg | None, run: RunState) -> Finish | CheckOutput | Reprompt | Review:
-        decided = after_reasoning(node, message, run)
-        return Review(decided.calls) if isinstance(decided, Act) else decided
+        return Review(act.calls) if isinstance(act := after_reasoning(node, message, run), Act) else act
 
     return react_steps().on(Verdicts, apply_verdicts).on(Review, review).on(Reason, reason_step(to_review))
 
 
 def apply_verdicts(node: Verdicts, run: RunState) -> Observable[StepOutput[Act | Finish | Reason]]:
-    """Tell each verdict (a ``StepNote``), answer each rejected call, then run the approved ones."""
-    given = {v.call_id: v for v in node.verdicts}
-    told: list[AgentEvent] = []
+    """Tell each verdict (a ``StepNote``, then a rejected call's result), then run the approved calls."""
+    out: list[AgentEvent] = []
     for call in node.calls:
-        verdict = given.get(
-            call.id, Verdict(call_id=call.id, approve=False, reason="the reviewer gave no verdict")
-        )
+        verdict = node.verdicts.get(call.id) or Verdict(approve=False, reason="the reviewer gave no verdict")
         said = f"{'approved' if verdict.approve else 'rejected'} {call.name}"
-        told.append(
-            StepNote(**run.head, source="reviewer", text=said, data={"tool": call.name, **asdict(verdict)})
-        )
+        data = {"call_id": call.id, "tool": call.name, **verdict.model_dump()}
+        out.append(StepNote(**run.head, source="reviewer", text=said, data=data))
         if not verdict.approve:
-            why = f"Rejected by the reviewer: {verdict.reason or 'no reason given'}"
-            told += run.add_result(result_of(call, why, "denied"))
-    kept = tuple(c for c in node.calls if c.id in given and given[c.id].approve)
-    return (
-        emit(*told, then=Act(kept)) if kept else emit(*told, *run.close_tool_batch(), then=after_tools(run))
-    )
+            out += run.add_result(result_of(call, f"Rejected by the reviewer: {verdict.reason}", "denied"))
+    kept = tuple(c for c in node.calls if c.id in node.verdicts and node.verdicts[c.id].approve)
+    return emit(*out, then=Act(kept)) if kept else emit(*out, *run.close_tool_batch(), then=after_tools(run))
 
 
-def function_reviewer(
-    decide: Callable[[Sequence[ToolUseBlock], RunState], Awaitable[Sequence[Verdict]]],
-) -> ReviewStep:
-    """A review step that awaits ``decide(calls, run)`` for the verdicts."""
+def function_reviewer(decide: Reviewer) -> Step[Review, Verdicts]:
+    """A review step that awaits ``decide(review, run)`` for the verdicts (``{call id: Verdict}``)."""
 
-    def step(node: Review, run: RunState) -> Observable[StepOutput[Verdicts]]:
-        async def verdicts() -> AsyncIterator[StepOutput[Verdicts]]:
-            yield Next(Verdicts(node.calls, tuple(await decide(node.calls, run))))
+    async def verdicts(node: Review, run: RunState) -> AsyncIterator[StepOutput[Verdicts]]:
+        yield Next(Verdicts(node.calls, await decide(node, run)))
 
-        return from_async_iterable(verdicts)
-
-    return step
+    return lambda node, run: from_async_iterable(partial(verdicts, node, run))
 
 
-_ASK = (
-    "You review tool calls before they run. Approve a call only if it is safe and serves the user's "
-    'request. Answer with only a JSON object: {"<call id>": {"approve": true or false, "reason": "..."}}.'
-)
+def model_reviewer(model: ChatModel, instructions: str = _ASK) -> Step[Review, Verdicts]:
+    """A review step that shows the batch to ``model`` in a side turn of the run and reads its JSON
+    verdicts (``{"<call id>": {"approve": true, "reason": "..."}}``); an answer it cannot read (no JSON
+    object, or not verdicts of that shape) gives no verdict, so every call is rejected."""
+    return lambda node, run: model_turn(run, _ask(node, instructions), model=model, then=partial(_read, node))
 
 
-def model_reviewer(model: ChatModel, instructions: str = _ASK) -> ReviewStep:
-    """A review step that shows the batch to ``model`` in a side turn of the run (its usage counted, its
-    ``model_call`` middleware applied) and reads its JSON verdicts; an answer it cannot read rejects
-    every call, saying why."""
-
-    def step(node: Review, run: RunState) -> Observable[StepOutput[Verdicts]]:
-        listing = "\n".join(f"- {c.id}: {c.name}({c.raw_arguments})" for c in node.calls)
-        request = ChatRequest((Msg.system(instructions), Msg.user(f"Calls to review:\n{listing}")))
-        return model_turn(
-            run, request, model=model, then=lambda answer: Verdicts(node.calls, _read(answer, node.calls))
-        )
-
-    return step
+def _ask(node: Review, instructions: str) -> ChatRequest:
+    listing = "\n".join(f"- {c.id}: {c.name}({c.raw_arguments})" for c in node.calls)
+    return ChatRequest((Msg.system(instructions), Msg.user(f"Calls to review:\n{listing}")))
 
 
-class _Said(BaseModel):
-    approve: bool = Field(default=False, strict=True)  # only a JSON true approves
-    reason: str = ""
-
-
-_ANSWERS = TypeAdapter(dict[str, _Said])
-
-
-def _read(answer: Msg, calls: Sequence[ToolUseBlock]) -> tuple[Verdict, ...]:
-    try:
-        found = _ANSWERS.validate_python(extract_json(answer.text))
-    except ValueError as error:  # no JSON object, or not verdicts (pydantic's ValidationError)
-        why = f"the review could not be read: {error}"
-        return tuple(Verdict(c.id, False, why) for c in calls)
-    return tuple(Verdict(c.id, found[c.id].approve, found[c.id].reason) for c in calls if c.id in found)
+def _read(node: Review, said: Msg) -> Verdicts:
+    with suppress(ValueError):  # no JSON object, or not verdicts (pydantic's ValidationError): none read
+        return Verdicts(node.calls, TypeAdapter(dict[str, Verdict]).validate_python(extract_json(said.text)))
+    return Verdicts(node.calls, {})
