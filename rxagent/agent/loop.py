@@ -103,7 +103,7 @@ def react_steps() -> Steps[ReActNode]:
                   └→ Reprompt (a reply without answer text, once)     Interrupt → Finish
 
     Example:
-        >>> steps = react_steps().on(Act, reviewed(my_reviewer))  # doctest: +SKIP
+        >>> steps = react_steps().on(Reprompt, my_reprompt_step)  # doctest: +SKIP
     """
     return (
         Steps()

@@ -18,17 +18,18 @@ are plain functions that tests call without streams.
           ─▶ Reason ── … ── Next(Finish(MODEL_STOP))
           ─▶ Finish ── AgentResult
 
-A user's assembly is a mapping from node types to steps, merged over :func:`default_steps` (a planning
-step, a reviewer before tools run, a reflection after the answer — see ``rxagent.agent.recipes``). Every
-assembly gets the same guarantees from :func:`run_loop` and the agent's lifecycle around it:
+A user's assembly is a :class:`~rxagent.agent.nodes.Steps` table, usually ``react_steps()`` with steps
+added or replaced with ``on`` (a planning step, a reviewer before tools run, a critique after the answer —
+see ``rxagent.agent.recipes``). Every assembly gets the same guarantees from :func:`run_loop` and the
+agent's lifecycle around it (:mod:`rxagent.agent.lifecycle`):
 
-- **interrupt**: before each step the loop checks ``run.control``; an interrupt while a step runs lets
+- **interrupt**: before each step the loop checks ``run.deps.control``; an interrupt while a step runs lets
   the step end itself if it knows how (a model call keeps what streamed so far), else cuts it; either
   way the loop goes to :class:`Interrupt` (finished calls keep their results, the run ends
   ``INTERRUPTED``).
 - **failure**: a step that fails ends the run with an ``ErrorEvent`` and an ``AgentResult`` with
   reason ``ERROR`` (saved first), then the error; a middleware's ``StopRun`` ends it ``STOPPED``.
-- **cancel** and **save**: the agent's lifecycle (``ReActAgent.stream_events``) saves the state on
+- **cancel** and **save**: the agent's lifecycle (``Agent.stream_events``) saves the state on
   every ending and releases the session, whatever the steps are.
 - **depth**: steps are subscribed one after another at constant stack depth (``run_steps``).
 - **steering**: messages delivered into a running run (a session handle's ``steer``) join the history
