@@ -11,7 +11,7 @@ the next node with its ``decide`` function (:func:`~rxagent.agent.decisions.afte
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from pydantic import JsonValue
 from reactivex import Observable
@@ -202,7 +202,7 @@ def _repeat_guard(run: RunState) -> list[AgentEvent]:
     last: tuple[str, str, str] | None = None
     count = 0
     repeated: ToolUseBlock | None = None
-    for call, text in reversed(_calls_since_hint(run.state.messages)):
+    for call, text in _answered_calls_backwards(run.state.messages):
         key = (call.name, call.raw_arguments, text)  # the same text: no need to re-encode
         if last is not None and key != last:
             break
@@ -219,16 +219,18 @@ def _repeat_guard(run: RunState) -> list[AgentEvent]:
     return [RepeatGuardTriggered(**run.head, tool=repeated.name, arguments=arguments, count=count)]
 
 
-def _calls_since_hint(messages: Sequence[Msg]) -> list[tuple[ToolUseBlock, str]]:
-    """The calls with results since the last user message or repeat hint, in order, with result texts."""
+def _answered_calls_backwards(messages: Sequence[Msg]) -> Iterator[tuple[ToolUseBlock, str]]:
+    """The calls with results since the last user message or repeat hint, newest first, with their result
+    texts: lazily, so the guard reads back only as far as the calls repeat."""
     results: dict[str, str] = {}
-    calls: list[tuple[ToolUseBlock, str]] = []
     for message in reversed(messages):
         if message.role == "user" or message.metadata.get("rxagent") == _REPEAT_HINT:
-            break
+            return
         if message.role == "assistant":
-            answered = [(c, results[c.id]) for c in message.tool_calls if c.id in results]
-            calls[:0] = answered
+            for call in reversed(message.tool_calls):
+                text = results.get(call.id)
+                if text is not None:
+                    yield call, text
         else:
-            results.update((r.tool_use_id, r.text) for r in message.tool_results)
-    return calls
+            for result in message.tool_results:
+                results[result.tool_use_id] = result.text
