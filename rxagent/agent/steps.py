@@ -31,6 +31,8 @@ assembly gets the same guarantees from :func:`run_loop` and the agent's lifecycl
 - **cancel** and **save**: the agent's lifecycle (``ReActAgent.stream_events``) saves the state on
   every ending and releases the session, whatever the steps are.
 - **depth**: steps are subscribed one after another at constant stack depth (``run_steps``).
+- **the path**: a ``StepStarted`` event tells each step as it begins (unless nobody watches the run's
+  events).
 - **steering**: messages delivered into a running run (a session handle's ``steer``) join the history
   right before the next :class:`Reason` step, whatever the assembly.
 - **middleware**: the ``agent`` cut point wraps the whole loop; the loop wraps the step of every node
@@ -53,7 +55,16 @@ from rxagent.agent.decisions import after_tools, continue_reasoning
 from rxagent.agent.middleware import ActingStep, ReasoningStep, StopRun, chain, has_hooks
 from rxagent.agent.nodes import Act, Finish, Interrupt, Next, Node, Reason, Reprompt, Step, StepOutput, Steps
 from rxagent.agent.run import RunState
-from rxagent.events import AgentEvent, AgentResult, ErrorEvent, MessageCompleted, Phase, RunReason
+from rxagent.events import (
+    AgentEvent,
+    AgentResult,
+    ErrorEvent,
+    MessageCompleted,
+    Phase,
+    RunReason,
+    RunStarted,
+    StepStarted,
+)
 from rxagent.messages import Msg
 from rxagent.operators import frame, from_async_iterable, run_steps, sync_of
 
@@ -90,8 +101,10 @@ def run_loop(steps: Steps[_N], first: _N, run: RunState) -> Observable[AgentEven
     """Run the steps of ``steps`` from node ``first`` until a step finishes the run.
 
     Each step is looked up by its node's type and subscribed when the one before it completes (constant
-    stack depth however long the run); its :class:`Next` names the node after it. See the module for the
-    interrupt, failure and middleware guarantees this adds to any assembly.
+    stack depth however long the run); its :class:`Next` names the node after it. Unless the run is quiet,
+    a :class:`~rxagent.events.StepStarted` tells each step as it begins (the first step's comes right
+    after its ``RunStarted``, which opens a run's events). See the module for the interrupt, failure and
+    middleware guarantees this adds to any assembly.
 
     Args:
         steps: the assembly (start from :func:`~rxagent.agent.loop.react_steps` and add with ``on``).
@@ -112,12 +125,19 @@ def run_loop(steps: Steps[_N], first: _N, run: RunState) -> Observable[AgentEven
     """
     upcoming: list[Node] = [first]
     control = run.deps.control
+    opening = True  # until the first step starts: its StepStarted goes after the run's RunStarted
 
     def take_next(item: StepOutput[Node]) -> Iterable[AgentEvent]:
         if type(item) is Next:  # the last one counts (a hook may run a step twice)
             upcoming[:] = (item.node,)
             return ()
         return (item,)  # type: ignore[return-value] - every other item is an event
+
+    def reach(node: Node) -> Node:
+        """The node the run goes to: once interrupted, ``Interrupt`` instead of any but a closing node."""
+        if control.interrupted and not _closing(node):
+            return Interrupt()
+        return node
 
     def next_step() -> Observable[AgentEvent] | None:
         if run.ended:
@@ -126,31 +146,78 @@ def run_loop(steps: Steps[_N], first: _N, run: RunState) -> Observable[AgentEven
             if not control.interrupted:
                 raise RuntimeError("a step completed without naming the next node (emit Next(node) last)")
             upcoming.append(Interrupt())  # the interrupt cut the step short
-        node = upcoming.pop()
-        ending = isinstance(node, Interrupt) or (isinstance(node, Finish) and node.reason == "INTERRUPTED")
-        if control.interrupted and not ending:
-            node, ending = Interrupt(), True
+        return start(reach(upcoming.pop()))
+
+    def start(node: Node) -> Observable[AgentEvent]:
+        nonlocal opening
         step = steps.get(type(node))
         if step is None:
             known = ", ".join(sorted(t.__name__ for t in steps))
             raise KeyError(f"no step for node {type(node).__name__} (steps: {known})")
-        if ending or isinstance(node, Finish):  # the closing steps always run to their end
-            return step(node, run).pipe(frame(take_next))
-        delivered = take_inbox(run) if control.inbox and node.cut_point == "reasoning" else ()
+        # Told before the step is built: a step may build events (and count its turn) as it is built.
+        told: tuple[AgentEvent, ...] = ()
+        if not run.quiet:
+            kind = type(node).__name__
+            told = (StepStarted(**run.head, node=kind, detail=node.describe(), iteration=run.iteration),)
+        closing = _closing(node) or isinstance(node, Finish)  # the closing steps always run to their end
+        if not closing and control.inbox and node.cut_point == "reasoning":
+            told += tuple(take_inbox(run))
+        hooked = None if closing else _hooked(step, node, run, take_next, upcoming)
+        source: Observable[StepOutput[Node]] = step(node, run) if hooked is None else hooked
+        each: Callable[[StepOutput[Node]], Iterable[AgentEvent]] = (
+            take_next if hooked is None else _events_only
+        )
+        first, opening = opening, False
+        before = after = None
+        if told and first:  # the run's first step: told after its RunStarted, which opens a run's events
+            opened = _Opening(told, each)
+            each, after = opened.each, opened.rest
+        elif told:
+            before = told.__iter__  # called as the step is subscribed
         # `until`: an interrupt cuts a step that does not end itself on interrupt. The steps that do (a
         # model call keeps what streamed so far) act first: interrupt callbacks run innermost first.
-        hooked = _hooked(step, node, run, take_next, upcoming)
-        if hooked is None:  # the usual case: one operator between the step and the run's events
-            events = step(node, run).pipe(frame(take_next, until=control.on_interrupt))
-        else:
-            events = hooked.pipe(frame(_events_only, until=control.on_interrupt))
-        return reactivex.concat(sync_of(*delivered), events) if delivered else events
+        until = None if closing else control.on_interrupt
+        return source.pipe(frame(each, before=before, after=after, until=until))
 
     return run_steps(next_step, lambda error: recover(run, error))
 
 
-def _events_only(item: AgentEvent) -> tuple[AgentEvent]:
-    return (item,)
+def _closing(node: Node) -> bool:
+    """A node that ends an interrupted run: an ``Interrupt``, or a ``Finish`` with reason ``INTERRUPTED``."""
+    return isinstance(node, Interrupt) or (isinstance(node, Finish) and node.reason == "INTERRUPTED")
+
+
+def _events_only(item: StepOutput[Node]) -> tuple[AgentEvent]:
+    return (item,)  # type: ignore[return-value] - a hooked step's Next was taken out already
+
+
+class _Opening:
+    """The run's first step's ``StepStarted`` (and messages delivered before it), told right after the
+    step's ``RunStarted`` (a run's events begin with it), or before its first item if that is another."""
+
+    __slots__ = ("_each", "_told")
+
+    def __init__(
+        self, told: tuple[AgentEvent, ...], each: Callable[[StepOutput[Node]], Iterable[AgentEvent]]
+    ) -> None:
+        self._told = told
+        self._each = each
+
+    def each(self, item: StepOutput[Node]) -> Iterable[AgentEvent]:
+        produced = self._each(item)
+        told, self._told = self._told, ()
+        if not told:
+            return produced
+        if type(item) is RunStarted:
+            for event in told:  # built just before it: the step started as the run did
+                event.time = item.time
+            return (*produced, *told)
+        return (*told, *produced)
+
+    def rest(self) -> tuple[AgentEvent, ...]:
+        """What is still untold when the step ends (a step that emitted nothing)."""
+        told, self._told = self._told, ()
+        return told
 
 
 def _hooked(
