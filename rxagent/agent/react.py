@@ -42,13 +42,14 @@ from rxagent.agent.inputs import (
     check_message,
     normalise_input,
 )
+from rxagent.agent.iteration import AgentRun
 from rxagent.agent.live import SessionHandle
 from rxagent.agent.loop import react_steps
 from rxagent.agent.middleware import AnyMiddleware, chain, has_hooks, watches_events
 from rxagent.agent.nodes import Node, Start, Steps
 from rxagent.agent.options import AgentOptions
 from rxagent.agent.run import RunState, new_run
-from rxagent.agent.steps import recover, run_loop
+from rxagent.agent.steps import StepGate, recover, run_loop
 from rxagent.agent.structured import OutputSpec
 from rxagent.clock import SYSTEM_CLOCK, Clock
 from rxagent.context import RuntimeContext
@@ -209,6 +210,7 @@ class Agent(Generic[DepsT, OutputT]):
         record: bool = False,
         run_id: str | None = None,
         deps: object = None,
+        gate: StepGate | None = None,
     ) -> Observable[AgentEvent]:
         record = record or self.options.record_events
         context = ctx or RuntimeContext(session_id=DEFAULT_SESSION)
@@ -275,7 +277,7 @@ class Agent(Generic[DepsT, OutputT]):
             self._active[key] = run
 
             def loop(first: RunInput) -> Observable[AgentEvent]:
-                return run_loop(self.steps, Start(first), run)
+                return run_loop(self.steps, Start(first), run, gate=gate)
 
             counter = itertools.count()
             own_id = run.run_id
@@ -412,6 +414,35 @@ class Agent(Generic[DepsT, OutputT]):
     ) -> AgentResult[OutputT]:
         """Run the agent and return its :class:`AgentResult` (cancelling the await cancels the run)."""
         return await last_value(self.call_observable(input, ctx, control=control, deps=deps))
+
+    def iter(
+        self,
+        input: AgentInput,
+        ctx: RuntimeContext | None = None,
+        *,
+        control: RunControl | None = None,
+        deltas: bool = True,
+        deps: DepsT | None = None,
+    ) -> AgentRun[OutputT]:
+        """The run step by step: ``async with agent.iter(input) as run`` takes the session and stops before
+        the first step; ``async for node in run`` then yields each node as the loop reaches it (before its
+        step runs), and ``await run.next(node)`` runs a node of the caller's choice instead. The same
+        pipeline as :meth:`stream_events` (``run.events`` holds its events), with the same guarantees:
+        see :class:`~rxagent.agent.iteration.AgentRun`.
+
+        Example:
+            >>> async with agent.iter("What is 2 + 3?") as run:  # doctest: +SKIP
+            ...     async for node in run:
+            ...         print(type(node).__name__)  # Start, Reason, Act, Reason, Finish
+            >>> run.result.text  # doctest: +SKIP
+        """
+        parent = ctx.parent_run_id if ctx is not None else None
+        run_control = control or RunControl()
+
+        def events(gate: StepGate) -> Observable[AgentEvent]:
+            return self._events(input, ctx, run_control, deltas=deltas, quiet=False, deps=deps, gate=gate)
+
+        return AgentRun(events, run_control, parent)
 
     def as_tool(
         self,

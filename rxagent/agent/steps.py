@@ -32,7 +32,8 @@ assembly gets the same guarantees from :func:`run_loop` and the agent's lifecycl
   every ending and releases the session, whatever the steps are.
 - **depth**: steps are subscribed one after another at constant stack depth (``run_steps``).
 - **the path**: a ``StepStarted`` event tells each step as it begins (unless nobody watches the run's
-  events).
+  events), and a ``gate`` lets a driver see each node before its step runs and choose the node to run
+  instead (``agent.iter``, :mod:`rxagent.agent.iteration`).
 - **steering**: messages delivered into a running run (a session handle's ``steer``) join the history
   right before the next :class:`Reason` step, whatever the assembly.
 - **middleware**: the ``agent`` cut point wraps the whole loop; the loop wraps the step of every node
@@ -44,11 +45,14 @@ assembly gets the same guarantees from :func:`run_loop` and the agent's lifecycl
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import replace
+from typing import TypeAlias
 
 import reactivex
-from reactivex import Observable
+from reactivex import Observable, abc
+from reactivex.disposable import Disposable
 from typing_extensions import TypeVar
 
 from rxagent.agent.decisions import after_tools, continue_reasoning
@@ -66,10 +70,11 @@ from rxagent.events import (
     StepStarted,
 )
 from rxagent.messages import Msg
-from rxagent.operators import frame, from_async_iterable, run_steps, sync_of
+from rxagent.operators import Slot, Source, frame, from_async_iterable, run_steps, subscribe_to, sync_of
 
 __all__ = [
     "NO_ANSWER_PROMPT",
+    "StepGate",
     "emit",
     "finish",
     "finish_step",
@@ -97,7 +102,15 @@ def emit(*events: AgentEvent, then: _To) -> Observable[StepOutput[_To]]:
 # ---- the assembly ------------------------------------------------------------------------------------
 
 
-def run_loop(steps: Steps[_N], first: _N, run: RunState) -> Observable[AgentEvent]:
+StepGate: TypeAlias = Callable[[Node, RunState], "asyncio.Future[Node]"]
+"""Asked by :func:`run_loop` before each step with the node the run reached: returns a future of the node
+to run instead (the same one, or another the caller chose); the step waits for it. What
+:class:`~rxagent.agent.iteration.AgentRun` drives a run with."""
+
+
+def run_loop(
+    steps: Steps[_N], first: _N, run: RunState, *, gate: StepGate | None = None
+) -> Observable[AgentEvent]:
     """Run the steps of ``steps`` from node ``first`` until a step finishes the run.
 
     Each step is looked up by its node's type and subscribed when the one before it completes (constant
@@ -110,18 +123,24 @@ def run_loop(steps: Steps[_N], first: _N, run: RunState) -> Observable[AgentEven
         steps: the assembly (start from :func:`~rxagent.agent.loop.react_steps` and add with ``on``).
         first: the first node (``Start(run_input)`` for an agent run).
         run: the run's state (:func:`~rxagent.agent.run.new_run` makes one without an agent).
+        gate: asked before each step (see :data:`StepGate`): the run goes on with the node it resolves
+            to. Once the run is interrupted it goes to :class:`Interrupt` whatever the gate chose, and the
+            gate is asked again with that node (only a closing node, an ``Interrupt`` or a ``Finish`` with
+            reason ``INTERRUPTED``, is taken then).
 
     Returns:
         The run's events, ending with its :class:`~rxagent.events.AgentResult`.
 
     Raises:
         KeyError: (as the stream's error) a node whose type has no step.
-        RuntimeError: (as the stream's error) a step that completed without naming the next node.
+        RuntimeError: (as the stream's error) a step that completed without naming the next node, or a
+            gate whose future was cancelled.
 
     Lifecycle:
         complete: after the :class:`Finish` step's result. error: a failing step ends the run as the
-        module says, then the error passes. cancel: disposes the current step.
-        re-subscribe: not supported — a ``RunState`` is one run; the agent builds one per subscription.
+        module says, then the error passes. cancel: disposes the current step (or stops waiting for the
+        gate). re-subscribe: not supported — a ``RunState`` is one run; the agent builds one per
+        subscription.
     """
     upcoming: list[Node] = [first]
     control = run.deps.control
@@ -146,7 +165,10 @@ def run_loop(steps: Steps[_N], first: _N, run: RunState) -> Observable[AgentEven
             if not control.interrupted:
                 raise RuntimeError("a step completed without naming the next node (emit Next(node) last)")
             upcoming.append(Interrupt())  # the interrupt cut the step short
-        return start(reach(upcoming.pop()))
+        node = reach(upcoming.pop())
+        if gate is not None:
+            return _gated(gate, node, run, reach, start)
+        return start(node)
 
     def start(node: Node) -> Observable[AgentEvent]:
         nonlocal opening
@@ -218,6 +240,58 @@ class _Opening:
         """What is still untold when the step ends (a step that emitted nothing)."""
         told, self._told = self._told, ()
         return told
+
+
+def _gated(
+    gate: StepGate,
+    node: Node,
+    run: RunState,
+    reach: Callable[[Node], Node],
+    start: Callable[[Node], Observable[AgentEvent]],
+) -> Observable[AgentEvent]:
+    """The step of the node ``gate`` resolves to, once it has (asked with ``node``, the node the run reached).
+
+    A node the run may not go to any more (it was interrupted meanwhile) is replaced by the one it goes to
+    instead, and the gate is asked again with that one: whoever drives the run sees every node that runs.
+    """
+
+    def subscribe(observer: abc.ObserverBase[AgentEvent], scheduler: abc.SchedulerBase | None = None) -> Slot:
+        slot = Slot()
+
+        def ask(proposed: Node) -> None:
+            chosen = gate(proposed, run)
+
+            def resolved(_: object) -> None:
+                if slot.is_disposed:
+                    return
+                try:
+                    if chosen.cancelled():
+                        raise RuntimeError(
+                            f"the step gate was cancelled before it chose a node for {proposed!r}"
+                        )
+                    picked = chosen.result()
+                    due = reach(picked)
+                    if due is not picked:
+                        ask(due)
+                        return
+                    step = start(picked)
+                except Exception as error:  # a node with no step: the run's usual failure
+                    observer.on_error(error)
+                    return
+                slot.current = subscribe_to(
+                    step, observer.on_next, observer.on_error, observer.on_completed, scheduler
+                )
+
+            def forget() -> None:  # disposed while waiting: the run ends, the gate is not heard any more
+                chosen.remove_done_callback(resolved)
+
+            chosen.add_done_callback(resolved)
+            slot.current = Disposable(forget)
+
+        ask(node)
+        return slot
+
+    return Source(subscribe)
 
 
 def _hooked(
