@@ -6,11 +6,13 @@ slotted dataclasses, cheap enough to build one per streamed token; :func:`event_
 :func:`event_from_json` (a pydantic ``TypeAdapter`` over the union) give them a JSON form for
 dashboards, logs and other processes.
 
-A run's events always satisfy: :class:`RunStarted` first; deltas of a message before the
-:class:`MessageCompleted` that holds it; tool results in the order of the calls once a batch's tools
-started (a result decided before, such as a reviewer's rejection, is told when it is decided); exactly one
-:class:`AgentResult`, last — failed runs included (reason ``ERROR``, after an :class:`ErrorEvent`), and
-built after every other event, so its ``time`` is when the run ended.
+A run's events always satisfy: :class:`RunStarted` first; a :class:`StepStarted` as each step of the
+loop begins (the first step's right after ``RunStarted``; none in a quiet run, as ``call`` without
+hooks runs); deltas of a message before the :class:`MessageCompleted` that holds it; tool results in the
+order of the calls once a batch's tools started (a result decided before, such as a reviewer's rejection,
+is told when it is decided); exactly one :class:`AgentResult`, last — failed runs included (reason
+``ERROR``, after an :class:`ErrorEvent`), and built after every other event, so its ``time`` is when the
+run ended.
 
 **Nested runs.** An agent used as a tool of another (``ReActAgent.as_tool``) runs its own run, whose
 events appear in the parent's stream between the call's :class:`ToolExecutionStarted` and its
@@ -55,6 +57,7 @@ __all__ = [
     "RunReason",
     "RunStarted",
     "StepNote",
+    "StepStarted",
     "TextDelta",
     "ThinkingDelta",
     "ToolCallArgumentsDelta",
@@ -311,6 +314,27 @@ class StepNote(EventHeader):
 
 
 @dataclass(slots=True, kw_only=True)
+class StepStarted(EventHeader):
+    """The loop reached a node and starts its step: the run's path, node by node (what ``agent.iter``
+    shows a driver, for stream consumers).
+
+    One per step, in the order the steps run: ``Start``, ``Reason``, ``Act``, …, ``Finish`` for the ReAct
+    assembly (an interrupt's ``Interrupt`` too), and the nodes of a custom assembly by their class names.
+
+    Attributes:
+        node: the node type's name (``"Reason"``, ``"Act"``, a custom node's class name).
+        detail: a small JSON view of the node (``Node.describe``): for ``Act`` the calls' ids and names,
+            for ``Finish`` the reason; a custom node's fields that are plain JSON values.
+        iteration: reasoning steps taken before this step.
+    """
+
+    type: Literal["step_started"] = "step_started"
+    node: str
+    detail: dict[str, JsonValue] = field(default_factory=lambda: {})
+    iteration: int = 0
+
+
+@dataclass(slots=True, kw_only=True)
 class ToolResultsEvicted(EventHeader):
     """The context window replaced large old tool results in the request by short notes.
 
@@ -484,6 +508,7 @@ AgentEvent: TypeAlias = Annotated[
     | RepeatGuardTriggered
     | ErrorEvent
     | StepNote
+    | StepStarted
     | ToolResultsEvicted
     | ContextCompressed
     | MemoriesRecalled

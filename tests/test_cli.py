@@ -495,6 +495,7 @@ async def test_run_json_prints_only_events_ending_with_the_result(server: OpenAI
     events = done.events()
     assert events[0]["type"] == "run_started"
     assert "".join(e["text"] for e in events if e["type"] == "text_delta") == "Hello"
+    assert [e["node"] for e in events if e["type"] == "step_started"] == ["Start", "Reason", "Finish"]
     assert events[-1]["type"] == "agent_result"
     assert events[-1]["reason"] == "MODEL_STOP"
     assert event_from_json(done.stdout.splitlines()[-1]).type == "agent_result"

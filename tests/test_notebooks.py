@@ -352,11 +352,13 @@ def test_live_sessions_notebook_starts_watches_steers_and_approves_a_run(tmp_pat
         ["2", "run_started"],
         ["3", "message"],
         ["4", "event", "run_started"],
-        ["5", "event", "phase_changed"],
-        ["6", "event", "model_call_started"],
+        ["5", "event", "step_started"],
+        ["6", "event", "step_started"],
+        ["7", "event", "phase_changed"],
+        ["8", "event", "model_call_started"],
     ]
     assert view["data"]["text/plain"].splitlines() == [  # where the run stood when the watcher caught up
-        "● running · thinking, iteration 1 · 3 events · 0 tokens",
+        "● running · Reason · thinking, iteration 1 · 5 events · 0 tokens",
         "user: Book me a hotel in Oslo for two nights.",
     ]
     [following] = tagged(notebook, "follow")

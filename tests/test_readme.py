@@ -73,6 +73,7 @@ SCRIPTS: dict[str, list[Reply]] = {
 PRINTS: dict[str, str] = {
     "Name three rivers.": ("Nile, Amazon, Danube.\n21 characters, finish reason: stop\nno usage reported\n"),
     "remote_agent": "MODEL_STOP 2 + 3 = 5.\n",
+    "stepper.iter(": "Start → Reason → Act → Reason → Finish · MODEL_STOP 8.\n",
     "to_async_iterator(model.stream(request), max_buffer=256)": "2050 characters\n",
     "Telemetry(provider)": "['chat scripted', 'invoke_agent greeter'] 4bf92f3577b34da6a3ce929d0e0e4736\n",
 }

@@ -1,11 +1,11 @@
 """The agent: a host (:class:`Agent`) running a loop of steps, with sessions, middleware and live handles.
 
 What a user of an agent needs is here: the agent, its options, what a run takes (text, messages, answers
-for waiting calls), what it gives back, the live session handles, middleware and the errors a run can
-raise. The parts a loop is assembled from (nodes, steps, decisions, the run's state) are in
-:mod:`rxagent.agent.loop`; three short assemblies are in ``rxagent.agent.recipes``. Agents compose: one
-agent is a tool of another (``as_tool``), and an agent is an operator over a stream of inputs
-(``map_runs``).
+for waiting calls), what it gives back, a run driven step by step (:class:`AgentRun`, from
+``agent.iter``), the live session handles, middleware and the errors a run can raise. The parts a loop
+is assembled from (nodes, steps, decisions, the run's state) are in :mod:`rxagent.agent.loop`; three
+short assemblies are in ``rxagent.agent.recipes``. Agents compose: one agent is a tool of another
+(``as_tool``), and an agent is an operator over a stream of inputs (``map_runs``).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from rxagent.agent.inputs import (
     SessionBusyError,
     ToolDecision,
 )
+from rxagent.agent.iteration import AgentRun
 from rxagent.agent.live import RunHandle, SessionActivity, SessionHandle, SessionStatus
 from rxagent.agent.middleware import ActingStep, CutPoint, Middleware, ReasoningStep, StopRun, insert
 from rxagent.agent.options import AgentOptions
@@ -33,6 +34,7 @@ __all__ = [
     "Agent",
     "AgentInput",
     "AgentOptions",
+    "AgentRun",
     "AnswerTakenError",
     "CutPoint",
     "ExternalResult",

@@ -38,6 +38,7 @@ class RunControl:
         self._interrupted = False
         self._callbacks: list[Callable[[], None]] = []
         self._place: Place | None = None
+        self._idle: list[asyncio.Future[None]] = []
         self.inbox: deque[tuple[Msg, bool]] = deque()
 
     def interrupt(self) -> bool:
@@ -123,3 +124,18 @@ class RunControl:
         with self._guard:
             self._loop, self._place = None, None
             self._callbacks.clear()
+            waiting, self._idle = self._idle, []
+        for waiter in waiting:  # the run unbinds on its loop, where they wait
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def wait_idle(self) -> None:
+        """Wait until no run is bound: the bound run has ended and given its session back (a cancelled run
+        records its end on the loop's next turns). Returns at once when none is bound. Await it on the
+        run's loop."""
+        with self._guard:
+            if self._loop is None:
+                return
+            waiter = asyncio.get_running_loop().create_future()
+            self._idle.append(waiter)
+        await waiter

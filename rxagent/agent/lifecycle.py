@@ -61,7 +61,7 @@ from rxagent.agent.middleware import chain, has_hooks
 from rxagent.agent.nodes import Start
 from rxagent.agent.run import RunState, new_run
 from rxagent.agent.sessions import session_key
-from rxagent.agent.steps import recover, run_loop
+from rxagent.agent.steps import StepGate, recover, run_loop
 from rxagent.context import RuntimeContext
 from rxagent.events import AgentEvent, RunReason
 from rxagent.logs import with_current_run
@@ -90,12 +90,14 @@ def run_events(
     record: bool = False,
     run_id: str | None = None,
     deps: object = None,
+    gate: StepGate | None = None,
 ) -> Observable[AgentEvent]:
     """The events of one run of ``agent`` (what ``Agent.stream_events`` returns; see the module).
 
     Args:
         agent: the host (its model, tools, options, middleware, store and steps).
         input, ctx, control, record, run_id, deps: as ``Agent.stream_events`` takes them.
+        gate: paces the loop step by step (``Agent.iter``; see :func:`~rxagent.agent.steps.run_loop`).
         deltas: per-token events are wanted. quiet: nobody watches the per-step events (``call``).
     """
     record = record or agent.options.record_events
@@ -163,7 +165,7 @@ def run_events(
         agent.sessions.run_started(key, run)
 
         def loop(first: RunInput) -> Observable[AgentEvent]:
-            return run_loop(agent.steps, Start(first), run)
+            return run_loop(agent.steps, Start(first), run, gate=gate)
 
         counter = itertools.count()
         own_id = run.run_id

@@ -48,7 +48,7 @@ from rxagent.agent.output import check_output_step
 from rxagent.agent.reasoning import ReasoningDecision, build_request, model_turn, reason_step
 from rxagent.agent.routing import RouteDecision, start_step
 from rxagent.agent.run import RunDeps, RunState, new_run
-from rxagent.agent.steps import emit, finish_step, interrupt_step, reprompt_step, run_loop
+from rxagent.agent.steps import StepGate, emit, finish_step, interrupt_step, reprompt_step, run_loop
 
 __all__ = [
     "Act",
@@ -71,6 +71,7 @@ __all__ = [
     "RunState",
     "Start",
     "Step",
+    "StepGate",
     "StepOutput",
     "Steps",
     "act_step",

@@ -18,9 +18,10 @@ step for (a decision returning ``Plan`` in an assembly without ``Plan``).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, is_dataclass
 from typing import TYPE_CHECKING, ClassVar, Generic, Literal, Never, TypeAlias, cast
 
+from pydantic import JsonValue
 from reactivex import Observable
 from typing_extensions import TypeVar
 
@@ -60,12 +61,30 @@ class Node:
     __slots__ = ()
     cut_point: ClassVar[Literal["reasoning", "acting"] | None] = None
 
+    def describe(self) -> dict[str, JsonValue]:
+        """A small JSON view of this node, for the :class:`~rxagent.events.StepStarted` the loop emits as
+        its step begins: the dataclass fields whose values are plain JSON scalars (text, numbers,
+        booleans, ``None``); others are left out. Built once per step: override it to tell more (or less),
+        but keep it cheap (no dump of whole messages)."""
+        if not is_dataclass(self):
+            return {}
+        view: dict[str, JsonValue] = {}
+        for spec in fields(self):
+            value: object = getattr(self, spec.name)
+            if value is None or isinstance(value, str | int | float | bool):
+                view[spec.name] = value
+        return view
+
 
 @dataclass(frozen=True, slots=True)
 class Start(Node):
     """The run's entry: route its input (new messages, or answers for the calls the session waits on)."""
 
     input: RunInput
+
+    def describe(self) -> dict[str, JsonValue]:
+        """How many new messages and answers the input holds."""
+        return {"messages": len(self.input.messages), "decisions": len(self.input.decisions)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +118,15 @@ class Act(Node):
     approved: frozenset[str] = frozenset()
     then: tuple[Msg, ...] = ()
 
+    def describe(self) -> dict[str, JsonValue]:
+        """The calls' ids and names (and the ids of those a human approved)."""
+        calls: list[JsonValue] = [{"id": c.id, "name": c.name} for c in self.calls]
+        view: dict[str, JsonValue] = {"calls": calls}
+        if self.approved:
+            approved: list[JsonValue] = [*sorted(self.approved)]
+            view["approved"] = approved
+        return view
+
 
 @dataclass(frozen=True, slots=True)
 class Reprompt(Node):
@@ -111,6 +139,10 @@ class CheckOutput(Node):
 
     message: Msg
     attempts: int = 0
+
+    def describe(self) -> dict[str, JsonValue]:
+        """The id of the message checked and the refusals before it."""
+        return {"message_id": self.message.id, "attempts": self.attempts}
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +167,10 @@ class Finish(Node):
     detail: str | None = None
     structured: object = None
     structured_error: str | None = None
+
+    def describe(self) -> dict[str, JsonValue]:
+        """The reason and its note (not the message or the structured value)."""
+        return {"reason": self.reason, "detail": self.detail}
 
 
 ReActNode: TypeAlias = Start | Reason | Act | Reprompt | CheckOutput | Interrupt | Finish

@@ -7,7 +7,6 @@ sessions.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Generic, Never, TypeAlias, Unpack, cast
@@ -22,6 +21,7 @@ from rxagent.agent.control import RunControl
 from rxagent.agent.inputs import (
     AgentInput,
 )
+from rxagent.agent.iteration import AgentRun
 from rxagent.agent.lifecycle import run_events
 from rxagent.agent.live import SessionHandle
 from rxagent.agent.loop import react_steps
@@ -29,7 +29,9 @@ from rxagent.agent.middleware import AnyMiddleware, watches_events
 from rxagent.agent.nodes import Node, Steps
 from rxagent.agent.options import AgentOptions
 from rxagent.agent.sessions import Sessions
+from rxagent.agent.steps import StepGate
 from rxagent.agent.structured import OutputSpec
+from rxagent.agent.sync import SyncLoop
 from rxagent.clock import SYSTEM_CLOCK, Clock
 from rxagent.context import RuntimeContext
 from rxagent.events import AgentEvent, AgentResult
@@ -117,8 +119,7 @@ class Agent(Generic[DepsT, OutputT]):
         """Its sessions: read, change, fork, delete and drive them (see :mod:`rxagent.agent.sessions`)."""
         self.steps = cast("Steps[Node]", steps if steps is not None else react_steps())
         self.system_prompt = system_prompt
-        self._runner: asyncio.Runner | None = None
-        """The event loop of :meth:`run_sync`, made at its first call."""
+        self._sync = SyncLoop()  # the event loop of run_sync and close
 
     # ---- public entry points ---------------------------------------------------------------------
 
@@ -195,7 +196,7 @@ class Agent(Generic[DepsT, OutputT]):
 
     def run_sync(
         self, input: AgentInput, ctx: RuntimeContext | None = None, *, control: RunControl | None = None
-    ) -> AgentResult:
+    ) -> AgentResult[OutputT]:
         """:meth:`call` for synchronous code (a script): run the agent and return its :class:`AgentResult`.
 
         The runs go on the agent's own event loop, made by the first ``run_sync`` and kept, so the store's
@@ -209,17 +210,41 @@ class Agent(Generic[DepsT, OutputT]):
                 there would block the loop the run needs; use ``await agent.call(...)`` instead. Nothing ran.
             Exception: what :meth:`call` raises.
         """
-        _refuse_in_loop("run_sync", "await agent.call(...)")
 
-        async def settled() -> AgentResult:
+        async def settled() -> AgentResult[OutputT]:
             try:
                 return await self.call(input, ctx, control=control)
             finally:
                 await self.keeper.aclose()  # the lease given back, the checkpoint written
 
-        if self._runner is None:
-            self._runner = asyncio.Runner()
-        return self._runner.run(settled())
+        return self._sync.run(settled, instead="await agent.call(...)")
+
+    def iter(
+        self,
+        input: AgentInput,
+        ctx: RuntimeContext | None = None,
+        *,
+        control: RunControl | None = None,
+        deltas: bool = True,
+        deps: DepsT | None = None,
+    ) -> AgentRun[OutputT]:
+        """The run step by step: ``async with agent.iter(input) as run`` takes the session and stops before
+        the first step; ``async for node in run`` yields each node as the loop reaches it (before its step
+        runs), and ``await run.next(node)`` runs a node of the caller's choice instead. The same pipeline
+        and guarantees as :meth:`stream_events` (see :class:`~rxagent.agent.iteration.AgentRun`).
+
+        Example:
+            >>> async with agent.iter("What is 2 + 3?") as run:  # doctest: +SKIP
+            ...     async for node in run:
+            ...         print(type(node).__name__)  # Start, Reason, Act, Reason, Finish
+        """
+        parent = ctx.parent_run_id if ctx is not None else None
+        run_control = control or RunControl()
+
+        def events(gate: StepGate) -> Observable[AgentEvent]:
+            return run_events(self, input, ctx, run_control, deltas=deltas, quiet=False, deps=deps, gate=gate)
+
+        return AgentRun(events, run_control, parent)
 
     def as_tool(
         self, name: str | None = None, description: str | None = None, **options: Unpack[AgentToolOptions]
@@ -264,13 +289,7 @@ class Agent(Generic[DepsT, OutputT]):
         Raises:
             RuntimeError: called where an event loop runs: use ``await agent.aclose()`` there.
         """
-        _refuse_in_loop("close", "await agent.aclose()")
-        runner, self._runner = self._runner, None
-        if runner is None:
-            asyncio.run(self.aclose())
-            return
-        with runner:  # closes the loop, whatever aclose does
-            runner.run(self.aclose())
+        self._sync.close(self.aclose, instead="await agent.aclose()")
 
 
 ReActAgent = Agent
@@ -278,14 +297,3 @@ ReActAgent = Agent
 
 AnyAgent: TypeAlias = "Agent[Never, object]"
 """Any agent, whatever its deps and output types (what code that only runs it takes)."""
-
-
-def _refuse_in_loop(method: str, instead: str) -> None:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:  # none runs here: the caller may run one
-        return
-    raise RuntimeError(
-        f"agent.{method}() cannot be called where an event loop runs (a notebook cell, a coroutine, a tool):"
-        f" it would block the loop the agent needs. Use `{instead}` there"
-    )

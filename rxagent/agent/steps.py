@@ -32,6 +32,9 @@ agent's lifecycle around it (:mod:`rxagent.agent.lifecycle`):
 - **cancel** and **save**: the agent's lifecycle (``Agent.stream_events``) saves the state on
   every ending and releases the session, whatever the steps are.
 - **depth**: steps are subscribed one after another at constant stack depth (``run_steps``).
+- **the path**: a ``StepStarted`` event tells each step as it begins (unless nobody watches the run's
+  events), and a ``gate`` lets a driver see each node before its step runs and choose the node to run
+  instead (``agent.iter``, :mod:`rxagent.agent.iteration`).
 - **steering**: messages delivered into a running run (a session handle's ``steer``) join the history
   right before the next :class:`Reason` step, whatever the assembly.
 - **middleware**: the ``agent`` cut point wraps the whole loop; the loop wraps the step of every node
@@ -43,23 +46,36 @@ agent's lifecycle around it (:mod:`rxagent.agent.lifecycle`):
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import replace
+from typing import TypeAlias
 
 import reactivex
-from reactivex import Observable
+from reactivex import Observable, abc
+from reactivex.disposable import Disposable
 from typing_extensions import TypeVar
 
 from rxagent.agent.decisions import after_tools, continue_reasoning
 from rxagent.agent.middleware import ActingStep, ReasoningStep, StopRun, chain, has_hooks
 from rxagent.agent.nodes import Act, Finish, Interrupt, Next, Node, Reason, Reprompt, Step, StepOutput, Steps
 from rxagent.agent.run import RunState
-from rxagent.events import AgentEvent, AgentResult, ErrorEvent, MessageCompleted, Phase, RunReason
+from rxagent.events import (
+    AgentEvent,
+    AgentResult,
+    ErrorEvent,
+    MessageCompleted,
+    Phase,
+    RunReason,
+    RunStarted,
+    StepStarted,
+)
 from rxagent.messages import Msg
-from rxagent.operators import frame, from_async_iterable, run_steps, sync_of
+from rxagent.operators import Slot, Source, frame, from_async_iterable, run_steps, subscribe_to, sync_of
 
 __all__ = [
     "NO_ANSWER_PROMPT",
+    "StepGate",
     "emit",
     "finish",
     "finish_step",
@@ -87,38 +103,61 @@ def emit(*events: AgentEvent, then: _To) -> Observable[StepOutput[_To]]:
 # ---- the assembly ------------------------------------------------------------------------------------
 
 
-def run_loop(steps: Steps[_N], first: _N, run: RunState) -> Observable[AgentEvent]:
+StepGate: TypeAlias = Callable[[Node, RunState], "asyncio.Future[Node]"]
+"""Asked by :func:`run_loop` before each step with the node the run reached: returns a future of the node
+to run instead (the same one, or another the caller chose); the step waits for it. What
+:class:`~rxagent.agent.iteration.AgentRun` drives a run with."""
+
+
+def run_loop(
+    steps: Steps[_N], first: _N, run: RunState, *, gate: StepGate | None = None
+) -> Observable[AgentEvent]:
     """Run the steps of ``steps`` from node ``first`` until a step finishes the run.
 
     Each step is looked up by its node's type and subscribed when the one before it completes (constant
-    stack depth however long the run); its :class:`Next` names the node after it. See the module for the
-    interrupt, failure and middleware guarantees this adds to any assembly.
+    stack depth however long the run); its :class:`Next` names the node after it. Unless the run is quiet,
+    a :class:`~rxagent.events.StepStarted` tells each step as it begins (the first step's comes right
+    after its ``RunStarted``, which opens a run's events). See the module for the interrupt, failure and
+    middleware guarantees this adds to any assembly.
 
     Args:
         steps: the assembly (start from :func:`~rxagent.agent.loop.react_steps` and add with ``on``).
         first: the first node (``Start(run_input)`` for an agent run).
         run: the run's state (:func:`~rxagent.agent.run.new_run` makes one without an agent).
+        gate: asked before each step (see :data:`StepGate`): the run goes on with the node it resolves
+            to. Once the run is interrupted it goes to :class:`Interrupt` whatever the gate chose, and the
+            gate is asked again with that node (only a closing node, an ``Interrupt`` or a ``Finish`` with
+            reason ``INTERRUPTED``, is taken then).
 
     Returns:
         The run's events, ending with its :class:`~rxagent.events.AgentResult`.
 
     Raises:
         KeyError: (as the stream's error) a node whose type has no step.
-        RuntimeError: (as the stream's error) a step that completed without naming the next node.
+        RuntimeError: (as the stream's error) a step that completed without naming the next node, or a
+            gate whose future was cancelled.
 
     Lifecycle:
         complete: after the :class:`Finish` step's result. error: a failing step ends the run as the
-        module says, then the error passes. cancel: disposes the current step.
-        re-subscribe: not supported — a ``RunState`` is one run; the agent builds one per subscription.
+        module says, then the error passes. cancel: disposes the current step (or stops waiting for the
+        gate). re-subscribe: not supported — a ``RunState`` is one run; the agent builds one per
+        subscription.
     """
     upcoming: list[Node] = [first]
     control = run.deps.control
+    opening = True  # until the first step starts: its StepStarted goes after the run's RunStarted
 
     def take_next(item: StepOutput[Node]) -> Iterable[AgentEvent]:
         if type(item) is Next:  # the last one counts (a hook may run a step twice)
             upcoming[:] = (item.node,)
             return ()
         return (item,)  # type: ignore[return-value] - every other item is an event
+
+    def reach(node: Node) -> Node:
+        """The node the run goes to: once interrupted, ``Interrupt`` instead of any but a closing node."""
+        if control.interrupted and not _closing(node):
+            return Interrupt()
+        return node
 
     def next_step() -> Observable[AgentEvent] | None:
         if run.ended:
@@ -127,31 +166,133 @@ def run_loop(steps: Steps[_N], first: _N, run: RunState) -> Observable[AgentEven
             if not control.interrupted:
                 raise RuntimeError("a step completed without naming the next node (emit Next(node) last)")
             upcoming.append(Interrupt())  # the interrupt cut the step short
-        node = upcoming.pop()
-        ending = isinstance(node, Interrupt) or (isinstance(node, Finish) and node.reason == "INTERRUPTED")
-        if control.interrupted and not ending:
-            node, ending = Interrupt(), True
+        node = reach(upcoming.pop())
+        if gate is not None:
+            return _gated(gate, node, run, reach, start)
+        return start(node)
+
+    def start(node: Node) -> Observable[AgentEvent]:
+        nonlocal opening
         step = steps.get(type(node))
         if step is None:
             known = ", ".join(sorted(t.__name__ for t in steps))
             raise KeyError(f"no step for node {type(node).__name__} (steps: {known})")
-        if ending or isinstance(node, Finish):  # the closing steps always run to their end
-            return step(node, run).pipe(frame(take_next))
-        delivered = take_inbox(run) if control.inbox and node.cut_point == "reasoning" else ()
+        # Told before the step is built: a step may build events (and count its turn) as it is built.
+        told: tuple[AgentEvent, ...] = ()
+        if not run.quiet:
+            kind = type(node).__name__
+            told = (StepStarted(**run.head, node=kind, detail=node.describe(), iteration=run.iteration),)
+        closing = _closing(node) or isinstance(node, Finish)  # the closing steps always run to their end
+        if not closing and control.inbox and node.cut_point == "reasoning":
+            told += tuple(take_inbox(run))
+        hooked = None if closing else _hooked(step, node, run, take_next, upcoming)
+        source: Observable[StepOutput[Node]] = step(node, run) if hooked is None else hooked
+        each: Callable[[StepOutput[Node]], Iterable[AgentEvent]] = (
+            take_next if hooked is None else _events_only
+        )
+        first, opening = opening, False
+        before = after = None
+        if told and first:  # the run's first step: told after its RunStarted, which opens a run's events
+            opened = _Opening(told, each)
+            each, after = opened.each, opened.rest
+        elif told:
+            before = told.__iter__  # called as the step is subscribed
         # `until`: an interrupt cuts a step that does not end itself on interrupt. The steps that do (a
         # model call keeps what streamed so far) act first: interrupt callbacks run innermost first.
-        hooked = _hooked(step, node, run, take_next, upcoming)
-        if hooked is None:  # the usual case: one operator between the step and the run's events
-            events = step(node, run).pipe(frame(take_next, until=control.on_interrupt))
-        else:
-            events = hooked.pipe(frame(_events_only, until=control.on_interrupt))
-        return reactivex.concat(sync_of(*delivered), events) if delivered else events
+        until = None if closing else control.on_interrupt
+        return source.pipe(frame(each, before=before, after=after, until=until))
 
     return run_steps(next_step, lambda error: recover(run, error))
 
 
-def _events_only(item: AgentEvent) -> tuple[AgentEvent]:
-    return (item,)
+def _closing(node: Node) -> bool:
+    """A node that ends an interrupted run: an ``Interrupt``, or a ``Finish`` with reason ``INTERRUPTED``."""
+    return isinstance(node, Interrupt) or (isinstance(node, Finish) and node.reason == "INTERRUPTED")
+
+
+def _events_only(item: StepOutput[Node]) -> tuple[AgentEvent]:
+    return (item,)  # type: ignore[return-value] - a hooked step's Next was taken out already
+
+
+class _Opening:
+    """The run's first step's ``StepStarted`` (and messages delivered before it), told right after the
+    step's ``RunStarted`` (a run's events begin with it), or before its first item if that is another."""
+
+    __slots__ = ("_each", "_told")
+
+    def __init__(
+        self, told: tuple[AgentEvent, ...], each: Callable[[StepOutput[Node]], Iterable[AgentEvent]]
+    ) -> None:
+        self._told = told
+        self._each = each
+
+    def each(self, item: StepOutput[Node]) -> Iterable[AgentEvent]:
+        produced = self._each(item)
+        told, self._told = self._told, ()
+        if not told:
+            return produced
+        if type(item) is RunStarted:
+            for event in told:  # built just before it: the step started as the run did
+                event.time = item.time
+            return (*produced, *told)
+        return (*told, *produced)
+
+    def rest(self) -> tuple[AgentEvent, ...]:
+        """What is still untold when the step ends (a step that emitted nothing)."""
+        told, self._told = self._told, ()
+        return told
+
+
+def _gated(
+    gate: StepGate,
+    node: Node,
+    run: RunState,
+    reach: Callable[[Node], Node],
+    start: Callable[[Node], Observable[AgentEvent]],
+) -> Observable[AgentEvent]:
+    """The step of the node ``gate`` resolves to, once it has (asked with ``node``, the node the run reached).
+
+    A node the run may not go to any more (it was interrupted meanwhile) is replaced by the one it goes to
+    instead, and the gate is asked again with that one: whoever drives the run sees every node that runs.
+    """
+
+    def subscribe(observer: abc.ObserverBase[AgentEvent], scheduler: abc.SchedulerBase | None = None) -> Slot:
+        slot = Slot()
+
+        def ask(proposed: Node) -> None:
+            chosen = gate(proposed, run)
+
+            def resolved(_: object) -> None:
+                if slot.is_disposed:
+                    return
+                try:
+                    if chosen.cancelled():
+                        raise RuntimeError(
+                            f"the step gate was cancelled before it chose a node for {proposed!r}"
+                        )
+                    picked = chosen.result()
+                    due = reach(picked)
+                    if due is not picked:
+                        ask(due)
+                        return
+                    step = start(picked)
+                except Exception as error:  # a node with no step: the run's usual failure
+                    observer.on_error(error)
+                    return
+                slot.current = subscribe_to(
+                    step, observer.on_next, observer.on_error, observer.on_completed, scheduler
+                )
+
+            def forget() -> None:  # disposed while waiting: the run ends, the gate is not heard any more
+                chosen.remove_done_callback(resolved)
+
+            chosen.add_done_callback(resolved)
+            slot.current = Disposable(forget)
+
+        ask(node)
+        return slot
+
+    return Source(subscribe)
 
 
 def _hooked(

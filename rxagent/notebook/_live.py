@@ -41,6 +41,7 @@ from rxagent.events import (
     RetryScheduled,
     RunStarted,
     StepNote,
+    StepStarted,
     TextDelta,
     ThinkingDelta,
     ToolCallArgumentsDelta,
@@ -143,6 +144,7 @@ class RunView:
         self._writing: dict[int, str] = {}  # index in the message being written -> call key
         self._phase = ""
         self._iteration = 0
+        self._step = ""  # the node whose step runs (a custom assembly's names say what the run does)
         self._notices: list[str] = []
         self._error = ""
 
@@ -200,6 +202,8 @@ class RunView:
                 self.messages.extend(event.input)
             case PhaseChanged():
                 self._phase, self._iteration = event.phase, event.iteration
+            case StepStarted():
+                self._step = event.node
             case ModelCallFinished():
                 self.usage.add(event.usage)
             case RetryScheduled():
@@ -241,10 +245,10 @@ class RunView:
 
     def _header(self) -> str:
         if self.outcome == "running":
-            where = (
+            phase = (
                 f"{self._phase.lower().replace('_', ' ')}, iteration {self._iteration}" if self._phase else ""
             )
-            state = "● running" + (f" · {where}" if where else "")
+            state = " · ".join(part for part in ("● running", visible(self._step), phase) if part)
         elif self.outcome == "finished":
             state = "✓ finished" + (f" · {self.result.reason}" if self.result is not None else "")
         elif self.outcome == "failed":

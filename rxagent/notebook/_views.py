@@ -36,6 +36,7 @@ from rxagent.events import (
     RunReason,
     RunStarted,
     StepNote,
+    StepStarted,
     TextDelta,
     ThinkingDelta,
     ToolCallArgumentsDelta,
@@ -398,6 +399,11 @@ def event_summary(event: EventHeader) -> str:
             text = f"{event.error_type}: {event.message}"
         case StepNote():
             text = f"{event.source}: {event.text}"
+        case StepStarted():
+            shown, left = clip(json.dumps(event.detail, ensure_ascii=False), 200)
+            text = f"{event.node}, iteration {event.iteration}"
+            if event.detail:
+                text += f" {shown}" + ("…" if left else "")
         case ToolResultsEvicted():
             text = (
                 f"{len(event.call_ids)} result(s) of {', '.join(event.tools)} evicted, "

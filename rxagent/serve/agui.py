@@ -17,6 +17,9 @@ rxagent event                          AG-UI events
 =====================================  ============================================================
 ``RunStarted``                         ``RUN_STARTED`` (``protocolVersion``; ``metadata.rxagent_run_id``),
                                        ``STATE_SNAPSHOT``
+``StepStarted``                        ``STEP_FINISHED`` for the node before (if any), ``STEP_STARTED``
+                                       named by the node (``Start``, ``Reason``, ``Act``, …): the loop's
+                                       path; the model-call and tool steps below run inside these
 ``ModelCallStarted`` / ``…Finished``   ``STEP_STARTED`` / ``STEP_FINISHED`` (``model call N``), then a
                                        ``STATE_SNAPSHOT`` with the usage so far
 ``ThinkingDelta``                      ``REASONING_START``, ``REASONING_MESSAGE_START`` (first), then
@@ -122,6 +125,7 @@ from rxagent.events import (
     ModelCallFinished,
     ModelCallStarted,
     RunStarted,
+    StepStarted,
     TextDelta,
     ThinkingDelta,
     ToolCallArgumentsDelta,
@@ -528,6 +532,8 @@ class AguiTranslator:
         self._calls: set[str] = set()
         self._unnamed: dict[int, tuple[str | None, str | None, list[str]]] = {}
         self._steps: set[str] = set()
+        self._node: str | None = None
+        """The STEP_STARTED of the node whose step runs: finished when the next node's starts."""
         self._results: set[str] = set()
         self._last_error: ErrorEvent | None = None
 
@@ -564,6 +570,8 @@ class AguiTranslator:
                 return self._suspended(event)
             case ErrorEvent():
                 return self._error(event)
+            case StepStarted():
+                return self._node_started(event)
             case AgentResult():
                 return self._result(event)
             case _:
@@ -635,7 +643,13 @@ class AguiTranslator:
     def _end_steps(self) -> list[BaseEvent]:
         ended: list[BaseEvent] = [StepFinishedEvent(step_name=s) for s in sorted(self._steps)]
         self._steps.clear()
-        return ended
+        return ended + self._end_node()
+
+    def _end_node(self) -> list[BaseEvent]:
+        if self._node is None:
+            return []
+        node, self._node = self._node, None
+        return [StepFinishedEvent(step_name=node)]
 
     # ---- one handler per event type ------------------------------------------------------------------
 
@@ -652,6 +666,16 @@ class AguiTranslator:
         ]
         events.extend(CustomEvent(name="rxagent.warning", value=w) for w in self._warnings)
         events.append(self._state())
+        return events
+
+    def _node_started(self, event: StepStarted) -> list[BaseEvent]:
+        # The node before is finished first, so a node's name is never open twice; a class name has no
+        # space, so no model-call ("model call N") or tool ("tool NAME ID") step shares it (unless a class
+        # was made with such a name: that node is then not told, rather than reopening the step).
+        events = self._end_node()
+        if event.node not in self._steps:
+            self._node = event.node
+            events.append(StepStartedEvent(step_name=event.node))
         return events
 
     def _model_call_started(self, event: ModelCallStarted) -> list[BaseEvent]:

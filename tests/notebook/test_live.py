@@ -94,8 +94,9 @@ async def test_a_10_000_delta_stream_is_drawn_a_bounded_number_of_times_and_ends
 
     assert isinstance(result, AgentResult)
     assert result.text == answer
-    # the deltas, plus: run started, two phases, model call started and finished, message, result
-    events = 10_000 + 7
+    # the deltas, plus: run started, three steps started (Start, Reason, Finish), two phases, model call
+    # started and finished, message, result
+    events = 10_000 + 10
     assert clock.now == pytest.approx(events * 0.001)  # the throttle reads the clock once per event
     # the first event draws, then one draw per 0.1 s of clock at most, plus the first and the last frame
     assert len(target.frames) <= 2 + 1 + math.ceil(clock.now / 0.1)
@@ -104,7 +105,7 @@ async def test_a_10_000_delta_stream_is_drawn_a_bounded_number_of_times_and_ends
     assert streaming
     assert all(answer.startswith(f.text.split("\n")[-1][11:-1]) for f in streaming)
     final = target.last
-    assert final.text.splitlines()[0].startswith("✓ finished · MODEL_STOP · 10,007 events")
+    assert final.text.splitlines()[0].startswith("✓ finished · MODEL_STOP · 10,010 events")
     assert f"assistant: {answer}" in final.text
     assert "▍" not in final.text
     assert "AgentResult MODEL_STOP" in final.text
@@ -150,7 +151,7 @@ async def test_a_quiet_stream_is_redrawn_when_the_interval_ends_showing_a_runnin
 
     assert len(target.frames) == drawn + 1
     assert '⚙ fetch({"url": "https://x"})  [running · 25% connecting]' in target.last.text
-    assert "tool executing, iteration 1" in target.last.text
+    assert "● running · Act · tool executing, iteration 1" in target.last.text  # the step, its phase
     release.set()
     result = await asyncio.wait_for(task, 5)
     assert result.text == "Fetched."

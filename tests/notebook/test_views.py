@@ -25,6 +25,7 @@ from rxagent.events import (
     RetryScheduled,
     RunStarted,
     StepNote,
+    StepStarted,
     TextDelta,
     ThinkingDelta,
     ToolCallArgumentsDelta,
@@ -87,6 +88,7 @@ def hostile_events(text: str) -> list[Any]:
         RepeatGuardTriggered(**HEAD, tool=text, arguments={text: text}, count=3),
         ErrorEvent(**HEAD, error_type=text, message=text),
         StepNote(**HEAD, source=text, text=text, data={text: text}),
+        StepStarted(**HEAD, node=text, detail={text: [text]}, iteration=1),
         ToolResultsEvicted(
             **HEAD,
             message_ids=[text],
@@ -359,6 +361,18 @@ async def test_every_event_of_a_run_displays_in_ipython_as_html_and_text() -> No
         assert_safe(bundle["text/html"])
         assert bundle["text/plain"] == text_of(subject)
     assert text_of(events[0]) == '#0 run_started: agent started with "1 + 2?"'
+    steps = [e for e in events if isinstance(e, StepStarted)]
+    assert [text_of(e).split(": ", 1)[1].split(",")[0] for e in steps] == [
+        "Start",
+        "Reason",
+        "Act",
+        "Reason",
+        "Finish",
+    ]
+    act = steps[2]
+    assert text_of(act) == (
+        f'#{act.seq} step_started: Act, iteration 1 {{"calls": [{{"id": "call_1", "name": "add"}}]}}'
+    )
 
 
 def test_objects_it_does_not_display_are_refused_clearly() -> None:

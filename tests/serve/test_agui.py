@@ -23,6 +23,7 @@ from ag_ui.core import (
     RunFinishedEvent,
     RunStartedEvent,
     StateSnapshotEvent,
+    StepStartedEvent,
     ToolCallResultEvent,
 )
 from pydantic import TypeAdapter
@@ -188,6 +189,18 @@ async def test_a_run_with_reasoning_text_and_a_tool_call_streams_valid_ordered_a
     started = events[0]
     assert isinstance(started, RunStartedEvent)
     assert (started.thread_id, started.run_id, started.protocol_version) == ("t1", "run-1", "1.0")
+    # the loop's path as steps (each finished as the next starts), the model calls and tools inside them
+    steps = [e.step_name for e in of_type(events, StepStartedEvent)]
+    assert steps == [
+        "Start",
+        "Reason",
+        "model call 1",
+        "Act",
+        "tool lookup c1",
+        "Reason",
+        "model call 2",
+        "Finish",
+    ]
     texts: dict[str, str] = {}
     for e in events:
         if e.type == EventType.TEXT_MESSAGE_CONTENT:

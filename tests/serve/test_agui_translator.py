@@ -6,7 +6,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from ag_ui.core import BaseEvent, EventType, RunErrorEvent, RunFinishedEvent, ToolCallArgsEvent
+from ag_ui.core import (
+    BaseEvent,
+    EventType,
+    RunErrorEvent,
+    RunFinishedEvent,
+    StepFinishedEvent,
+    StepStartedEvent,
+    ToolCallArgsEvent,
+)
 
 from rxagent.chunks import Usage
 from rxagent.events import (
@@ -15,6 +23,7 @@ from rxagent.events import (
     ModelCallFinished,
     ModelCallStarted,
     RunStarted,
+    StepStarted,
     TextDelta,
     ThinkingDelta,
     ToolCallArgumentsDelta,
@@ -116,3 +125,53 @@ def test_a_run_that_never_started_is_one_run_error_and_then_nothing() -> None:
     check_ordering([error])
     assert translator.translate(started()) == []
     assert translator.fail("again") == []
+
+
+def steps_of(out: list[BaseEvent]) -> list[tuple[str, str]]:
+    return [
+        ("start" if isinstance(e, StepStartedEvent) else "end", e.step_name)
+        for e in out
+        if isinstance(e, StepStartedEvent | StepFinishedEvent)
+    ]
+
+
+def test_each_node_is_a_step_finished_when_the_next_starts_with_model_calls_inside() -> None:
+    def node(name: str) -> StepStarted:
+        return StepStarted(**HEAD, node=name, detail={}, iteration=1)
+
+    out = translate(
+        started(),
+        node("Start"),
+        node("Reason"),
+        ModelCallStarted(**HEAD, iteration=1, model="m", messages=1, tools=[]),
+        ModelCallFinished(**HEAD, iteration=1, usage=None, latency_s=0.1, finish_reason="stop"),
+        node("Reason"),  # the same node type again: the one before was finished first
+        ModelCallStarted(**HEAD, iteration=2, model="m", messages=1, tools=[]),  # cut off: never finished
+        node("Finish"),
+        ended("INTERRUPTED"),
+    )
+    assert steps_of(out) == [
+        ("start", "Start"),
+        ("end", "Start"),
+        ("start", "Reason"),
+        ("start", "model call 1"),
+        ("end", "model call 1"),
+        ("end", "Reason"),
+        ("start", "Reason"),
+        ("start", "model call 2"),
+        ("end", "Reason"),
+        ("start", "Finish"),
+        ("end", "model call 2"),  # what the run left open is finished at its end, the node last
+        ("end", "Finish"),
+    ]
+    assert isinstance(out[-1], RunFinishedEvent)
+
+
+def test_a_node_named_like_an_open_step_is_not_told_rather_than_reopened() -> None:
+    out = translate(
+        started(),
+        ModelCallStarted(**HEAD, iteration=1, model="m", messages=1, tools=[]),
+        StepStarted(**HEAD, node="model call 1", detail={}, iteration=1),
+        ended("MODEL_STOP"),
+    )
+    assert steps_of(out) == [("start", "model call 1"), ("end", "model call 1")]

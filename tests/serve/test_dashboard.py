@@ -788,6 +788,8 @@ async def test_untrusted_text_is_shown_as_text_and_never_runs(browser: Browser) 
         names = [name for _, name in await dash.timeline()]
         assert PAYLOAD in names
         await dash.page.click("#facts-box summary")
+        rows = await dash.page.locator('#facts li[data-kind="event"]').all_text_contents()
+        assert any(row.endswith("event step_started Act (iteration 1)") for row in rows), rows
         assert await dash.page.locator("img").count() == 0
         assert await dash.page.evaluate("() => window.__pwned") is None
 
