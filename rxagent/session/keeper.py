@@ -361,7 +361,14 @@ class SessionKeeper:
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
-            task.add_done_callback(self._undo_outcome)
+            if task.done():
+                # The call finished before the cancel reached us: undo now. A done callback would run a
+                # loop turn later, and the call no longer counts as work under way (`_done` ran), so
+                # aclose() could find the keeper quiet in between and let the store close with a lease
+                # granted and not yet released (held until it expires).
+                self._undo_outcome(task)
+            else:
+                task.add_done_callback(self._undo_outcome)  # runs right after `_done`, in the same turn
             raise
 
     def _undo_outcome(self, task: asyncio.Future[Lease | Waiting]) -> None:
