@@ -74,6 +74,7 @@ PRINTS: dict[str, str] = {
     "Name three rivers.": ("Nile, Amazon, Danube.\n21 characters, finish reason: stop\nno usage reported\n"),
     "remote_agent": "MODEL_STOP 2 + 3 = 5.\n",
     "stepper.iter(": "Start → Reason → Act → Reason → Finish · MODEL_STOP 8.\n",
+    "reflect_then_revise(critic=critic)": "8: I added 4 and 4. · 2 answering turns · 4 model calls\n",
     "to_async_iterator(model.stream(request), max_buffer=256)": "2050 characters\n",
     "Telemetry(provider)": "['chat scripted', 'invoke_agent greeter'] 4bf92f3577b34da6a3ce929d0e0e4736\n",
 }
