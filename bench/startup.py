@@ -1,7 +1,8 @@
 """Start-up cost: what ``import rxagent`` costs next to ``import aiohttp``, in fresh processes.
 
 Every figure comes from a fresh interpreter (``--repeats`` of them per figure, 5 by default, taken in turn
-across the figures so that the machine's load falls on all of them alike; medians):
+across the figures so that the machine's load falls on all of them alike; medians), after one child per
+figure that is not counted (it writes the bytecode caches of a checkout that has none yet):
 
 * **import time**: the child runs under ``python -X importtime``. It writes a marker line to stderr just
   before the statement, and the figure is the sum of the cumulative times of the imports at the top level
@@ -150,6 +151,8 @@ def main() -> None:
     figures = [aiohttp, *ours]
     if args.baseline is not None:
         figures += figures_of(args.baseline, " (baseline)")
+    for figure in figures:
+        measure(figure)  # not counted: writes the bytecode caches of a checkout measured for the first time
     samples = {figure: Samples() for figure in figures}
     for _ in range(args.repeats):
         for figure in figures:
