@@ -2,8 +2,10 @@
 
 The names a user reaches for first are here: the agent and its inputs, tools, messages, events and
 results, the models. Everything else is reachable by module (``rxagent.operators``, ``rxagent.agent``,
-``rxagent.model``, …). The agent, the tools and the backends load on first use, so ``import rxagent`` stays
-light.
+``rxagent.model``, …). The agent, the tools, the model contract and the backends load on first use, and the
+messages build their pydantic validators when first used, so ``import rxagent`` stays light: it loads the
+plain data and pydantic, and neither reactivex nor asyncio, jsonschema, the notebook or any backend
+(``tests/test_startup.py`` holds this; ``bench/startup.py`` measures it).
 
 This facade is the top of the package's layers (``tests/test_layers.py``; the README's "Layout"): it may
 name any module, and nothing in the package imports it. It is also where the rich displays are wired:
@@ -32,7 +34,6 @@ from rxagent.messages import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from rxagent.model.types import ChatModel
 from rxagent.requests import ChatRequest, ToolSchema
 from rxagent.retry import RetryBudget, RetryPolicy
 
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     from rxagent.model.llama_cpp import LlamaCppModel
     from rxagent.model.openai import OpenAIChatModel, Timeouts
     from rxagent.model.scripted import FunctionModel, ScriptedModel, ScriptedResponse, ScriptedToolCall
+    from rxagent.model.types import ChatModel
     from rxagent.tools import Permissions, Toolkit, tool
 
 __version__ = "0.1.0"
@@ -100,6 +102,7 @@ _LAZY = {
     "Permissions": "rxagent.tools",
     "Toolkit": "rxagent.tools",
     "tool": "rxagent.tools",
+    "ChatModel": "rxagent.model",
     "LlamaCppModel": "rxagent.model",
     "OpenAIChatModel": "rxagent.model",
     "Timeouts": "rxagent.model",

@@ -83,7 +83,10 @@ def new_id(prefix: str) -> str:
 
 
 class _Block(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # defer_build (here, inherited by every block, and on Msg): pydantic builds a model's validator and
+    # serializer when the model is first used, not when the class is defined, so `import rxagent` does not
+    # pay for them (nor for pydantic's plugin lookup, which reads every installed package's metadata).
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
 class TextBlock(_Block):
@@ -172,7 +175,7 @@ class Msg(Displayable, BaseModel):
         True
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     id: str = Field(default_factory=lambda: new_id("msg"))
     """Unique message id."""

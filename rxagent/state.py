@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from rxagent.display import Displayable
 from rxagent.messages import Msg, ToolResultBlock, ToolUseBlock
@@ -27,6 +27,8 @@ class PendingCall(BaseModel):
     run again because its outcome was lost and it is safe or was reconciled to repeat (``retry``: the next
     run runs it before anything else)."""
 
+    model_config = ConfigDict(defer_build=True)  # validators built on first use, not at import
+
     call: ToolUseBlock
     kind: Literal["ask", "external", "retry"]
     reason: str = ""
@@ -42,6 +44,8 @@ class AgentState(Displayable, BaseModel):
         active_groups: tool groups activated in this session (``None``: the toolkit's defaults).
         extras: data middleware keeps with the session (each under a key of its own), e.g. summaries.
     """
+
+    model_config = ConfigDict(defer_build=True)  # validators built on first use, not at import
 
     messages: list[Msg] = Field(default_factory=lambda: [])
     pending: list[PendingCall] = Field(default_factory=lambda: [])

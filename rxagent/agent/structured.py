@@ -22,13 +22,15 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
-from jsonschema import Draft202012Validator
 from pydantic import BaseModel, JsonValue, ValidationError
 
 from rxagent.model.types import JsonSchemaFormat, ToolSchema
 from rxagent.tools.schema import strip_titles
+
+if TYPE_CHECKING:
+    from jsonschema import Draft202012Validator
 
 __all__ = ["OUTPUT_TOOL", "OutputSpec", "extract_json", "prompted_instructions"]
 
@@ -56,6 +58,8 @@ class OutputSpec:
 
     def __init__(self, output_type: type[BaseModel] | Mapping[str, JsonValue]) -> None:
         if isinstance(output_type, Mapping):
+            from jsonschema import Draft202012Validator  # only an output given as a JSON schema needs it
+
             self.model: type[BaseModel] | None = None
             self.schema: dict[str, JsonValue] = dict(output_type)
             Draft202012Validator.check_schema(self.schema)

@@ -10,12 +10,15 @@ the model's own: the protocol, what a model accepts (:class:`ModelCapabilities`)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
-
-from reactivex import Observable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from rxagent.chunks import ChatChunk, FinishReason, ToolCallDelta, Usage
 from rxagent.requests import ChatRequest, ForceTool, JsonSchemaFormat, ResponseFormat, ToolChoice, ToolSchema
+
+if TYPE_CHECKING:
+    # Only the protocol's annotations name it: reactivex (and asyncio under it) loads with the first
+    # backend or operator, not with `import rxagent`.
+    from reactivex import Observable
 
 __all__ = [
     "ChatChunk",

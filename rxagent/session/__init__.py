@@ -15,6 +15,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rxagent.session.facts import Checkpoint, Fact, FactKind, StoredFact, UnreadableFactError
 from rxagent.session.feed import FeedGap, FeedItem, FeedLagError, FeedPolicy, SessionFeed, one_by_one
 from rxagent.session.history import AnswerKind, AnswerRecord, RunRecord, TurnRecord, answers_of, turns_of
@@ -24,7 +26,6 @@ from rxagent.session.open import check_store, default_db_path, open_store, store
 from rxagent.session.projection import Projection
 from rxagent.session.reconcile import Reconcile, ReconcileError, UncertainToolCallsError
 from rxagent.session.recorder import Recorder, seed_session
-from rxagent.session.sqlite import SessionFileError, SQLiteStore
 from rxagent.session.store import (
     Batch,
     DelegatingStore,
@@ -38,6 +39,9 @@ from rxagent.session.store import (
     TicketLostError,
     Waiting,
 )
+
+if TYPE_CHECKING:
+    from rxagent.session.sqlite import SessionFileError, SQLiteStore
 
 __all__ = [
     "AnswerKind",
@@ -87,3 +91,13 @@ __all__ = [
     "store_name",
     "turns_of",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # The SQLite store loads when it is first named (``sqlite3`` with it), not with every agent: an agent
+    # keeps its sessions in memory unless it is given a store.
+    if name in ("SQLiteStore", "SessionFileError"):
+        from rxagent.session import sqlite
+
+        return getattr(sqlite, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -21,7 +21,7 @@ import json
 from collections.abc import Iterable
 from typing import Any, cast
 
-from pydantic import TypeAdapter
+from pydantic import ConfigDict, TypeAdapter
 
 from rxagent.messages import Msg, ToolResultBlock, ToolUseBlock
 from rxagent.session.facts import Checkpoint, Fact, StoredFact, UnreadableFactError
@@ -29,11 +29,12 @@ from rxagent.state import AgentState, PendingCall
 
 __all__ = ["Projection"]
 
-_PENDING = TypeAdapter(list[PendingCall])
+# Built on first use (defer_build): a process that never replays a log does not pay for the validators.
+_PENDING = TypeAdapter(list[PendingCall], config=ConfigDict(defer_build=True))
 _RUN_KINDS = frozenset(
     {"turn_started", "turn_finished", "run_started", "run_finished", "run_cancelled", "run_failed"}
 )
-_RESULTS = TypeAdapter(list[ToolResultBlock])
+_RESULTS = TypeAdapter(list[ToolResultBlock], config=ConfigDict(defer_build=True))
 
 
 class Projection:

@@ -9,11 +9,9 @@ import typing
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, Literal, Never, TypeAlias, cast, overload
+from typing import TYPE_CHECKING, Any, Generic, Literal, Never, TypeAlias, cast, overload
 
-import docstring_parser
-from jsonschema import Draft202012Validator
-from pydantic import BaseModel, JsonValue, ValidationError
+from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
 
 from rxagent.context import DepsT, RuntimeContext, run_context_of
 from rxagent.events import AgentEvent
@@ -26,6 +24,9 @@ from rxagent.tools.arguments import (
     validate_arguments,
 )
 from rxagent.tools.schema import Parameter, arguments_model, strip_titles
+
+if TYPE_CHECKING:
+    from jsonschema import Draft202012Validator
 
 __all__ = [
     "FunctionTool",
@@ -58,6 +59,8 @@ PermissionCheck: TypeAlias = Callable[[Mapping[str, Any], RuntimeContext], Permi
 
 class ProgressUpdate(BaseModel):
     """Progress a running tool reports (never a final result)."""
+
+    model_config = ConfigDict(defer_build=True)  # validators built on first use, not at import
 
     message: str = ""
     fraction: float | None = None
@@ -221,6 +224,10 @@ class Tool(ABC):
         """The JSON Schema validator of :meth:`schema` (built once per hidden set)."""
         validator = self._validators.get(hidden)
         if validator is None:
+            # Imported here: jsonschema (and attrs, referencing, rpds under it) costs about as much to import
+            # as the rest of the package, and a run whose model calls no tool never needs it.
+            from jsonschema import Draft202012Validator
+
             validator = Draft202012Validator(dict(self.schema(hidden).parameters))
             self._validators[hidden] = validator
         return validator
@@ -381,6 +388,8 @@ class _FunctionSpec:
             raise TypeError("@tool decorates functions and methods, not classes")
         signature = inspect.signature(function)
         hints = _parameter_hints(function, signature)
+        import docstring_parser  # only when a tool is made from a function, not with the package
+
         doc = docstring_parser.parse(inspect.getdoc(function) or "")
         described = {p.arg_name: p.description for p in doc.params if p.description}
         parameters: list[Parameter] = []

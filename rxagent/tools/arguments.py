@@ -21,11 +21,14 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import ValidationError as ValidationErrorOfSchema
 from pydantic import ValidationError
+
+if TYPE_CHECKING:
+    # jsonschema loads with the first tool validator (Tool.validator), not with the package.
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import ValidationError as ValidationErrorOfSchema
 
 __all__ = [
     "PATH_FORMATS",
