@@ -344,3 +344,15 @@ async def test_a_conversation_record_goes_with_the_conversation(server: OpenAISe
         del history
         gc.collect()
         assert len(model._wire) == 0  # pyright: ignore[reportPrivateUsage]
+
+
+@pytest.mark.parametrize("count", [0, 1, 2])
+def test_a_body_of_none_one_or_two_messages_is_whole(count: int) -> None:
+    # The head and the tail of the body ride on the first and last message: check the edges of that.
+    messages = tuple(Msg.user(f"m{n}") for n in range(count))
+    empty = Msg.from_tool_results()  # a message that sends nothing, first and last
+    request = ChatRequest((empty, *messages, empty), tools=(CLOCK,), max_tokens=5)
+    cache = wire.MessageWireCache()
+    body = json.loads(wire.encode_body("m", request, cache.encoded_messages(request.messages), b"[]"))
+    assert body["messages"] == [{"role": "user", "content": f"m{n}"} for n in range(count)]
+    assert (body["model"], body["tools"], body["max_tokens"]) == ("m", [], 5)
