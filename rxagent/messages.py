@@ -255,14 +255,21 @@ class MessageMemo(Generic[_V]):
     60 ns a message, and only what is new is computed.
     """
 
-    __slots__ = ("_refs", "_values")
+    __slots__ = ("_evict", "_refs", "_values")
 
     def __init__(self) -> None:
         # Two dictionaries on the same keys, so that the bulk lookup reads values without a Python step.
         # A key is present only while its message lives: the weak reference's callback removes it as the
         # message is freed, before its ``id()`` can be given to another object.
-        self._values: dict[int, _V] = {}
-        self._refs: dict[int, weakref.ref[Msg]] = {}
+        values: dict[int, _V] = {}
+        refs: dict[int, weakref.KeyedRef[int, Msg]] = {}
+
+        def evict(ref: weakref.KeyedRef[int, Msg]) -> None:
+            # Only our own entry: a new message may already be cached under the reused id.
+            if refs.get(ref.key) is ref:
+                del refs[ref.key], values[ref.key]
+
+        self._values, self._refs, self._evict = values, refs, evict
 
     def __len__(self) -> int:
         return len(self._values)
@@ -278,15 +285,10 @@ class MessageMemo(Generic[_V]):
         if ref is not None and ref() is message:
             return self._values[key]
         value = compute(message)
-        values, refs = self._values, self._refs
-
-        def evict(ref: weakref.ref[Msg]) -> None:
-            # Only our own entry: a new message may already be cached under the reused id.
-            if refs.get(key) is ref:
-                del refs[key], values[key]
-
-        refs[key] = weakref.ref(message, evict)
-        values[key] = value
+        # One callback for the memo, the key on the reference: an entry keeps one object for the collector
+        # to walk (a closure per entry kept five more, for every message of every conversation).
+        self._refs[key] = weakref.KeyedRef(message, self._evict, key)
+        self._values[key] = value
         return value
 
     def get_all(self, messages: Sequence[Msg], compute: Callable[[Msg], _V]) -> list[_V]:
@@ -328,10 +330,18 @@ class ConversationMemo(Generic[_S]):
     memo shared between threads never shows a half-written state.
     """
 
-    __slots__ = ("_last",)
+    __slots__ = ("_evict", "_last")
 
     def __init__(self) -> None:
-        self._last: dict[int, tuple[weakref.ref[Msg], tuple[Msg, ...], _S]] = {}
+        last: dict[int, tuple[weakref.KeyedRef[int, Msg], tuple[Msg, ...], _S]] = {}
+
+        def evict(ref: weakref.KeyedRef[int, Msg]) -> None:
+            # Only our own record: another conversation may already start with an object of that id.
+            current = last.get(ref.key)
+            if current is not None and current[0] is ref:
+                del last[ref.key]
+
+        self._last, self._evict = last, evict
 
     def __len__(self) -> int:
         return len(self._last)
@@ -369,19 +379,11 @@ class ConversationMemo(Generic[_S]):
             return
         first = messages[0]
         key = id(first)
-        last = self._last
-        entry = last.get(key)
+        entry = self._last.get(key)
         ref = entry[0] if entry is not None and entry[0]() is first else None
         if ref is None:
-
-            def evict(ref: weakref.ref[Msg]) -> None:
-                # Only our own record: another conversation may already start with an object of that id.
-                current = last.get(key)
-                if current is not None and current[0] is ref:
-                    del last[key]
-
-            ref = weakref.ref(first, evict)
-        last[key] = (ref, tuple(messages[1:]), state)
+            ref = weakref.KeyedRef(first, self._evict, key)
+        self._last[key] = (ref, tuple(messages[1:]), state)
 
 
 class MessageTotals:

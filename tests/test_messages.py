@@ -215,3 +215,20 @@ def test_totals_equal_a_full_sum_whatever_the_history_does(
             history[0] = Msg.system(argument)
         request = (*history, *(Msg.system(f"closing {n}") for n in range(closing)))
         assert totals.total(request) == sum(len(m.text) + 1 for m in request)
+
+
+def test_a_memo_keeps_one_object_per_message_for_the_collector() -> None:
+    # What every message of every conversation costs the garbage collector's walks, per memo.
+    memo: MessageMemo[int] = MessageMemo()
+    messages = [Msg.user(f"m{n}") for n in range(200)]
+    gc.collect()
+    before = len(gc.get_objects())
+    memo.get_all(messages, lambda m: len(m.text))
+    assert len(gc.get_objects()) - before <= 200 + 2
+    conversations: ConversationMemo[int] = ConversationMemo()
+    firsts = [Msg.system(f"s{n}") for n in range(50)]
+    gc.collect()
+    before = len(gc.get_objects())
+    for first in firsts:
+        conversations.record((first, messages[0]), 1)
+    assert len(gc.get_objects()) - before <= 3 * 50 + 2  # a reference, the record, the rest of the request
