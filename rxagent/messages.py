@@ -15,14 +15,16 @@ import os
 import re
 import uuid
 import weakref
-from array import array
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Annotated, Final, Generic, Literal, TypeAlias, TypeVar, cast
+from typing import TYPE_CHECKING, Annotated, Final, Generic, Literal, TypeAlias, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from rxagent.display import Displayable
+
+if TYPE_CHECKING:
+    from array import array
 
 __all__ = [
     "ContentBlock",
@@ -386,6 +388,13 @@ class ConversationMemo(Generic[_S]):
         self._last[key] = (ref, tuple(messages[1:]), state)
 
 
+def _no_sums() -> array[int]:
+    """Running sums of no message: ``[0]``, as machine integers (not objects for the collector)."""
+    from array import array  # here, not at the top: `import rxagent` stays without it
+
+    return array("q", (0,))
+
+
 class MessageTotals:
     """The sum of a number per message (tokens, characters) over a request's messages, computing the
     number of each message object once and summing only what a conversation's next request appends.
@@ -414,7 +423,7 @@ class MessageTotals:
         """The sum of ``measure`` over ``messages``."""
         shared, recorded = self._conversations.resume(messages)
         if recorded is None:
-            sums = array("q", (0,))
+            sums = _no_sums()
         elif shared == len(messages) == len(recorded) - 1:
             return recorded[-1]  # the same request again
         else:
