@@ -19,8 +19,10 @@ In this process, with ``time.process_time`` around each conversation, alternatin
     ``json.loads`` the arguments, call the tool function, append the assistant and tool messages, repeat
     until an answer without tool calls.
 
-Prints the medians (ms per conversation, µs per streamed delta) and, as the last line, ``ratio: X``
-(rxagent ÷ raw).
+Prints the medians (ms per conversation, µs per streamed delta); then the history-growth figure, the
+same two clients over :data:`HISTORY_ROUNDS` tool rounds of one delta each (little streaming, so what
+grows is the cost of each request as the history lengthens), as ``history_ratio: X`` (rxagent ÷ raw;
+goal 1.2 or below); and, as the last line, ``ratio: X`` (rxagent ÷ raw, for the conversation above).
 
 Run: ``.venv/bin/python bench/agent_loop.py [--rounds N] [--fragments N] [--repeats N]``.
 """
@@ -47,6 +49,8 @@ from rxagent.tools import Toolkit, tool
 __all__ = ["main"]
 
 QUESTION = "Echo the ten notes, then answer."
+HISTORY_ROUNDS = 20
+"""Tool rounds of the history-growth figure (of one delta each)."""
 ANSWER_PIECE = "ok "
 MODEL = "bench"
 
@@ -270,6 +274,15 @@ async def measure(port: int, rounds: int, fragments: int, repeats: int) -> tuple
     return raw_times, rx_times
 
 
+def history_ratio(repeats: int) -> tuple[float, float]:
+    """The history-growth figure: median client CPU per conversation of :data:`HISTORY_ROUNDS` rounds of
+    one delta, ``(rxagent, raw)`` in seconds, alternating as :func:`measure` does."""
+    serving = ["--rounds", str(HISTORY_ROUNDS), "--fragments", "1"]
+    with spawned_server(__file__, serving) as port:
+        raw_times, rx_times = asyncio.run(measure(port, HISTORY_ROUNDS, 1, repeats))
+    return statistics.median(rx_times), statistics.median(raw_times)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description="Client CPU of a tool-using conversation, rxagent's ReAct agent vs a raw aiohttp loop."
@@ -300,6 +313,12 @@ def main() -> None:
         f"raw aiohttp loop:        {raw * 1e3:7.2f} ms/conversation  {raw / deltas * 1e6:6.2f} µs/delta"
         f"  (runs: {', '.join(f'{t * 1e3:.1f}' for t in raw_times)} ms)"
     )
+    history_rx, history_raw = history_ratio(args.repeats)
+    print(
+        f"history growth, {HISTORY_ROUNDS} tool rounds of 1 delta: rxagent {history_rx * 1e3:.2f} ms, "
+        f"raw {history_raw * 1e3:.2f} ms per conversation"
+    )
+    print(f"history_ratio: {history_rx / history_raw:.2f}")
     print(f"ratio: {rx / raw:.2f}")
 
 

@@ -147,7 +147,7 @@ def model_turn(
 
     Args:
         run: the run's state.
-        request: the request to send (build it from ``run.deps.system`` and ``run.history()``).
+        request: the request to send (its messages from ``run.request_messages(...)``).
         record: save the turn in the history (see above).
         model: the model to ask (default: the run's), e.g. a cheaper critic.
         then: the node to go to, from the folded message: the stream then ends with ``Next(then(msg))``,
@@ -159,7 +159,7 @@ def model_turn(
     Example:
         A critique turn ending a step::
 
-            critique = ChatRequest((*run.deps.system, *run.history(), Msg.user(CRITIQUE)))
+            critique = ChatRequest(run.request_messages(Msg.user(CRITIQUE)))
             return model_turn(run, critique, then=lambda m: Revise(m.text))
     """
     if record:
@@ -216,16 +216,17 @@ def build_request(
     """The request of one model turn (before the ``request`` cut point).
 
     The system prompt, the repaired history, then for a tool-using turn the run's tool schemas (and the
-    structured-output wiring), for the summarising turn a closing instruction and no tools.
+    structured-output wiring), for the summarising turn a closing instruction and no tools. The history is
+    repaired where it is new and copied once, into the request (see :meth:`RunState.request_messages`).
     """
     deps = run.deps
     options = deps.options
-    messages = [*deps.system, *run.history()]
+    closing: list[Msg] = []  # system messages of this turn only, after the history
     schemas: tuple[ToolSchema, ...] = ()
     tool_choice: ToolChoice | None = None
     response_format = None
     if summarising:
-        messages.append(Msg.system(_SUMMARY_PROMPT.format(n=options.max_iters)))
+        closing.append(Msg.system(_SUMMARY_PROMPT.format(n=options.max_iters)))
     elif tools:
         schemas = deps.view.schemas()
         if schemas and run.iteration == 1:
@@ -236,16 +237,16 @@ def build_request(
             if path == "native":
                 response_format = output.response_format()
             elif path == "prompted":
-                messages.append(Msg.system(prompted_instructions(output)))
+                closing.append(Msg.system(prompted_instructions(output)))
             else:
                 schemas = (*schemas, output.tool_schema())
                 tool_choice = _output_tool_choice(run, len(schemas))
                 if tool_choice == "auto":
-                    messages.append(Msg.system(_STRUCTURED_AUTO_PROMPT))
+                    closing.append(Msg.system(_STRUCTURED_AUTO_PROMPT))
     if instructions is not None:
-        messages.append(Msg.system(instructions))
+        closing.append(Msg.system(instructions))
     return ChatRequest(
-        messages=tuple(messages),
+        messages=run.request_messages(*closing),
         tools=schemas,
         tool_choice=tool_choice,
         response_format=response_format,

@@ -21,7 +21,7 @@ from rxagent.agent.control import RunControl
 from rxagent.agent.middleware import AnyMiddleware, Middleware, has_hooks
 from rxagent.agent.options import AgentOptions
 from rxagent.agent.structured import OutputSpec
-from rxagent.agent.transcript import repair_transcript
+from rxagent.agent.transcript import RepairedHistory
 from rxagent.clock import SYSTEM_CLOCK, Clock
 from rxagent.context import RunContext, RuntimeContext, run_context_of
 from rxagent.events import (
@@ -134,7 +134,7 @@ class RunState:
             them.
         tool_choice_rung: how far down the forced-tool-choice ladder the model's refusals have pushed
             this run (a model that refused a forced choice once is not asked again).
-        repaired: the repaired history up to a stable point (see :meth:`history`).
+        repaired: the history's repaired form, kept between requests (the session keeps it between runs).
     """
 
     deps: RunDeps
@@ -146,7 +146,7 @@ class RunState:
     ended: bool = False
     in_flight: dict[str, ToolResultBlock] = field(default_factory=lambda: {})
     tool_choice_rung: int = 0
-    repaired: tuple[int, list[Msg]] = field(default_factory=lambda: (0, []))
+    repaired: RepairedHistory = field(default_factory=RepairedHistory)
 
     # ---- shortcuts -------------------------------------------------------------------------------------
 
@@ -205,24 +205,21 @@ class RunState:
     # ---- the conversation ----------------------------------------------------------------------------
 
     def history(self) -> list[Msg]:
-        """The history as a request sends it: repaired (see :mod:`rxagent.agent.transcript`), incrementally.
+        """The history as a request sends it: repaired (see :mod:`rxagent.agent.transcript`), in a new list.
 
-        Repair carries state only across an assistant message with tool calls, so the repaired form of
-        a prefix that does not end in one is final; within a run the history only grows, so each step
-        repairs just what was appended since the last stable point instead of the whole conversation.
+        Only what was appended since the last request is repaired (see :class:`RepairedHistory`).
         """
-        history = self.state.messages
-        stable, done = self.repaired
-        if stable > len(history):  # the history was replaced: start over
-            stable, done = 0, []
-        end = len(history)
-        while end > stable and history[end - 1].role == "assistant" and history[end - 1].tool_calls:
-            end -= 1
-        if end > stable:
-            done = done + repair_transcript(history[stable:end])
-            stable = end
-        self.repaired = (stable, done)
-        return done + repair_transcript(history[stable:])
+        prefix, rest = self.repaired.parts(self.state.messages)
+        return [*prefix, *rest]
+
+    def request_messages(self, *closing: Msg) -> tuple[Msg, ...]:
+        """The messages of a request of this run: the system head, the repaired history, then ``closing``.
+
+        The same as ``(*run.deps.system, *run.history(), *closing)``, built with one copy of the history
+        (into the tuple) and a repair of what is new since the last request.
+        """
+        prefix, rest = self.repaired.parts(self.state.messages)
+        return (*self.deps.system, *prefix, *rest, *closing)
 
     def add_messages(self, messages: Sequence[Msg]) -> None:
         """Append ``messages`` to the conversation (what custom steps use to say something to the model)."""

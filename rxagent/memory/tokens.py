@@ -25,7 +25,9 @@ reason.
 Caching: a message's count is kept for as long as the message object lives (keyed by ``id(msg)`` with a
 weak reference that evicts the entry; nothing is stored on the frozen message, whose private attributes
 pydantic would compare), and a tool schema's count for as long as the schema stays in a small LRU.
-Counting a request therefore costs time for what is new in it, not for the history it repeats.
+Counting a request therefore costs time for what is new in it, not for the history it repeats: the running
+sums of each conversation's last request are kept too (:class:`~rxagent.messages.MessageTotals`), so a
+request that continues it adds only its new messages' counts.
 """
 
 from __future__ import annotations
@@ -33,10 +35,18 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from rxagent.messages import MessageMemo, Msg, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+from rxagent.messages import (
+    MessageMemo,
+    MessageTotals,
+    Msg,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
 from rxagent.requests import ChatRequest, JsonSchemaFormat, ResponseFormat, ToolSchema
 
 if TYPE_CHECKING:
@@ -153,6 +163,7 @@ class ChatTokenCounter:
         self._count_text = count_text
         self.name = name
         self._messages: MessageMemo[int] = MessageMemo()
+        self._requests = MessageTotals(self._count_uncached, self._messages)
         self._tools: OrderedDict[int, tuple[ToolSchema, int]] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -168,6 +179,12 @@ class ChatTokenCounter:
     def count_message(self, message: Msg) -> int:
         """Tokens of ``message`` as sent (see the module for the formula); cached per message object."""
         return self._messages.get(message, self._count_uncached)
+
+    def count_messages(self, messages: Sequence[Msg]) -> int:
+        """Tokens of ``messages`` as sent. When they continue a conversation counted before (the same first
+        message, the same history), only what was appended is counted and added (see
+        :class:`~rxagent.messages.MessageTotals`)."""
+        return self._requests.total(messages)
 
     def _count_uncached(self, message: Msg) -> int:
         count_text = self.count_text
@@ -231,10 +248,9 @@ class ChatTokenCounter:
 
     def count_request(self, request: ChatRequest) -> int:
         """Tokens of everything ``request`` sends."""
-        count_message = self.count_message
         return (
             REPLY_PRIMING
-            + sum(count_message(message) for message in request.messages)
+            + self.count_messages(request.messages)
             + self.count_tools(request.tools)
             + self.count_response_format(request.response_format)
         )

@@ -34,7 +34,8 @@ changes: the session's history keeps every message, whole.
 Decisions are kept, in ``state.extras["context_window"]`` (what the summary covers, the summary text, the
 evicted messages), so a span is summarised once and an evicted result stays evicted; and in a per-session
 cache (the token count of every message in the window and where it stands), so a request costs the new
-messages' counting plus a walk over the window (bounded by the budget), not a pass over the history. The
+messages' counting plus a C-level identity check over the window (bounded by the budget), not a pass over
+the history. The
 window trusts the history to grow at its end, as an agent's does; where it finds it changed (message ids
 at known positions differ) it recounts from there, and it drops the summary if the messages it covers
 changed.
@@ -42,6 +43,7 @@ changed.
 
 from __future__ import annotations
 
+import operator
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -201,6 +203,11 @@ class _Session:
         del self.entries[index:]
         if self.last_user is not None and not any(e.msg is self.last_user for e in self.entries):
             self.last_user = None
+
+
+_MSG = operator.attrgetter("msg")
+_SENT = operator.attrgetter("sent")
+"""An entry's message and what is sent for it, read in C by ``map`` over the window."""
 
 
 class _Header(TypedDict):
@@ -413,7 +420,7 @@ class ContextWindow:
             sent.append(session.summary_msg)
         if memories is not None:
             sent.append(memories)
-        sent.extend(entry.sent for entry in session.entries)
+        sent.extend(map(_SENT, session.entries))
         sent.extend(messages[end:])
         return Assembly(
             request=replace(request, messages=tuple(sent)),
@@ -483,7 +490,7 @@ class ContextWindow:
     def _sync(self, session: _Session, messages: Sequence[Msg], lead: int, end: int) -> None:
         """Bring the session's entries up to date with the request's history.
 
-        Cost: a walk over the window, plus counting the messages that are new.
+        Cost: a C-level identity check over the window, plus counting the messages that are new.
         """
         covered = session.covered
         if covered and (
@@ -499,7 +506,10 @@ class ContextWindow:
         base = lead + session.covered
         entries = session.entries
         limit = min(len(entries), end - base)
-        index = 0
+        # The usual case, checked in C: the window's messages are the history's own objects, so only the
+        # messages after them are new.
+        same = all(map(operator.is_, messages[base : base + limit], map(_MSG, entries)))
+        index = limit if same else 0
         while index < limit:
             message, entry = messages[base + index], entries[index]
             if message is not entry.msg:

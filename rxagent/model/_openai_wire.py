@@ -4,8 +4,9 @@ Two layers, kept apart so each stays small:
 
 * **Encoding** (:class:`MessageWireCache`, :func:`encode_body`): a :class:`~rxagent.messages.Msg` becomes
   one or more wire messages. Messages are frozen, so each message's encoded bytes are computed once and
-  reused by every later request of the conversation; a request body is those cached bytes joined, which
-  keeps the cost of a request proportional to what is new in it.
+  reused by every later request of the conversation; and the encoded messages of each conversation's last
+  request are kept, so a request that continues it encodes and looks up only what it appends, and joins
+  the rest in C: the Python work of a request is proportional to what is new in it.
 * **Decoding** (:class:`StreamParser`, :func:`chunks_from_completion`): a decoded JSON chunk becomes a
   :class:`~rxagent.model.types.ChatChunk` built directly (no validation per chunk: this runs once per
   streamed token). Provider quirks are small functions of their own, called only when the field they fix
@@ -21,13 +22,13 @@ reports as :class:`~rxagent.model.errors.MalformedStreamError`, so nothing untyp
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeAlias, TypeGuard
 
 from pydantic import JsonValue
 from pydantic_core import from_json
 
-from rxagent.messages import MessageMemo, Msg, TextBlock, ToolResultBlock, ToolUseBlock
+from rxagent.messages import ConversationMemo, MessageMemo, Msg, TextBlock, ToolResultBlock, ToolUseBlock
 from rxagent.model.errors import MalformedStreamError, ModelError
 from rxagent.model.sse import SSEEvent
 from rxagent.model.types import (
@@ -160,11 +161,13 @@ class MessageWireCache:
     message alive and never stores anything on the message itself (pydantic would compare it in ``==``).
     """
 
-    __slots__ = ("_entries", "_send_reasoning")
+    __slots__ = ("_conversations", "_entries", "_send_reasoning")
 
     def __init__(self, *, send_reasoning: bool = False) -> None:
         self._send_reasoning = send_reasoning
         self._entries: MessageMemo[bytes] = MessageMemo()
+        # Per conversation, the encoded messages of its last request, one entry per message.
+        self._conversations: ConversationMemo[tuple[bytes, ...]] = ConversationMemo()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -172,6 +175,20 @@ class MessageWireCache:
     def encoded(self, msg: Msg) -> bytes:
         """The comma-joined JSON of ``msg``'s wire messages (empty for a message that sends nothing)."""
         return self._entries.get(msg, self._encode)
+
+    def encoded_messages(self, messages: Sequence[Msg]) -> tuple[bytes, ...]:
+        """:meth:`encoded` for each of a request's ``messages``, in order (for :func:`encode_body`).
+
+        A request that continues a conversation seen before (see
+        :class:`~rxagent.messages.ConversationMemo`) looks up and encodes only what it appends; the rest
+        is the last request's, copied in C.
+        """
+        shared, recorded = self._conversations.resume(messages)
+        if recorded is not None and shared == len(messages) == len(recorded):
+            return recorded  # the same request again (a retry, a re-subscription)
+        parts = (*(recorded or ())[:shared], *self._entries.get_all(messages[shared:], self._encode))
+        self._conversations.record(messages, parts)
+        return parts
 
     def _encode(self, msg: Msg) -> bytes:
         return b",".join(dumps(m) for m in message_to_wire(msg, send_reasoning=self._send_reasoning))
@@ -236,19 +253,27 @@ def encode_body(model: str, request: ChatRequest, messages: Iterable[bytes], too
         tools: the encoded ``tools`` array, or ``None`` for no tools.
     """
     options = _options(request)
-    joined = b",".join(part for part in messages if part)
+    items = list(filter(None, messages))  # a message that sends nothing has no part
     if "model" in options or "messages" in options:
         # `extra` replaces a field we would splice in: fall back to one plain dictionary.
-        body: dict[str, object] = {"model": model, "messages": json.loads(b"[" + joined + b"]")}
+        body: dict[str, object] = {"model": model, "messages": json.loads(b"[" + b",".join(items) + b"]")}
         if tools is not None:
             body["tools"] = json.loads(tools)
         body.update(options)
         return dumps(body)
-    parts = [b'{"model":', dumps(model), b',"messages":[', joined, b"]"]
+    head = b'{"model":' + dumps(model) + b',"messages":['
+    tail = [b"]"]
     if tools is not None and "tools" not in options:
-        parts += [b',"tools":', tools]
-    parts += [b",", dumps(options)[1:]]
-    return b"".join(parts)
+        tail += [b',"tools":', tools]
+    tail += [b",", dumps(options)[1:]]
+    # One join builds the body: the head and the tail ride on the first and last messages, so the history's
+    # bytes are copied once (joining the messages, then the body, copied them twice: ten times slower for
+    # a large body, whose second buffer the allocator maps afresh).
+    if not items:
+        return head + b"".join(tail)
+    items[0] = head + items[0]
+    items[-1] += b"".join(tail)
+    return b",".join(items)
 
 
 # ---- decoding: wire → ChatChunk ----------------------------------------------------------------------

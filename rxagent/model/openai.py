@@ -264,8 +264,7 @@ class OpenAIChatModel(HttpEndpoint):
                 self._tools_wire = dumps([tool_to_wire(tool) for tool in request.tools])
                 self._tools_key = request.tools
             tools = self._tools_wire
-        messages = [self._wire.encoded(msg) for msg in request.messages]
-        return encode_body(self._model, request, messages, tools)
+        return encode_body(self._model, request, self._wire.encoded_messages(request.messages), tools)
 
     async def _attempt(
         self, body: bytes, streaming: bool, total_due: float | None

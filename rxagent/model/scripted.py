@@ -25,6 +25,7 @@ from pydantic import JsonValue
 from reactivex import Observable
 
 from rxagent.clock import SYSTEM_CLOCK, Clock
+from rxagent.messages import MessageTotals, Msg
 from rxagent.model.types import (
     ChatChunk,
     ChatRequest,
@@ -75,7 +76,8 @@ class ScriptedResponse:
         text: answer text, streamed in ``chunk_size``-character deltas.
         thinking: reasoning text, streamed before the answer.
         tool_calls: calls streamed after the text.
-        usage: reported usage; ``None`` reports an estimate (about four characters a token).
+        usage: reported usage; ``None`` reports an estimate (about four characters a token, each message
+            measured once however many requests repeat it).
         finish_reason: ``None`` picks ``tool_calls`` when there are calls, else ``stop``.
         chunk_size: characters per text or thinking delta.
         delay: seconds to wait before each chunk (on the model's clock; disposing cancels the wait).
@@ -114,9 +116,9 @@ def _fragments(text: str, count: int) -> list[str]:
     return [text[i : i + step] for i in range(0, len(text), step)]
 
 
-def _estimate_input_tokens(request: ChatRequest) -> int:
-    characters = sum(len(block.model_dump_json()) for msg in request.messages for block in msg.content)
-    return max(1, characters // 4)
+def _characters(msg: Msg) -> int:
+    """The length of a message's content blocks as JSON: what the input estimate counts."""
+    return sum(len(block.model_dump_json()) for block in msg.content)
 
 
 class _RecordingModel(ABC):
@@ -130,6 +132,10 @@ class _RecordingModel(ABC):
         self._clock = clock
         self._capabilities = capabilities or ModelCapabilities(json_schema_output=True, thinking=True)
         self._call_counter = 0
+        # Each message's size is measured once and each conversation's running total kept, so estimating
+        # a request's input costs what is new in it (a benchmark on this model measures the agent, not
+        # the estimate).
+        self._sizes = MessageTotals(_characters)
         self.requests: list[ChatRequest] = []
         """Every request received, in order (recorded when the call starts, i.e. at subscription)."""
 
@@ -175,6 +181,10 @@ class _RecordingModel(ABC):
         if response.error is not None:
             raise response.error
 
+    def _estimate_input_tokens(self, request: ChatRequest) -> int:
+        """About four characters a token, over the JSON of every content block the request sends."""
+        return max(1, self._sizes.total(request.messages) // 4)
+
     def _render(self, response: ScriptedResponse, request: ChatRequest) -> Iterable[ChatChunk]:
         for piece in _pieces(response.thinking, response.chunk_size):
             yield ChatChunk(thinking=piece)
@@ -201,7 +211,9 @@ class _RecordingModel(ABC):
         if usage is None:
             produced = len(response.text) + len(response.thinking)
             produced += sum(len(call.argument_text) + len(call.name) for call in response.tool_calls)
-            usage = Usage(input_tokens=_estimate_input_tokens(request), output_tokens=max(1, produced // 4))
+            usage = Usage(
+                input_tokens=self._estimate_input_tokens(request), output_tokens=max(1, produced // 4)
+            )
         yield ChatChunk(usage=usage)
 
 

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from rxagent.memory import tokens as tokens_module
 from rxagent.memory.tokens import (
+    REPLY_PRIMING,
     ChatTokenCounter,
     TiktokenCounter,
     TokenCounter,
@@ -216,6 +217,30 @@ def test_counting_a_growing_request_only_counts_the_new_message() -> None:
     new_texts = seen.texts[asked:]
     assert set(new_texts) <= {"assistant", "the new one"}  # nothing of the 51 old messages, nor the tool
     assert second == first + counter.count_message(history[-1])
+
+
+def test_a_conversation_counted_request_after_request_matches_a_full_count() -> None:
+    seen = CountingText()
+    counter = ChatTokenCounter(seen, name="counting")
+    history = [Msg.system("sys"), Msg.user("start")]
+
+    def full(messages: tuple[Msg, ...]) -> int:
+        fresh = ChatTokenCounter(seen, name="fresh")
+        return REPLY_PRIMING + sum(fresh.count_message(m) for m in messages)
+
+    for turn in range(12):
+        history.append(Msg.assistant(f"answer number {turn}"))
+        if turn == 6:  # an edited message inside the history: counted again from there, still right
+            history[2] = Msg.assistant("an edited first answer")
+        closing = Msg.system(f"Closing prompt {turn}.")  # new after the history at every request
+        request = ChatRequest(messages=(*history, closing))
+        asked = len(seen.texts)
+        counted = counter.count_request(request)
+        new_texts = seen.texts[asked:]
+        assert counted == full(request.messages)
+        if turn not in (0, 6):  # the first request counts everything; the edit, from the edit on
+            assert new_texts == ["assistant", f"answer number {turn}", "system", f"Closing prompt {turn}."]
+    assert counter.count_messages(history[:3]) == sum(counter.count_message(m) for m in history[:3])
 
 
 def test_the_message_cache_drops_entries_of_collected_messages() -> None:

@@ -7,9 +7,11 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import rxagent.model._openai_wire as wire
-from rxagent.messages import Msg, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+from rxagent.messages import MessageMemo, Msg, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
 from rxagent.model.types import ChatRequest, ForceTool, JsonSchemaFormat, ToolSchema
 from rxagent.operators import fold_message
 from tests.model.openai_server import API_KEY, DONE, OpenAIServer, Reply, finish_chunk, make_model, text_chunk
@@ -275,3 +277,82 @@ def test_equal_messages_are_not_confused_by_the_cache() -> None:
     assert json.loads(cache.encoded(second))["content"] == "other"
     assert first != second
     assert Msg.model_validate_json(first.model_dump_json()) == first  # nothing stored on the message
+
+
+def test_a_continued_conversation_is_encoded_from_what_it_appends(monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = wire.MessageWireCache()
+    history = list(conversation())
+    lookups: list[int] = []
+    get_all = MessageMemo.get_all
+
+    def counting(memo: MessageMemo[bytes], messages: Any, compute: Any) -> Any:
+        lookups.append(len(messages))
+        return get_all(memo, messages, compute)
+
+    monkeypatch.setattr(MessageMemo, "get_all", counting)
+    for turn in range(10):
+        history.append(Msg.user(f"and now {turn}?"))
+        request = (*history, Msg.system("Answer in one line."))  # a closing message, new each time
+        parts = cache.encoded_messages(request)
+        assert parts == tuple(wire.MessageWireCache().encoded(m) for m in request)
+        if turn:
+            assert lookups[-1] == 2  # the new user message and the closing one
+    assert cache.encoded_messages(request) is cache.encoded_messages(request)  # the same request again
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["append", "edit", "copy", "truncate", "close"]), st.integers(0, 40)),
+        max_size=30,
+    )
+)
+def test_the_body_is_what_a_fresh_client_sends_whatever_the_history_does(
+    operations: list[tuple[str, int]],
+) -> None:
+    cache = wire.MessageWireCache()
+    history = list(conversation())
+    for kind, number in operations:
+        closing: tuple[Msg, ...] = ()
+        if kind == "append":
+            history.append(Msg.assistant(f"answer {number}"))
+        elif kind == "edit":  # an edited message inside the history (a call edited on approval, say)
+            history[1 + number % (len(history) - 1)] = Msg.user(f"edited {number}")
+        elif kind == "copy":  # an equal copy, as a reloaded session has
+            index = number % len(history)
+            history[index] = history[index].model_copy()
+        elif kind == "truncate":
+            del history[2 + number % (len(history) - 1) :]
+        else:
+            closing = (Msg.system(f"closing {number}"),)
+        request = ChatRequest((*history, *closing))
+        fresh = [wire.MessageWireCache().encoded(m) for m in request.messages]
+        body = wire.encode_body("m", request, cache.encoded_messages(request.messages), None)
+        assert body == wire.encode_body("m", request, fresh, None)
+        assert json.loads(body)["messages"] == [w for m in request.messages for w in wire.message_to_wire(m)]
+
+
+async def test_a_conversation_record_goes_with_the_conversation(server: OpenAIServer) -> None:
+    server.script(OK, OK)
+    async with make_model(server) as model:
+        history = [Msg.system("sys"), Msg.user("hi")]
+        await model.stream(ChatRequest(tuple(history))).pipe(fold_message())
+        history.append(Msg.user("more"))
+        await model.stream(ChatRequest(tuple(history))).pipe(fold_message())
+        assert len(model._wire) == 3  # pyright: ignore[reportPrivateUsage]
+        assert server.requests[1].body["messages"][-1] == {"role": "user", "content": "more"}
+        del history
+        gc.collect()
+        assert len(model._wire) == 0  # pyright: ignore[reportPrivateUsage]
+
+
+@pytest.mark.parametrize("count", [0, 1, 2])
+def test_a_body_of_none_one_or_two_messages_is_whole(count: int) -> None:
+    # The head and the tail of the body ride on the first and last message: check the edges of that.
+    messages = tuple(Msg.user(f"m{n}") for n in range(count))
+    empty = Msg.from_tool_results()  # a message that sends nothing, first and last
+    request = ChatRequest((empty, *messages, empty), tools=(CLOCK,), max_tokens=5)
+    cache = wire.MessageWireCache()
+    body = json.loads(wire.encode_body("m", request, cache.encoded_messages(request.messages), b"[]"))
+    assert body["messages"] == [{"role": "user", "content": f"m{n}"} for n in range(count)]
+    assert (body["model"], body["tools"], body["max_tokens"]) == ("m", [], 5)
