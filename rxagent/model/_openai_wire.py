@@ -383,6 +383,8 @@ class _RawChunk(Mapping[str, Any]):
 
 
 _make = object.__new__
+"""Makes a :class:`_RawChunk` without calling ``__init__`` (the parser then sets its one slot)."""
+
 _FINISH_REASONS: Mapping[str, FinishReason] = {
     "stop": "stop",
     "tool_calls": "tool_calls",
