@@ -22,9 +22,14 @@ In this process, with ``time.process_time`` around each conversation, alternatin
 Prints the medians (ms per conversation, µs per streamed delta); then the history-growth figure, the
 same two clients over :data:`HISTORY_ROUNDS` tool rounds of one delta each (little streaming, so what
 grows is the cost of each request as the history lengthens), as ``history_ratio: X`` (rxagent ÷ raw;
-goal 1.2 or below); and, as the last line, ``ratio: X`` (rxagent ÷ raw, for the conversation above).
+goal 1.2 or below); then the per-token figure of the whole agent path, an answer of ``--text-deltas``
+text deltas and no tool call, which rxagent's consumer reads with ``async for`` over
+``agent.stream_events(...)`` (through ``to_async_iterator``) joining the
+:class:`~rxagent.events.TextDelta` texts, against (b) on the same stream, as ``agent_text_ratio: X``
+(rxagent ÷ raw; goal 0.6 or below); and, as the last line, ``ratio: X`` (rxagent ÷ raw, for the
+conversation above).
 
-Run: ``.venv/bin/python bench/agent_loop.py [--rounds N] [--fragments N] [--repeats N]``.
+Run: ``.venv/bin/python bench/agent_loop.py [--rounds N] [--fragments N] [--text-deltas N] [--repeats N]``.
 """
 
 from __future__ import annotations
@@ -43,7 +48,9 @@ from aiohttp import web
 
 from rxagent.agent import AgentOptions, ReActAgent
 from rxagent.context import RuntimeContext
+from rxagent.events import TextDelta
 from rxagent.model.openai import OpenAIChatModel
+from rxagent.operators import to_async_iterator
 from rxagent.tools import Toolkit, tool
 
 __all__ = ["main"]
@@ -283,12 +290,56 @@ def history_ratio(repeats: int) -> tuple[float, float]:
     return statistics.median(rx_times), statistics.median(raw_times)
 
 
+async def rxagent_text_run(agent: ReActAgent, run_number: int) -> str:
+    """The text run through rxagent: ``async for`` over the run's events, joining the text deltas."""
+    parts: list[str] = []
+    context = RuntimeContext(session_id=f"bench-text-{run_number}")
+    async for event in to_async_iterator(agent.stream_events(QUESTION, context)):
+        if type(event) is TextDelta:
+            parts.append(event.text)
+    return "".join(parts)
+
+
+async def measure_text(port: int, deltas: int, repeats: int) -> tuple[list[float], list[float]]:
+    """Client CPU of the text run, ``(raw, rxagent)`` seconds per run, alternating (rxagent first)."""
+    base_url = f"http://127.0.0.1:{port}/v1"
+    url = f"{base_url}/chat/completions"
+    expected = ANSWER_PIECE * deltas
+    tools = [echo_schema()]
+    raw_times: list[float] = []
+    rx_times: list[float] = []
+    async with aiohttp.ClientSession() as session, OpenAIChatModel(MODEL, base_url=base_url) as model:
+        agent = ReActAgent(model, Toolkit([echo]))
+        # Warm-up: connections, imports, caches.
+        assert await raw_run(session, url, tools) == (expected, 1)
+        assert await rxagent_text_run(agent, -1) == expected
+        for run_number in range(repeats):
+            start = time.process_time()
+            text = await rxagent_text_run(agent, run_number)
+            rx_times.append(time.process_time() - start)
+            assert text == expected
+            start = time.process_time()
+            outcome = await raw_run(session, url, tools)
+            raw_times.append(time.process_time() - start)
+            assert outcome == (expected, 1), outcome
+    return raw_times, rx_times
+
+
+def text_ratio(deltas: int, repeats: int) -> tuple[list[float], list[float]]:
+    """The per-token figure: the text run's client CPU per run, ``(rxagent, raw)`` in seconds, against a
+    server that answers with ``deltas`` text deltas at once (no tool round)."""
+    with spawned_server(__file__, ["--rounds", "0", "--fragments", str(deltas)]) as port:
+        raw_times, rx_times = asyncio.run(measure_text(port, deltas, repeats))
+    return rx_times, raw_times
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description="Client CPU of a tool-using conversation, rxagent's ReAct agent vs a raw aiohttp loop."
     )
     parser.add_argument("--rounds", type=int, default=10, help="tool rounds before the answer")
     parser.add_argument("--fragments", type=int, default=50, help="argument fragments / text deltas")
+    parser.add_argument("--text-deltas", type=int, default=2_000, help="text deltas of the text run")
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -319,6 +370,19 @@ def main() -> None:
         f"raw {history_raw * 1e3:.2f} ms per conversation"
     )
     print(f"history_ratio: {history_rx / history_raw:.2f}")
+    text_rx_times, text_raw_times = text_ratio(args.text_deltas, args.repeats)
+    text_rx, text_raw = statistics.median(text_rx_times), statistics.median(text_raw_times)
+    per_delta = 1e6 / args.text_deltas
+    print(f"text run, {args.text_deltas} deltas through async for over stream_events (medians of client CPU)")
+    print(
+        f"rxagent stream_events:   {text_rx * 1e3:7.2f} ms/run  {text_rx * per_delta:6.2f} µs/delta"
+        f"  (runs: {', '.join(f'{t * 1e3:.1f}' for t in text_rx_times)} ms)"
+    )
+    print(
+        f"raw aiohttp loop:        {text_raw * 1e3:7.2f} ms/run  {text_raw * per_delta:6.2f} µs/delta"
+        f"  (runs: {', '.join(f'{t * 1e3:.1f}' for t in text_raw_times)} ms)"
+    )
+    print(f"agent_text_ratio: {text_rx / text_raw:.2f}")
     print(f"ratio: {rx / raw:.2f}")
 
 

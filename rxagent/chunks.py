@@ -88,7 +88,8 @@ class ChatChunk:
     usage: Usage | None = None
     finish_reason: FinishReason | None = None
     raw: Mapping[str, Any] | None = None
-    """The provider's decoded chunk, for fields rxagent does not model."""
+    """The provider's decoded chunk, for fields rxagent does not model: a read-only mapping, which a model
+    may decode only when it is first read (``dict(chunk.raw)`` gives a plain dictionary)."""
 
 
 _FIELDS = frozenset({"input_tokens", "output_tokens", "cache_read_tokens", "reasoning_tokens"})

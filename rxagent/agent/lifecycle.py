@@ -38,7 +38,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -66,7 +66,7 @@ from rxagent.context import RuntimeContext
 from rxagent.events import AgentEvent, RunReason
 from rxagent.logs import with_current_run
 from rxagent.messages import new_id
-from rxagent.operators import Outcome, using_resource
+from rxagent.operators import Outcome, frame_pushing, using_resource
 from rxagent.session import Claim, Place, SessionBusy, answers_of
 from rxagent.session.reconcile import UncertainToolCallsError, never_started
 from rxagent.state import DEFAULT_SESSION, PendingCall, SessionKey
@@ -170,21 +170,21 @@ def run_events(
         counter = itertools.count()
         own_id = run.run_id
 
-        def stamp(event: AgentEvent) -> AgentEvent:
+        def stamp(event: AgentEvent, emit: Callable[[AgentEvent], None]) -> None:
             # In the order subscribers see events, after any middleware; events of nested runs (an
             # agent used as a tool) pass through with their own run's numbering.
             if event.run_id == own_id:
                 event.seq = next(counter)
             if record:
                 recorder.event(event)
-            return event
+            emit(event)
 
         events = chain(agent.middleware, "agent", run.ctx, loop)(run_input)
         if has_hooks(agent.middleware, "agent"):  # an agent hook's own StopRun or failure
             events = events.pipe(ops.catch(lambda error, _: recover(run, error) or reactivex.throw(error)))
         # The run's context is the current run while it subscribes: log lines its tasks write carry
         # its ids (rxagent.logs).
-        return events.pipe(ops.map(stamp), with_current_run(run.ctx))
+        return events.pipe(frame_pushing(stamp), with_current_run(run.ctx))
 
     async def release(held: _Held, outcome: Outcome) -> None:
         claim, run = held.claim, held.run

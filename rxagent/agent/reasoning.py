@@ -11,7 +11,7 @@ function (:func:`~rxagent.agent.decisions.after_reasoning` by default).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from functools import partial
 from typing import Literal, Never, overload
 
@@ -22,11 +22,12 @@ from typing_extensions import TypeVar
 from rxagent.agent.decisions import after_reasoning
 from rxagent.agent.middleware import chain, has_hooks
 from rxagent.agent.nodes import Act, CheckOutput, Finish, Next, Node, Reason, Reprompt, StepOutput
-from rxagent.agent.run import RunState
+from rxagent.agent.run import EventHead, RunState
 from rxagent.agent.structured import OUTPUT_TOOL, prompted_instructions
 from rxagent.events import (
     AgentEvent,
     ErrorEvent,
+    EventHeader,
     MessageCompleted,
     ModelCallFinished,
     ModelCallStarted,
@@ -40,13 +41,14 @@ from rxagent.events import (
 from rxagent.messages import Msg
 from rxagent.model.errors import ModelHTTPError
 from rxagent.model.types import ChatChunk, ChatModel, ChatRequest, ForceTool, ToolChoice, ToolSchema, Usage
-from rxagent.operators import MessageFold, frame, map_many, sync_of
+from rxagent.operators import MessageFold, frame_pushing, map_many, sync_of
 from rxagent.retry import RetryAttempt
 
 __all__ = ["ReasoningDecision", "build_request", "model_turn", "reason_step", "structured_path"]
 
 _N = TypeVar("_N", bound=Node)
 _To = TypeVar("_To", bound=Node)
+_E = TypeVar("_E", bound=EventHeader)
 
 ReasoningDecision = Callable[[_N, Msg | None, RunState], _To]
 """``(node, message, run) -> next node``: what follows a model turn (see ``after_reasoning``)."""
@@ -285,9 +287,12 @@ def _model_call(
     deltas = record and deps.deltas
     iteration = run.iteration
 
-    def on_item(item: ChatChunk | RetryAttempt) -> Sequence[AgentEvent]:
+    make = _DeltaEvents(head)
+
+    # Per chunk: into the fold, and each delta out as one event, handed on as it is made (no container).
+    def on_item(item: ChatChunk | RetryAttempt, emit: Callable[[StepOutput[Node]], None]) -> None:
         if isinstance(item, RetryAttempt):
-            return [
+            emit(
                 RetryScheduled(
                     **head,
                     retry_number=item.retry_number,
@@ -295,29 +300,31 @@ def _model_call(
                     error=str(item.error),
                     budget_remaining=item.budget_remaining,
                 )
-            ]
+            )
+            return
         if not deltas:  # nobody sees deltas: fold only (the hot path of `call`)
             fold.add(item)
-            return ()
+            return
+        if not item.tool_calls:
+            fold.add(item)
+            if item.thinking:
+                emit(make.thinking(item.thinking))
+            if item.text:
+                emit(make.text(item.text))
+            return
         calls_before = fold.call_count
         fold.add(item)
-        events: list[AgentEvent] = []
         if item.thinking:
-            events.append(ThinkingDelta(**head, text=item.thinking))
+            emit(make.thinking(item.thinking))
         if item.text:
-            events.append(TextDelta(**head, text=item.text))
+            emit(make.text(item.text))
         for delta in item.tool_calls:
             call_id = fold.call_id_of(delta)
             if fold.call_count > calls_before:
                 calls_before += 1
-                events.append(ToolCallStarted(**head, index=delta.index, call_id=call_id, name=delta.name))
+                emit(make.call_started(delta.index, call_id, delta.name))
             if delta.arguments:
-                events.append(
-                    ToolCallArgumentsDelta(
-                        **head, index=delta.index, call_id=call_id, fragment=delta.arguments
-                    )
-                )
-        return events
+                emit(make.arguments(delta.index, call_id, delta.arguments))
 
     def on_done() -> list[StepOutput[Node]]:
         message = fold.message()
@@ -379,7 +386,7 @@ def _model_call(
 
     source: Observable[ChatChunk | RetryAttempt] = call(request)
     return source.pipe(
-        frame(
+        frame_pushing(
             on_item,
             before=lambda: opening,
             after=on_done,
@@ -388,3 +395,70 @@ def _model_call(
             inject=retries,
         )
     )
+
+
+_new = object.__new__
+_now = time.time
+
+
+class _DeltaEvents:
+    """Builds one model call's per-token events: text and thinking deltas, tool-call starts and argument
+    fragments.
+
+    A keyword call of an event class (``TextDelta(**head, text=…)``) builds a dictionary of its keywords
+    and matches them to parameters by name: about as much again as the event itself, once per token.
+    These methods make the event and set its slots directly, so a delta costs the event alone. They set
+    every field the keyword constructor sets (``tests/agent/test_delta_events.py`` compares them field by
+    field, so a field added to the events cannot be missed here).
+    """
+
+    __slots__ = ("_parent_run_id", "_run_id", "_seq", "_session_id", "_trace_id")
+
+    def __init__(self, head: EventHead) -> None:
+        self._run_id = head["run_id"]
+        self._session_id = head["session_id"]
+        self._trace_id = head["trace_id"]
+        self._seq = head["seq"]
+        self._parent_run_id = head.get("parent_run_id")
+
+    def _event(self, cls: type[_E]) -> _E:
+        event = _new(cls)
+        event.run_id = self._run_id
+        event.session_id = self._session_id
+        event.trace_id = self._trace_id
+        event.seq = self._seq
+        event.time = _now()
+        event.parent_run_id = self._parent_run_id
+        return event
+
+    def text(self, text: str) -> TextDelta:
+        """A :class:`TextDelta` of ``text``."""
+        event = self._event(TextDelta)
+        event.type = "text_delta"
+        event.text = text
+        return event
+
+    def thinking(self, text: str) -> ThinkingDelta:
+        """A :class:`ThinkingDelta` of ``text``."""
+        event = self._event(ThinkingDelta)
+        event.type = "thinking_delta"
+        event.text = text
+        return event
+
+    def call_started(self, index: int, call_id: str | None, name: str | None) -> ToolCallStarted:
+        """A :class:`ToolCallStarted`."""
+        event = self._event(ToolCallStarted)
+        event.type = "tool_call_started"
+        event.index = index
+        event.call_id = call_id
+        event.name = name
+        return event
+
+    def arguments(self, index: int, call_id: str | None, fragment: str) -> ToolCallArgumentsDelta:
+        """A :class:`ToolCallArgumentsDelta` of ``fragment``."""
+        event = self._event(ToolCallArgumentsDelta)
+        event.type = "tool_call_arguments_delta"
+        event.index = index
+        event.call_id = call_id
+        event.fragment = fragment
+        return event

@@ -47,7 +47,7 @@ agent's lifecycle around it (:mod:`rxagent.agent.lifecycle`):
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import TypeAlias
 
@@ -71,7 +71,17 @@ from rxagent.events import (
     StepStarted,
 )
 from rxagent.messages import Msg
-from rxagent.operators import Slot, Source, frame, from_async_iterable, run_steps, subscribe_to, sync_of
+from rxagent.operators import (
+    Push,
+    Slot,
+    Source,
+    frame,
+    frame_pushing,
+    from_async_iterable,
+    run_steps,
+    subscribe_to,
+    sync_of,
+)
 
 __all__ = [
     "NO_ANSWER_PROMPT",
@@ -147,11 +157,12 @@ def run_loop(
     control = run.deps.control
     opening = True  # until the first step starts: its StepStarted goes after the run's RunStarted
 
-    def take_next(item: StepOutput[Node]) -> Iterable[AgentEvent]:
+    # Pushes each event on as it comes (no container per event: deltas pass here once per token).
+    def take_next(item: StepOutput[Node], emit: Callable[[AgentEvent], None]) -> None:
         if type(item) is Next:  # the last one counts (a hook may run a step twice)
             upcoming[:] = (item.node,)
-            return ()
-        return (item,)  # type: ignore[return-value] - every other item is an event
+        else:
+            emit(item)  # type: ignore[arg-type] - every other item is an event
 
     def reach(node: Node) -> Node:
         """The node the run goes to: once interrupted, ``Interrupt`` instead of any but a closing node."""
@@ -187,9 +198,7 @@ def run_loop(
             told += tuple(take_inbox(run))
         hooked = None if closing else _hooked(step, node, run, take_next, upcoming)
         source: Observable[StepOutput[Node]] = step(node, run) if hooked is None else hooked
-        each: Callable[[StepOutput[Node]], Iterable[AgentEvent]] = (
-            take_next if hooked is None else _events_only
-        )
+        each: Push[StepOutput[Node], AgentEvent] = take_next if hooked is None else _events_only
         first, opening = opening, False
         before = after = None
         if told and first:  # the run's first step: told after its RunStarted, which opens a run's events
@@ -200,7 +209,7 @@ def run_loop(
         # `until`: an interrupt cuts a step that does not end itself on interrupt. The steps that do (a
         # model call keeps what streamed so far) act first: interrupt callbacks run innermost first.
         until = None if closing else control.on_interrupt
-        return source.pipe(frame(each, before=before, after=after, until=until))
+        return source.pipe(frame_pushing(each, before=before, after=after, until=until))
 
     return run_steps(next_step, lambda error: recover(run, error))
 
@@ -210,8 +219,8 @@ def _closing(node: Node) -> bool:
     return isinstance(node, Interrupt) or (isinstance(node, Finish) and node.reason == "INTERRUPTED")
 
 
-def _events_only(item: StepOutput[Node]) -> tuple[AgentEvent]:
-    return (item,)  # type: ignore[return-value] - a hooked step's Next was taken out already
+def _events_only(item: StepOutput[Node], emit: Callable[[AgentEvent], None]) -> None:
+    emit(item)  # type: ignore[arg-type] - a hooked step's Next was taken out already
 
 
 class _Opening:
@@ -220,22 +229,23 @@ class _Opening:
 
     __slots__ = ("_each", "_told")
 
-    def __init__(
-        self, told: tuple[AgentEvent, ...], each: Callable[[StepOutput[Node]], Iterable[AgentEvent]]
-    ) -> None:
+    def __init__(self, told: tuple[AgentEvent, ...], each: Push[StepOutput[Node], AgentEvent]) -> None:
         self._told = told
         self._each = each
 
-    def each(self, item: StepOutput[Node]) -> Iterable[AgentEvent]:
-        produced = self._each(item)
+    def each(self, item: StepOutput[Node], emit: Callable[[AgentEvent], None]) -> None:
         told, self._told = self._told, ()
         if not told:
-            return produced
-        if type(item) is RunStarted:
+            self._each(item, emit)
+        elif type(item) is RunStarted:
+            self._each(item, emit)
             for event in told:  # built just before it: the step started as the run did
                 event.time = item.time
-            return (*produced, *told)
-        return (*told, *produced)
+                emit(event)
+        else:
+            for event in told:
+                emit(event)
+            self._each(item, emit)
 
     def rest(self) -> tuple[AgentEvent, ...]:
         """What is still untold when the step ends (a step that emitted nothing)."""
@@ -299,7 +309,7 @@ def _hooked(
     step: Step[Node, Node],
     node: Node,
     run: RunState,
-    take_next: Callable[[StepOutput[Node]], Iterable[AgentEvent]],
+    take_next: Push[StepOutput[Node], AgentEvent],
     upcoming: list[Node],
 ) -> Observable[AgentEvent] | None:
     """``step`` on ``node``, its ``Next`` taken out, wrapped in the node's cut point; ``None`` when the
@@ -329,7 +339,7 @@ def _hooked(
 
         def reason(turn: ReasoningStep) -> Observable[AgentEvent]:
             hooked = replace(node, summarising=turn.summarising) if isinstance(node, Reason) else node
-            return step(hooked, run).pipe(frame(take_next))
+            return step(hooked, run).pipe(frame_pushing(take_next))
 
         hooked = chain(middleware, "reasoning", run.ctx, reason)(
             ReasoningStep(run.iteration + 1, summarising)
@@ -340,7 +350,7 @@ def _hooked(
     act = node
 
     def acting(turn: ActingStep) -> Observable[AgentEvent]:
-        return step(replace(act, calls=turn.calls), run).pipe(frame(take_next))
+        return step(replace(act, calls=turn.calls), run).pipe(frame_pushing(take_next))
 
     hooked = chain(middleware, "acting", run.ctx, acting)(ActingStep(run.iteration, act.calls))
     return reactivex.concat(hooked, reactivex.defer(lambda _: then_default()))

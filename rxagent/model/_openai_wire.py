@@ -7,24 +7,29 @@ Two layers, kept apart so each stays small:
   reused by every later request of the conversation; and the encoded messages of each conversation's last
   request are kept, so a request that continues it encodes and looks up only what it appends, and joins
   the rest in C: the Python work of a request is proportional to what is new in it.
-* **Decoding** (:class:`StreamParser`, :func:`chunks_from_completion`): a decoded JSON chunk becomes a
-  :class:`~rxagent.model.types.ChatChunk` built directly (no validation per chunk: this runs once per
-  streamed token). Provider quirks are small functions of their own, called only when the field they fix
-  is present: ``reasoning_content``/``reasoning`` deltas, tool-call fragments without ``index``, ids sent
-  as ``""``, ids and names repeated on every fragment, arguments sent as a JSON object, usage on its own
-  final chunk or on every chunk, finish-reason spellings, and ``{"error": …}`` objects inside the stream.
+* **Decoding** (:class:`StreamParser`, :func:`chunks_from_completion`): each event's JSON is decoded by
+  msgspec straight into typed structs holding only the fields rxagent reads (the rest is skipped unbuilt),
+  and a :class:`~rxagent.model.types.ChatChunk` is built from them directly (this runs once per streamed
+  token). ``ChatChunk.raw`` decodes the whole object only when someone reads it. Provider quirks are small
+  functions of their own, called only when the field they fix is present: ``reasoning_content``/
+  ``reasoning`` deltas, tool-call fragments without ``index``, ids sent as ``""``, ids and names repeated
+  on every fragment, arguments sent as a JSON object, usage on its own final chunk or on every chunk,
+  finish-reason spellings, and ``{"error": …}`` objects inside the stream.
 
-JSON arrives as ``Any``. Shapes are checked where a value is used (``isinstance`` on strings and
-numbers); a container of the wrong type fails with ``TypeError``/``AttributeError``/… which the parser
-reports as :class:`~rxagent.model.errors.MalformedStreamError`, so nothing untyped leaves this module.
+Fields whose type varies between servers are decoded as ``Any`` and checked where used (``isinstance`` on
+strings and numbers); containers are typed, so one of the wrong type fails with msgspec's
+``ValidationError``, which names its place (``$.choices[0].delta``). Text msgspec refuses is read again by
+the standard library (which accepts a lone surrogate escape) to tell bad JSON from a bad shape; either
+becomes a :class:`~rxagent.model.errors.MalformedStreamError`, so nothing untyped leaves this module.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeAlias, TypeGuard
 
+import msgspec
 from pydantic import JsonValue
 from pydantic_core import from_json
 
@@ -63,14 +68,8 @@ __all__ = [
 WireDict: TypeAlias = dict[str, JsonValue]
 """One JSON object as sent to the server."""
 
-_NO_FIELDS: Mapping[str, Any] = {}
-"""Stands in for an absent or ``null`` JSON object (``delta or _NO_FIELDS``); never mutated."""
-
-_NO_ITEMS: tuple[Any, ...] = ()
-"""Stands in for an absent or ``null`` JSON array."""
-
 _SHAPE_ERRORS = (TypeError, AttributeError, KeyError, IndexError, ValueError)
-"""What indexing JSON of an unexpected shape raises; reported as a malformed stream."""
+"""What reading a decoded value of an unexpected type raises; reported as a malformed stream."""
 
 
 def _is_object(value: object) -> TypeGuard[dict[str, Any]]:
@@ -78,7 +77,7 @@ def _is_object(value: object) -> TypeGuard[dict[str, Any]]:
 
 
 def _loads(data: str) -> Any:
-    """``json.loads`` at a third of the cost per token: pydantic-core's parser, with the standard library
+    """``json.loads`` at a third of the cost: pydantic-core's parser, with the standard library
     as the fallback for the little it rejects that ``json`` accepts (a lone surrogate escape, ``\\ud800``).
 
     Raises:
@@ -277,6 +276,114 @@ def encode_body(model: str, request: ChatRequest, messages: Iterable[bytes], too
 
 
 # ---- decoding: wire → ChatChunk ----------------------------------------------------------------------
+#
+# The shapes below are what rxagent reads of a chunk (or of a whole completion: a choice's `message` has
+# the fields of a `delta`). msgspec decodes each event's JSON straight into them, skipping every field not
+# named here (ids, model names, logprobs, …) without building it. Fields whose type varies between
+# servers are `Any` and checked where used, as the quirks need (an `index` that is not a number, ids
+# sent as "", arguments sent as an object, a finish reason we do not know); containers are typed, so a
+# container of the wrong type is a ValidationError naming its place (`$.choices[0].delta`).
+
+
+class _Wire(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True, gc=False):
+    """A decoded JSON object of the wire format. Unknown fields are skipped; an absent field has its
+    default (``omit_defaults`` keeps it so if one is ever encoded again, for a log say). Decoded JSON
+    cannot hold a reference cycle, so the collector need not track these (``gc=False``)."""
+
+
+class _Function(_Wire):
+    name: Any = None
+    arguments: Any = None
+
+
+class _ToolCall(_Wire):
+    index: Any = None
+    id: Any = None
+    function: _Function | None = None
+
+
+class _Part(_Wire):
+    """One part of a ``content`` array (``{"type": "text", "text": …}``; other types are skipped)."""
+
+    type: Any = None
+    text: Any = None
+
+
+class _Delta(_Wire):
+    """A streamed ``delta``, or a whole completion's ``message``."""
+
+    content: str | list[_Part] | None = None
+    reasoning_content: Any = None
+    reasoning: Any = None
+    tool_calls: list[_ToolCall] | None = None
+
+
+class _Choice(_Wire):
+    index: Any = None
+    delta: _Delta | None = None
+    message: _Delta | None = None
+    finish_reason: Any = None
+
+
+class _Details(_Wire):
+    cached_tokens: Any = None
+    reasoning_tokens: Any = None
+
+
+class _Usage(_Wire):
+    prompt_tokens: Any = None
+    completion_tokens: Any = None
+    input_tokens: Any = None
+    output_tokens: Any = None
+    prompt_tokens_details: _Details | None = None
+    completion_tokens_details: _Details | None = None
+
+
+class _Chunk(_Wire):
+    """A streamed chunk or a whole completion, or an ``{"error": …}`` object sent instead of one."""
+
+    choices: list[_Choice] | None = None
+    usage: _Usage | None = None
+    error: Any = None
+
+
+_decode_chunk = msgspec.json.Decoder(_Chunk).decode
+
+
+class _RawChunk(Mapping[str, Any]):
+    """A streamed chunk's JSON object, decoded on first use (``ChatChunk.raw``).
+
+    rxagent reads chunks through the typed shapes above; few consumers ever look at ``raw``, and decoding
+    every chunk twice would double the hot path's cost. ``source`` holds the chunk's text (which msgspec
+    read as an object, so the general decoder does too) until then, the object after. The parser makes one
+    per streamed token, so it sets the slot directly rather than paying for an ``__init__`` call.
+    """
+
+    __slots__ = ("source",)
+
+    source: str | dict[str, Any]
+
+    def _decoded(self) -> dict[str, Any]:
+        source = self.source
+        if isinstance(source, str):
+            source = self.source = _loads(source)
+        return source
+
+    def __getitem__(self, key: str) -> Any:
+        return self._decoded()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._decoded())
+
+    def __len__(self) -> int:
+        return len(self._decoded())
+
+    def __repr__(self) -> str:
+        return repr(self._decoded())
+
+
+_make = object.__new__
+"""Makes a :class:`_RawChunk` without calling ``__init__`` (the parser then sets its one slot)."""
 
 _FINISH_REASONS: Mapping[str, FinishReason] = {
     "stop": "stop",
@@ -299,19 +406,29 @@ def finish_reason_of(value: object) -> FinishReason:
     return _FINISH_REASONS.get(value, "stop") if isinstance(value, str) else "stop"
 
 
-def thinking_of(delta: Any) -> str:
+def thinking_of(delta: _Delta) -> str:
     """Reasoning text of a delta or message: ``reasoning_content`` (DeepSeek, vLLM) or ``reasoning``."""
-    value = delta.get("reasoning_content") or delta.get("reasoning")
+    value = delta.reasoning_content or delta.reasoning
     return value if isinstance(value, str) else ""
 
 
-def text_of(content: Any) -> str:
-    """Text of a ``content`` field: a string, ``null``, or a list of ``{"type": "text", "text": …}`` parts."""
+def text_of(content: str | list[_Part] | None) -> str:
+    """Text of a ``content`` field: a string, ``null``, or a list of ``{"type": "text", "text": …}`` parts.
+
+    Raises:
+        TypeError: a text part without a string ``text``.
+    """
     if isinstance(content, str):
         return content
     if content is None:
         return ""
-    return "".join(part["text"] for part in content if part.get("type") == "text")
+    texts: list[str] = []
+    for part in content:
+        if part.type == "text":
+            if not isinstance(part.text, str):
+                raise TypeError("a text part of `content` has no string `text`")
+            texts.append(part.text)
+    return "".join(texts)
 
 
 def arguments_text(value: Any) -> str:
@@ -332,15 +449,20 @@ def _count(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-def usage_of(raw: Any) -> Usage:
-    """Usage from an OpenAI ``usage`` object (also accepting ``input_tokens``/``output_tokens``)."""
-    prompt_details = raw.get("prompt_tokens_details") or _NO_FIELDS
-    completion_details = raw.get("completion_tokens_details") or _NO_FIELDS
+def usage_of(raw: _Usage) -> Usage | None:
+    """Usage from an OpenAI ``usage`` object (also accepting ``input_tokens``/``output_tokens``);
+    ``None`` for an object that counts nothing at all (``"usage": {}``)."""
+    prompt = raw.prompt_tokens if raw.prompt_tokens is not None else raw.input_tokens
+    completion = raw.completion_tokens if raw.completion_tokens is not None else raw.output_tokens
+    prompt_details = raw.prompt_tokens_details
+    completion_details = raw.completion_tokens_details
+    if prompt is None and completion is None and prompt_details is None and completion_details is None:
+        return None
     return Usage(
-        input_tokens=_count(raw.get("prompt_tokens", raw.get("input_tokens"))),
-        output_tokens=_count(raw.get("completion_tokens", raw.get("output_tokens"))),
-        cache_read_tokens=_count(prompt_details.get("cached_tokens")),
-        reasoning_tokens=_count(completion_details.get("reasoning_tokens")),
+        input_tokens=_count(prompt),
+        output_tokens=_count(completion),
+        cache_read_tokens=_count(prompt_details.cached_tokens) if prompt_details is not None else 0,
+        reasoning_tokens=_count(completion_details.reasoning_tokens) if completion_details is not None else 0,
     )
 
 
@@ -373,7 +495,13 @@ class StreamParser:
         self.finished = False
 
     def feed(self, event: SSEEvent) -> ChatChunk | None:
-        """The chunk carried by ``event``, or ``None`` for events that carry no delta."""
+        """The chunk carried by ``event``, or ``None`` for events that carry no delta.
+
+        Raises:
+            MalformedStreamError: the data is not JSON, not an object, or not of a chunk's shape (the
+                message says which, and where: ``$.choices[0].delta``).
+            ModelError: the data is an ``{"error": …}`` object.
+        """
         data = event.data
         if data == "[DONE]":
             self.done = True
@@ -382,8 +510,42 @@ class StreamParser:
             if event.event == "error":
                 raise ModelError(f"the model server reported an error: {self._redact(data)}")
             return None
-        # The error is raised outside the `except` blocks: the decoder's exception holds the server's text
-        # (which may quote the API key) and would ride along as __context__.
+        try:
+            wire = _decode_chunk(data)
+        except msgspec.DecodeError:
+            wire = None  # read again below, outside this block (see `_reread`)
+        if wire is None:
+            return self._reread(event)
+        try:
+            return self._chunk(wire, data)
+        except _SHAPE_ERRORS as error:
+            problem = f"unexpected chunk shape ({type(error).__name__}: {self._redact(str(error))})"
+        raise MalformedStreamError(problem, line=event.line, data=self._redact(data))
+
+    def feed_all(self, events: Iterable[SSEEvent], into: list[ChatChunk]) -> ModelError | None:
+        """Append the chunks of ``events`` to ``into``, stopping at ``[DONE]``.
+
+        Returns:
+            The error that stopped it at a bad event (``into`` holds the chunks before it), else ``None``:
+            the caller passes those chunks on, then raises it.
+        """
+        try:
+            for event in events:
+                chunk = self.feed(event)
+                if chunk is not None:
+                    into.append(chunk)
+                elif self.done:
+                    break
+        except ModelError as error:
+            return error
+        return None
+
+    def _reread(self, event: SSEEvent) -> ChatChunk | None:
+        # What msgspec refused, read the slow way: the standard library accepts a little more (a lone
+        # surrogate escape, "\ud800", sent by servers that cut a token inside an emoji), and otherwise
+        # says what is wrong. Errors are raised outside the `except` blocks: a decoder's exception may
+        # hold the server's text (which may quote the API key) and would ride along as __context__.
+        data = event.data
         try:
             decoded = _loads(data)
         except ValueError as error:
@@ -395,7 +557,9 @@ class StreamParser:
                 problem = "stream data is not a JSON object"
             else:
                 try:
-                    return self._chunk(decoded)
+                    return self._chunk(msgspec.convert(decoded, _Chunk), decoded)
+                except msgspec.ValidationError as error:
+                    problem = f"unexpected chunk shape ({self._redact(str(error))})"
                 except _SHAPE_ERRORS as error:
                     problem = f"unexpected chunk shape ({type(error).__name__}: {self._redact(str(error))})"
         raise MalformedStreamError(problem, line=event.line, data=self._redact(data))
@@ -404,47 +568,54 @@ class StreamParser:
         """The final usage as a chunk of its own, if the server sent any."""
         return ChatChunk(usage=self._usage) if self._usage is not None else None
 
-    def _chunk(self, obj: dict[str, Any]) -> ChatChunk | None:
-        # Runs once per streamed token: plain lookups, type checks only where a value is present.
-        usage = obj.get("usage")
-        if usage:
-            self._usage = usage_of(usage)
-        choices = obj.get("choices")
+    def _chunk(self, wire: _Chunk, raw: str | dict[str, Any]) -> ChatChunk | None:
+        """The chunk of ``wire``; ``raw`` is its JSON text, or the object when it was read the slow way."""
+        # Runs once per streamed token: plain attribute reads, type checks only where a value is present.
+        if wire.usage is not None:
+            self._usage = usage_of(wire.usage) or self._usage
+        choices = wire.choices
         if not choices:
-            error = obj.get("error")
-            if error is not None:
-                raise stream_error_of(error, self._redact)
+            if wire.error is not None:
+                raise stream_error_of(wire.error, self._redact)
             return None
         choice = choices[0]
-        if choice.get("index") not in (0, None):
+        if choice.index not in (0, None):
             return None  # n > 1: rxagent follows the first choice only
-        delta = choice.get("delta") or _NO_FIELDS
-        text = delta.get("content")
-        if text is not None and type(text) is not str:
-            text = text_of(text)
-        thinking = thinking_of(delta)
-        calls = delta.get("tool_calls")
-        deltas = self._tool_call_deltas(calls) if calls else ()
-        finish = choice.get("finish_reason")
+        delta = choice.delta
+        text = thinking = ""
+        deltas: tuple[ToolCallDelta, ...] = ()
+        if delta is not None:
+            text = delta.content
+            if type(text) is not str:
+                text = text_of(text)
+            if delta.reasoning_content is not None or delta.reasoning is not None:
+                thinking = thinking_of(delta)
+            if delta.tool_calls:
+                deltas = self._tool_call_deltas(delta.tool_calls)
+        finish = choice.finish_reason
         reason = None
         if finish is not None:
             reason = finish_reason_of(finish)
             self.finished = True
         if not (text or thinking or deltas or reason):
             return None  # the role-only first delta, keep-alive chunks, usage-only chunks
-        return ChatChunk(text or "", thinking, deltas, None, reason, obj)
+        lazy: _RawChunk = _make(_RawChunk)
+        lazy.source = raw
+        return ChatChunk(text, thinking, deltas, None, reason, lazy)
 
-    def _tool_call_deltas(self, calls: Any) -> tuple[ToolCallDelta, ...]:
+    def _tool_call_deltas(self, calls: list[_ToolCall]) -> tuple[ToolCallDelta, ...]:
         deltas: list[ToolCallDelta] = []
         for position, call in enumerate(calls):
-            index = call.get("index")
+            index = call.index
             if not isinstance(index, int):
                 index = position  # some servers leave out `index`: the fragment's position stands in
-            call_id = call_id_of(call.get("id"))
-            function = call.get("function") or _NO_FIELDS
-            name = function.get("name")
+            call_id = call_id_of(call.id)
+            function = call.function
+            name = arguments = None
+            if function is not None:
+                name, arguments = function.name, function.arguments
             name = self._new_name(call_id if call_id is not None else index, name) if name else None
-            deltas.append(ToolCallDelta(index, call_id, name, arguments_text(function.get("arguments"))))
+            deltas.append(ToolCallDelta(index, call_id, name, arguments_text(arguments)))
         return tuple(deltas)
 
     def _new_name(self, key: str | int, name: Any) -> str | None:
@@ -459,49 +630,50 @@ def chunks_from_completion(obj: Any, redact: Callable[[str], str] = str) -> list
     """The chunks for a whole (non-streamed) completion: the message, then its usage.
 
     Raises:
-        MalformedStreamError: the body is not a completion.
+        MalformedStreamError: the body is not a completion (the message says what is wrong, and where).
         ModelError: the body is an ``{"error": …}`` object.
     """
     if not _is_object(obj):
         raise MalformedStreamError("the response body is not a JSON object", data=redact(str(obj)))
     try:
-        return _completion_chunks(obj, redact)
+        return _completion_chunks(msgspec.convert(obj, _Chunk), obj, redact)
+    except msgspec.ValidationError as error:
+        problem = f"unexpected completion shape ({redact(str(error))})"
     except _SHAPE_ERRORS as error:
         problem = f"unexpected completion shape ({type(error).__name__}: {redact(str(error))})"
     raise MalformedStreamError(problem, data=redact(json.dumps(obj)[:200]))
 
 
-def _completion_chunks(obj: dict[str, Any], redact: Callable[[str], str]) -> list[ChatChunk]:
-    choices = obj.get("choices")
+def _completion_chunks(wire: _Chunk, obj: dict[str, Any], redact: Callable[[str], str]) -> list[ChatChunk]:
+    choices = wire.choices
     if not choices:
-        error = obj.get("error")
-        if error is not None:
-            raise stream_error_of(error, redact)
+        if wire.error is not None:
+            raise stream_error_of(wire.error, redact)
         raise MalformedStreamError("the completion has no choices", data=redact(json.dumps(obj)[:200]))
     choice = choices[0]
-    message = choice.get("message") or _NO_FIELDS
+    message = choice.message or _Delta()
     calls: list[ToolCallDelta] = []
-    for position, call in enumerate(message.get("tool_calls") or _NO_ITEMS):
-        function = call.get("function") or _NO_FIELDS
-        name = function.get("name")
+    for position, call in enumerate(message.tool_calls or ()):
+        function = call.function or _Function()
+        name = function.name
         calls.append(
             ToolCallDelta(
                 position,
-                call_id_of(call.get("id")),
+                call_id_of(call.id),
                 name if isinstance(name, str) and name else None,
-                arguments_text(function.get("arguments")),
+                arguments_text(function.arguments),
             )
         )
     chunks = [
         ChatChunk(
-            text=text_of(message.get("content")),
+            text=text_of(message.content),
             thinking=thinking_of(message),
             tool_calls=tuple(calls),
-            finish_reason=finish_reason_of(choice.get("finish_reason")),
+            finish_reason=finish_reason_of(choice.finish_reason),
             raw=obj,
         )
     ]
-    usage = obj.get("usage")
-    if usage:
-        chunks.append(ChatChunk(usage=usage_of(usage)))
+    usage = usage_of(wire.usage) if wire.usage is not None else None
+    if usage is not None:
+        chunks.append(ChatChunk(usage=usage))
     return chunks

@@ -1,12 +1,12 @@
 """A client for OpenAI-compatible chat-completions servers (OpenAI, vLLM, llama.cpp, Ollama, …) on aiohttp.
 
 :class:`OpenAIChatModel` implements :class:`~rxagent.model.types.ChatModel`. Each subscription to
-``stream(request)`` is one call: ``from_async_iterable`` over one async generator that makes the
-attempts (POST, SSE bytes → events → chunks), waits between them by the rules of
-:func:`rxagent.retry.plan_retry` (the same rules as the ``retry_backoff`` operator: retry before the first
-chunk only, honour ``Retry-After``, draw on the run's budget), all under ``timeouts.total``. The waits and
-every timeout run on the model's ``clock`` (see :mod:`rxagent.clock`), so tests can run them on virtual
-time against a real loopback server.
+``stream(request)`` is one call: ``from_async_batches`` over one async generator that makes the
+attempts (POST, SSE bytes → events → chunks, yielded a network read's worth at a time), waits between them
+by the rules of :func:`rxagent.retry.plan_retry` (the same rules as the ``retry_backoff`` operator: retry
+before the first chunk only, honour ``Retry-After``, draw on the run's budget), all under
+``timeouts.total``. The waits and every timeout run on the model's ``clock`` (see :mod:`rxagent.clock`),
+so tests can run them on virtual time against a real loopback server.
 
 One attempt is an async generator that holds the response in ``async with``: disposing the subscription
 cancels its task, which closes the response and returns the connection to the pool. Errors are mapped to
@@ -57,7 +57,7 @@ from rxagent.model.errors import (
 )
 from rxagent.model.sse import SSEDecoder, SSEEvent
 from rxagent.model.types import ChatChunk, ChatRequest, ModelCapabilities, ToolSchema
-from rxagent.operators import from_async_iterable
+from rxagent.operators import from_async_batches
 from rxagent.retry import RetryBudget, RetryExhausted, RetryPolicy, is_retryable, plan_retry
 
 __all__ = ["OpenAIChatModel", "Timeouts", "list_models", "parse_retry_after"]
@@ -209,18 +209,20 @@ class OpenAIChatModel(HttpEndpoint):
         self._check_open()
         body: bytes | None = None
 
-        def call() -> AsyncIterator[ChatChunk]:
+        def call() -> AsyncIterator[list[ChatChunk]]:
             nonlocal body
             if body is None:
                 body = self.encode_request(request)
             return self._call(body, request.stream, request.retry_budget)
 
-        return from_async_iterable(call)
+        return from_async_batches(call)
 
     async def _call(
         self, body: bytes, streaming: bool, budget: RetryBudget | None
-    ) -> AsyncIterator[ChatChunk]:
+    ) -> AsyncIterator[list[ChatChunk]]:
         """The whole call: attempts, the waits between them, and the total deadline over all of it.
+
+        Yields the chunks in batches, one per network read (see :meth:`_attempt`).
 
         One async generator rather than ``retry_backoff`` and ``timeout_total`` around the attempt: the
         same rules (:func:`~rxagent.retry.plan_retry`), without two more observers on every chunk and
@@ -234,9 +236,9 @@ class OpenAIChatModel(HttpEndpoint):
             attempts += 1
             emitted = False
             try:
-                async for chunk in self._attempt(body, streaming, total_due):
+                async for batch in self._attempt(body, streaming, total_due):
                     emitted = True
-                    yield chunk
+                    yield batch
                 return
             except ModelError as error:
                 # Only before the first chunk: a retry would emit the answer's start twice.
@@ -268,8 +270,13 @@ class OpenAIChatModel(HttpEndpoint):
 
     async def _attempt(
         self, body: bytes, streaming: bool, total_due: float | None
-    ) -> AsyncIterator[ChatChunk]:
-        """One POST: yields the chunks of one response, raising only :class:`ModelError` (or cancelled)."""
+    ) -> AsyncIterator[list[ChatChunk]]:
+        """One POST: yields the chunks of one response, raising only :class:`ModelError` (or cancelled).
+
+        The chunks come in batches, those of one network read each (never empty): the generators are
+        resumed once per read rather than once per token. A chunk decoded before a bad event of the same
+        read is still yielded before the error, as it would be one chunk at a time.
+        """
         session = self._session_on_running_loop()
         timer = self._request_timer(total_due)
         emitted = 0
@@ -292,23 +299,23 @@ class OpenAIChatModel(HttpEndpoint):
                 if not streaming or response.content_type == "application/json":
                     # Asked for a stream, some servers still answer with a whole completion (or an error
                     # object) as plain JSON: read it as such rather than as an empty event stream.
-                    for chunk in self._completion_chunks(await timer.read_body(response.content)):
-                        emitted += 1
-                        yield chunk
+                    chunks = self._completion_chunks(await timer.read_body(response.content))
+                    emitted += len(chunks)
+                    yield chunks
                     return
                 parser = StreamParser(self._redact)
                 decoder = SSEDecoder()
                 content = response.content
                 while data := await timer.read(content):
-                    for event in decoder.feed(data):
-                        chunk = parser.feed(event)
-                        if chunk is not None:
-                            emitted += 1
-                            yield chunk
-                        elif parser.done:
-                            break  # whatever follows [DONE] is not part of the answer
+                    chunks: list[ChatChunk] = []
+                    problem = parser.feed_all(decoder.feed(data), chunks)
+                    if chunks:
+                        emitted += len(chunks)
+                        yield chunks
+                    if problem is not None:
+                        raise problem
                     if parser.done:
-                        break
+                        break  # whatever follows [DONE] is not part of the answer
                 else:
                     # The body ended. An event without its closing blank line is only acceptable as a
                     # complete one (a server that closes right after `data: [DONE]\n`).
@@ -317,13 +324,13 @@ class OpenAIChatModel(HttpEndpoint):
                         chunk = self._tail_chunk(parser, tail, emitted)
                         if chunk is not None:
                             emitted += 1
-                            yield chunk
+                            yield [chunk]
                     if not (parser.done or parser.finished):
                         raise self._cut_short(emitted, decoder.line, "")
                 usage = parser.usage_chunk()
                 if usage is not None:
                     emitted += 1
-                    yield usage
+                    yield [usage]
         except ModelError:
             raise
         except aiohttp.ClientResponseError as error:

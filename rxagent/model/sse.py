@@ -8,8 +8,8 @@ leading UTF-8 byte order mark is dropped.
 
 The decoder works on bytes and decodes an event's data only when the event is complete, so a read that
 ends in the middle of a multi-byte UTF-8 character is harmless (CR and LF never occur inside one). It
-runs once per streamed token, so the common case — LF-terminated lines, one ``data:`` line per event — is
-a ``split`` and a ``startswith`` per line with no regular expressions.
+runs once per streamed token, so the common case — LF-terminated lines, one ``data: `` line per event — is
+a ``split`` of the read at its blank lines and a prefix test per event, with no regular expressions.
 
 Example:
     >>> decoder = SSEDecoder()
@@ -23,7 +23,7 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from rxagent.model.errors import MalformedStreamError
 
@@ -33,9 +33,12 @@ _BOM = b"\xef\xbb\xbf"
 _LF = 10  # b"\n"[0]
 
 
-@dataclass(slots=True)
-class SSEEvent:
-    """One dispatched server-sent event."""
+class SSEEvent(msgspec.Struct, gc=False):
+    """One dispatched server-sent event.
+
+    A msgspec struct rather than a dataclass: one is built per streamed token, and a struct is built in
+    C at about a third of the cost. Its fields hold no containers, so the collector need not track it.
+    """
 
     data: str
     """The event's data lines joined with ``"\\n"`` (decoded as UTF-8, bad bytes replaced)."""
@@ -129,9 +132,35 @@ class SSEDecoder:
         if self._partial:
             chunk = b"".join((self._partial, chunk))
             self._partial.clear()
+        events: list[SSEEvent] = []
+        if not self._data:
+            # Several whole events in one read (a server streaming faster than it is read): cut at the
+            # blank lines, an event of one `data: ` line is dispatched as it is, without going line by line.
+            pieces = chunk.split(b"\n\n")
+            chunk = pieces.pop()  # what follows the last blank line: the start of the next event, if any
+            for piece in pieces:
+                if piece[:6] == b"data: " and b"\n" not in piece:
+                    self._line += 2
+                    data = piece[6:].decode("utf-8", "replace")
+                    events.append(SSEEvent(data, self._event or "message", self._last_id, self._line - 1))
+                    self._event = None
+                else:
+                    lines = piece.split(b"\n")
+                    lines.append(b"")  # the blank line that ended it
+                    self._take(lines, events)
+            if b"\n" not in chunk:
+                if chunk:
+                    self._hold(chunk)
+                return events
         lines = chunk.split(b"\n")
         tail = lines.pop()
-        events: list[SSEEvent] = []
+        self._take(lines, events)
+        if tail:
+            self._hold(tail)
+        return events
+
+    def _take(self, lines: list[bytes], events: list[SSEEvent]) -> None:
+        """Interpret whole ``lines``, appending the events they complete to ``events``."""
         for line in lines:
             self._line += 1
             if line.startswith(b"data:"):
@@ -145,9 +174,6 @@ class SSEDecoder:
                     self._event = None
             elif line[0] != 58:  # not a ":" comment
                 self._field(line)
-        if tail:
-            self._hold(tail)
-        return events
 
     def end(self) -> SSEEvent | None:
         """The body ended: return the event left without its closing blank line, if there is one.

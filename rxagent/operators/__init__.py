@@ -16,7 +16,8 @@ default, a :class:`~rxagent.clock.VirtualClock` in tests, which then assert exac
 such as :class:`TqdmProgress` (a notebook widget or a terminal bar; tqdm is the ``notebook`` extra).
 
 To everyone else they are ordinary ``reactivex`` observables. Among themselves the hot ones (``frame``,
-``run_steps``, ``sync_of``, ``from_async_iterable``, ``using_resource``) subscribe directly, without
+``run_steps``, ``sync_of``, ``from_async_iterable``, ``using_resource``, ``to_async_iterator``) subscribe
+directly, without
 reactivex's per-subscribe wrapping (see ``_source.py`` for the promises that makes safe), and they
 leave no reference cycles behind: a finished agent run is freed by reference counting alone.
 """
@@ -32,8 +33,11 @@ from rxagent.clock import SYSTEM_CLOCK, Clock
 from rxagent.operators._do_finally import do_finally as _do_finally_impl
 from rxagent.operators._flow_control import BufferOverflowError
 from rxagent.operators._fold_message import MessageFold
+from rxagent.operators._frame import Push
 from rxagent.operators._frame import frame as _frame_impl
+from rxagent.operators._frame import frame_pushing as _frame_pushing_impl
 from rxagent.operators._from_async_iterable import SourceCancelledError, running_loop, start_task
+from rxagent.operators._from_async_iterable import from_async_batches as _from_async_batches_impl
 from rxagent.operators._from_async_iterable import from_async_iterable as _from_async_iterable_impl
 from rxagent.operators._map_many import map_many as _map_many_impl
 from rxagent.operators._outcome import Outcome
@@ -72,6 +76,7 @@ __all__ = [
     "ProgressDisplay",
     "ProgressFactory",
     "ProgressOption",
+    "Push",
     "Slot",
     "Source",
     "SourceCancelledError",
@@ -81,6 +86,8 @@ __all__ = [
     "do_finally",
     "fold_message",
     "frame",
+    "frame_pushing",
+    "from_async_batches",
     "from_async_iterable",
     "last_value",
     "map_concurrent",
@@ -159,6 +166,36 @@ def frame(
         source (or the recovery stream) and unregisters ``until``. re-subscribe: ``before`` runs again.
     """
     return _frame_impl(each, before=before, after=after, recover=recover, until=until, inject=inject)
+
+
+def frame_pushing(
+    push: Push[_T, _R],
+    *,
+    before: Callable[[], Iterable[_R]] | None = None,
+    after: Callable[[], Iterable[_R]] | None = None,
+    recover: Callable[[Exception], Observable[_R] | None] | None = None,
+    until: Callable[[Callable[[], None]], Callable[[], None]] | None = None,
+    inject: Callable[[Callable[[_T], None]], Callable[[], None]] | None = None,
+) -> Operator[_T, _R]:
+    """:func:`frame` whose mapper hands on its results itself: ``push(item, emit)`` calls ``emit(r)`` for
+    each result ``r`` of ``item``.
+
+    ::
+
+        source:        ──── a ──── b ──|
+        frame_pushing: B ── a' ─── b' ─ A ─|     (push(a, emit) calls emit(a'))
+
+    For per-token paths, where ``each`` would build a container per item only to have it iterated once:
+    a model call turns each chunk into its delta events and emits each as it is made. A failure raised
+    by ``push`` (by ``emit`` too, that is, downstream) is the stream's failure, as ``each``'s is;
+    ``before``, ``after``, ``recover``, ``until`` and ``inject`` are :func:`frame`'s.
+
+    Lifecycle:
+        As :func:`frame`'s. complete: ``after()`` items, then complete. error: ``recover`` or fail.
+        cancel: disposes the source (or the recovery stream) and unregisters ``until``. re-subscribe:
+        ``before`` runs again.
+    """
+    return _frame_pushing_impl(push, before=before, after=after, recover=recover, until=until, inject=inject)
 
 
 def sync_of(*items: _T) -> Observable[_T]:
@@ -296,6 +333,29 @@ def from_async_iterable(factory: Callable[[], AsyncIterator[_T]]) -> Observable[
         ``SourceCancelledError``: never without a terminal signal.
     """
     return _from_async_iterable_impl(factory)
+
+
+def from_async_batches(factory: Callable[[], AsyncIterator[Iterable[_T]]]) -> Observable[_T]:
+    """:func:`from_async_iterable` for an iterator that yields its items in batches: each item is emitted
+    on its own.
+
+    ::
+
+        factory() yields:  [a, b] ──── [c] ──|
+        observable:        a ─ b ───── c ──|
+
+    The iterator is resumed once per batch instead of once per item (resuming an async generator that
+    yields from another costs about half a microsecond): :class:`~rxagent.model.openai.OpenAIChatModel`
+    yields the chunks of one network read as a batch. Between items the dispose and flow-gate checks of
+    :func:`from_async_iterable` still run, so a downstream ``take`` or a full consumer stops it inside a
+    batch.
+
+    Lifecycle:
+        As :func:`from_async_iterable`'s: complete/error as the iterator ends (the items of a batch
+        before its error come first when the iterator yields them before raising); cancel cancels the
+        task and closes the iterator; re-subscribe calls ``factory()`` again.
+    """
+    return _from_async_batches_impl(factory)
 
 
 def using_resource(

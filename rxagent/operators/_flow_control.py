@@ -31,23 +31,24 @@ class BufferOverflowError(RuntimeError):
 class FlowGate:
     """An open/closed signal that producers await between items."""
 
-    __slots__ = ("_event",)
+    __slots__ = ("_event", "is_open")
 
     def __init__(self) -> None:
         self._event = asyncio.Event()
         self._event.set()
-
-    @property
-    def is_open(self) -> bool:
-        """True while producers may emit."""
-        return self._event.is_set()
+        # A plain attribute, not a property over the event: producers and the consumer read it once per
+        # item each.
+        self.is_open = True
+        """True while producers may emit (read-only: use :meth:`close` and :meth:`open`)."""
 
     def close(self) -> None:
         """Ask producers to pause before their next item."""
+        self.is_open = False
         self._event.clear()
 
     def open(self) -> None:
         """Let paused producers continue."""
+        self.is_open = True
         self._event.set()
 
     async def wait_open(self) -> None:

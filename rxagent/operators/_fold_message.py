@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any, cast
 
-import reactivex
 from pydantic import JsonValue
 from reactivex import Observable
-from reactivex import operators as ops
 
 from rxagent.chunks import ChatChunk, FinishReason, ToolCallDelta, Usage
 from rxagent.messages import (
@@ -26,6 +25,8 @@ from rxagent.messages import (
     mend_surrogates,
     new_id,
 )
+from rxagent.operators._frame import frame
+from rxagent.operators._source import deferred
 from rxagent.operators._typing import Operator
 
 __all__ = ["MessageFold", "fold_message"]
@@ -228,27 +229,34 @@ class MessageFold:
         )
 
 
-def _add(fold: MessageFold, chunk: ChatChunk) -> MessageFold:
+_NOTHING: tuple[Msg, ...] = ()
+
+
+def _add(fold: MessageFold, chunk: ChatChunk) -> tuple[Msg, ...]:
     fold.add(chunk)
-    return fold
+    return _NOTHING  # a constant: nothing is built per chunk
+
+
+def _add_and_snapshot(fold: MessageFold, chunk: ChatChunk) -> tuple[Msg, ...]:
+    fold.add(chunk)
+    return (fold.snapshot(),)
+
+
+def _final(fold: MessageFold) -> tuple[Msg, ...]:
+    return (fold.message(),)
 
 
 def fold_message(*, snapshots: bool = False) -> Operator[ChatChunk, Msg]:
     """Fold chunks into the final assistant message (see :func:`rxagent.operators.fold_message`)."""
+    each = _add_and_snapshot if snapshots else _add
 
     def operator(source: Observable[ChatChunk]) -> Observable[Msg]:
-        def per_subscription(_: Any) -> Observable[Msg]:
+        # One `frame` subscription per fold, its accumulator made per subscription: a chunk costs one
+        # call into the fold, where reactivex's `reduce` + `map` took five observers and a scan step.
+        def per_subscription() -> Observable[Msg]:
             fold = MessageFold()
-            if snapshots:
-                final = reactivex.defer(lambda _: reactivex.of(fold.message()))
+            return source.pipe(frame(partial(each, fold), after=partial(_final, fold)))
 
-                def add_and_snapshot(chunk: ChatChunk) -> Msg:
-                    fold.add(chunk)
-                    return fold.snapshot()
-
-                return source.pipe(ops.map(add_and_snapshot), ops.concat(final))
-            return source.pipe(ops.reduce(_add, fold), ops.map(MessageFold.message))
-
-        return reactivex.defer(per_subscription)
+        return deferred(per_subscription)
 
     return operator

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
 from typing import Any, TypeVar
 
 from reactivex import Observable, abc
@@ -12,7 +12,7 @@ from reactivex.disposable import Disposable
 from rxagent.operators._flow_control import current_gate
 from rxagent.operators._source import Source
 
-__all__ = ["SourceCancelledError", "from_async_iterable", "running_loop", "start_task"]
+__all__ = ["SourceCancelledError", "from_async_batches", "from_async_iterable", "running_loop", "start_task"]
 
 _T = TypeVar("_T")
 
@@ -88,26 +88,46 @@ def from_async_iterable(factory: Callable[[], AsyncIterator[_T]]) -> Observable[
         [0, 1, 2]
     """
 
+    return _driven(factory, batched=False)
+
+
+def from_async_batches(factory: Callable[[], AsyncIterator[Iterable[_T]]]) -> Observable[_T]:
+    """An async iterator of batches as an observable of their items (see the facade for details)."""
+    return _driven(factory, batched=True)
+
+
+def _driven(factory: Callable[[], AsyncIterator[Any]], *, batched: bool) -> Observable[Any]:
     def subscribe(
-        observer: abc.ObserverBase[_T], scheduler: abc.SchedulerBase | None = None
+        observer: abc.ObserverBase[Any], scheduler: abc.SchedulerBase | None = None
     ) -> abc.DisposableBase:
         loop = running_loop("this rxagent source")
         gate = current_gate.get()
         disposed = False
 
         async def drive() -> None:
-            iterator: AsyncIterator[_T] | None = None
+            iterator: AsyncIterator[Any] | None = None
             failure: Exception | None = None
             try:
                 iterator = factory()
-                async for item in iterator:
-                    if disposed:
-                        return
-                    observer.on_next(item)
-                    if disposed:
-                        return
-                    if gate is not None and not gate.is_open:
-                        await gate.wait_open()
+                if batched:
+                    async for batch in iterator:
+                        if disposed:
+                            return
+                        for item in batch:
+                            observer.on_next(item)
+                            if disposed:
+                                return
+                            if gate is not None and not gate.is_open:
+                                await gate.wait_open()
+                else:
+                    async for item in iterator:
+                        if disposed:
+                            return
+                        observer.on_next(item)
+                        if disposed:
+                            return
+                        if gate is not None and not gate.is_open:
+                            await gate.wait_open()
             except Exception as error:  # the iterator's (or a downstream on_next's) error ends the stream
                 failure = error
             except asyncio.CancelledError:

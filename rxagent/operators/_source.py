@@ -42,7 +42,9 @@ class Source(Observable[_T]):
 class _Callbacks(abc.ObserverBase[_T]):
     """Three callbacks as an observer, with nothing in between."""
 
-    __slots__ = ("_on_completed", "_on_error", "_on_next", "stopped")
+    # `on_next` is a slot holding the callback itself, not a method calling it: an item costs one call
+    # per link of a chain of rxagent's operators, not two.
+    __slots__ = ("_on_completed", "_on_error", "on_next", "stopped")
 
     def __init__(
         self,
@@ -50,14 +52,11 @@ class _Callbacks(abc.ObserverBase[_T]):
         on_error: Callable[[Exception], None],
         on_completed: Callable[[], None],
     ) -> None:
-        self._on_next = on_next
+        self.on_next = on_next  # pyright: ignore[reportAttributeAccessIssue]  # the slot shadows the method
         self._on_error = on_error
         self._on_completed = on_completed
         self.stopped = False
         """A terminal signal has been delivered."""
-
-    def on_next(self, value: _T) -> None:
-        self._on_next(value)
 
     def on_error(self, error: Exception) -> None:
         self.stopped = True

@@ -13,6 +13,7 @@ from reactivex.scheduler.eventloop import AsyncIOScheduler
 
 from rxagent.operators import OverflowPolicy
 from rxagent.operators._flow_control import BufferOverflowError, FlowGate, current_gate
+from rxagent.operators._source import subscribe_to
 
 __all__ = ["BufferOverflowError", "to_async_iterator"]
 
@@ -140,13 +141,16 @@ async def _iterate(
         buffer.append(item)
         if gate is not None and len(buffer) >= max_buffer:
             gate.close()
-        wake()
+        if waiter is not None and not waiter.done():  # `wake()`, inline: this runs once per item
+            waiter.set_result(None)
 
     try:
         token = current_gate.set(gate)  # None shields the sources from an enclosing consumer's gate
         try:
-            subscription.disposable = source.subscribe(
-                on_next, end, lambda: end(None), scheduler=AsyncIOScheduler(loop)
+            # Directly for rxagent's own sources (no reactivex observer wrapped around every item); the
+            # `finally` below disposes the subscription once the source has ended, as `subscribe_to` asks.
+            subscription.disposable = subscribe_to(
+                source, on_next, end, lambda: end(None), AsyncIOScheduler(loop)
             )
         finally:
             current_gate.reset(token)

@@ -249,6 +249,36 @@ def test_one_whole_event_per_read_matches_the_reference(events: list[tuple[str, 
     assert [e.line for e in decoded] == [e.line for e in decode(stream)]
 
 
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["", "event: delta\n", "id: 7\n", ": keep-alive\n", "data: first\n", "\n"]),
+            st.text(max_size=12).map(lambda t: t.replace("\r", "").replace("\n", "")),
+            st.sampled_from(["data: ", "data:"]),
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    st.text(max_size=6).map(lambda t: t.replace("\r", "")),
+    st.lists(st.integers(min_value=0, max_value=300), max_size=4),
+)
+def test_many_events_in_one_read_match_the_reference_and_the_line_by_line_path(
+    events: list[tuple[str, str, str]], tail: str, cuts: list[int]
+) -> None:
+    # How a server streaming faster than it is read arrives: many whole events (most a single
+    # `data: ` line) in a read, the start of the next at its end. Cut out of the reads at the blank
+    # lines, they must give what the line-by-line path gives (one byte per read never takes the cut).
+    stream = "".join(f"{prefix}{field}{text}\n\n" for prefix, text, field in events).encode()
+    stream += tail.encode()
+    bounds = sorted({min(c, len(stream)) for c in cuts})
+    reads = [stream[a:b] for a, b in zip([0, *bounds], [*bounds, len(stream)], strict=True)]
+    cut = decode(*reads)
+    by_byte = decode(*(stream[i : i + 1] for i in range(len(stream))))
+    assert triples(cut) == triples(by_byte) == reference(stream)
+    assert [e.line for e in cut] == [e.line for e in by_byte]
+
+
 def test_module_examples() -> None:
     results = doctest.testmod(rxagent.model.sse)
     assert results.attempted > 0

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 import reactivex
 from reactivex.subject import Subject
 
-from rxagent.operators import Outcome, frame, from_async_iterable, sync_of
+from rxagent.operators import Outcome, frame, frame_pushing, from_async_iterable, sync_of
 from tests.streams import Counter, FrameHooks, expect
 
 
@@ -134,4 +134,110 @@ async def test_a_finished_frame_is_freed_without_the_garbage_collector() -> None
         seen = await expect(from_async_iterable(Counter(3)).pipe(frame(each, after=lambda: (9,))))
         assert seen.items == [0, 1, 2, 9]
         del marker, each, seen
+        assert alive() is None
+
+
+# ---- frame_pushing: the same contract, the mapper emitting its results itself ---------------------------
+
+
+def pushed(item: int, emit: Callable[[int], None]) -> None:
+    emit(item)
+    emit(item * 10)
+
+
+async def test_frame_pushing_completes() -> None:
+    source = from_async_iterable(Counter(2)).pipe(
+        frame_pushing(pushed, before=lambda: (-1,), after=lambda: (99,))
+    )
+    seen = await expect(source)
+    assert seen.items == [-1, 0, 0, 1, 10, 99]
+    assert seen.outcome == Outcome.completed()
+
+
+async def test_frame_pushing_errors_from_the_source_the_mapper_and_downstream() -> None:
+    boom = ValueError("boom")
+    assert (await expect(reactivex.throw(boom).pipe(frame_pushing(pushed)))).error is boom
+
+    def failing(item: int, emit: Callable[[int], None]) -> None:
+        emit(item)
+        raise KeyError(item)
+
+    mapped = await expect(sync_of(1, 2).pipe(frame_pushing(failing)))
+    assert isinstance(mapped.error, KeyError)
+    assert mapped.items == [1]  # what it emitted before failing, then nothing more
+    assert mapped.signals == 1
+
+    counter = Counter()
+    seen: list[int] = []
+    failures: list[Exception] = []
+
+    def refuse(item: int) -> None:
+        seen.append(item)
+        raise RuntimeError("downstream refused")
+
+    from_async_iterable(counter).pipe(frame_pushing(pushed)).subscribe(refuse, failures.append)
+    await counter.closed.wait()  # the failure ended the stream: the source was disposed
+    assert seen == [0]
+    assert [str(error) for error in failures] == ["downstream refused"]
+
+
+async def test_frame_pushing_recover_continues_with_another_stream() -> None:
+    failing = reactivex.concat(sync_of(1), reactivex.throw(ValueError("boom")))
+    recovered = await expect(failing.pipe(frame_pushing(pushed, recover=lambda error: sync_of(7))))
+    assert recovered.items == [1, 10, 7]
+    assert recovered.outcome == Outcome.completed()
+
+
+async def test_frame_pushing_cancel_disposes_upstream_and_unregisters_hooks() -> None:
+    counter = Counter()
+    hooks = FrameHooks()
+    seen = expect(
+        from_async_iterable(counter).pipe(frame_pushing(pushed, until=hooks.until, inject=hooks.inject))
+    )
+    await counter.until_pulled(3)
+    assert sorted(hooks.registered) == ["inject", "until"]
+    seen.dispose()
+    await counter.closed.wait()
+    assert counter.closes == 1
+    assert hooks.registered == []
+    assert seen.outcome is None
+
+
+async def test_frame_pushing_inject_routes_outside_items_through_push() -> None:
+    subject: Subject[int] = Subject()
+    pushes: list[Callable[[int], None]] = []
+    seen = expect(
+        subject.pipe(frame_pushing(pushed, inject=lambda push: pushes.append(push) or (lambda: None)))
+    )
+    subject.on_next(1)
+    pushes[0](5)
+    subject.on_completed()
+    assert (await seen).items == [1, 10, 5, 50]
+
+
+async def test_frame_pushing_resubscribe_is_cold() -> None:
+    befores: list[int] = []
+    source = from_async_iterable(Counter(1)).pipe(
+        frame_pushing(pushed, before=lambda: befores.append(1) or ())
+    )
+    first = await expect(source)
+    second = await expect(source)
+    assert first.items == second.items == [0, 0]
+    assert befores == [1, 1]
+
+
+async def test_a_finished_frame_pushing_is_freed_without_the_garbage_collector() -> None:
+    class Marker:
+        pass
+
+    with collector_off():
+        marker = Marker()
+        alive = weakref.ref(marker)
+
+        def push(item: int, emit: Callable[[int], None], held: Marker = marker) -> None:
+            emit(item)
+
+        seen = await expect(from_async_iterable(Counter(3)).pipe(frame_pushing(push, after=lambda: (9,))))
+        assert seen.items == [0, 1, 2, 9]
+        del marker, push, seen
         assert alive() is None

@@ -10,7 +10,7 @@ import pytest
 from reactivex import operators as ops
 
 import rxagent.operators._from_async_iterable
-from rxagent.operators import Outcome, from_async_iterable, last_value
+from rxagent.operators import Outcome, from_async_batches, from_async_iterable, last_value
 from rxagent.operators._flow_control import FlowGate, current_gate
 from tests.streams import Counter, expect
 
@@ -181,3 +181,120 @@ def test_from_async_iterable_examples() -> None:
     results = doctest.testmod(rxagent.operators._from_async_iterable)
     assert results.attempted > 0
     assert results.failed == 0
+
+
+# ---- from_async_batches: the iterator yields lists, each item is emitted on its own -------------------
+
+
+class Batches:
+    """A factory of async generators yielding ``batches`` (then endless ``[n]`` batches when ``forever``)
+    and then raising ``error`` if given; it records pulls, starts and cleanups as :class:`Counter` does."""
+
+    def __init__(self, *batches: list[int], error: Exception | None = None, forever: bool = False) -> None:
+        self.batches = batches
+        self.error = error
+        self.forever = forever
+        self.starts = 0
+        self.pulled = 0
+        self.closes = 0
+        self.closed = asyncio.Event()
+        self.three_pulled = asyncio.Event()
+        self.tasks: list[asyncio.Task[None]] = []
+
+    def __call__(self) -> AsyncIterator[list[int]]:
+        return self._generate()
+
+    async def _generate(self) -> AsyncIterator[list[int]]:
+        self.starts += 1
+        task = asyncio.current_task()
+        assert task is not None
+        self.tasks.append(task)
+        try:
+            for batch in self.batches:
+                await asyncio.sleep(0)
+                self.pulled += 1
+                yield batch
+            number = 100
+            while self.forever:
+                await asyncio.sleep(0)
+                self.pulled += 1
+                if self.pulled == 3:
+                    self.three_pulled.set()
+                yield [number]
+                number += 1
+            if self.error is not None:
+                raise self.error
+        finally:
+            self.closes += 1
+            self.closed.set()
+
+
+async def test_from_async_batches_completes_emitting_each_item() -> None:
+    batches = Batches([0, 1], [2], [], [3, 4])
+    seen = await expect(from_async_batches(batches))
+    assert seen.items == [0, 1, 2, 3, 4]
+    assert seen.outcome == Outcome.completed()
+    assert batches.closes == 1
+
+
+async def test_from_async_batches_errors_after_the_items_before_it() -> None:
+    boom = ValueError("boom")
+    batches = Batches([0, 1], [2], error=boom)
+    seen = await expect(from_async_batches(batches))
+    assert seen.items == [0, 1, 2]
+    assert seen.error is boom
+    assert seen.signals == 1
+    assert batches.closes == 1
+
+
+async def test_from_async_batches_take_stops_inside_a_batch() -> None:
+    batches = Batches([0, 1, 2, 3], [4, 5])
+    assert await last_value(from_async_batches(batches).pipe(ops.take(2))) == 1
+    await batches.closed.wait()
+    assert batches.pulled == 1  # the second batch was never asked for
+    assert not batches.tasks[0].cancelled()  # it stopped by itself, cleanup uninterrupted
+
+
+async def test_from_async_batches_cancel_disposes_upstream() -> None:
+    batches = Batches([0, 1], forever=True)
+    seen = expect(from_async_batches(batches))
+    await batches.three_pulled.wait()
+    seen.dispose()
+    await batches.closed.wait()
+    await asyncio.wait(batches.tasks)
+    assert batches.tasks[0].cancelled()
+    count = len(seen.items)
+    await let_loop_run()
+    assert len(seen.items) == count
+    assert seen.outcome is None
+
+
+async def test_from_async_batches_pauses_inside_a_batch_while_the_flow_gate_is_closed() -> None:
+    batches = Batches([0, 1, 2], [3])
+    gate = FlowGate()
+    token = current_gate.set(gate)
+    try:
+        seen = expect(from_async_batches(batches).pipe(ops.do_action(on_next=lambda _: gate.close())))
+    finally:
+        current_gate.reset(token)
+    await let_loop_run()
+    assert seen.items == [0]  # the rest of the batch waits for the gate
+    gate.open()
+    await let_loop_run()
+    assert seen.items == [0, 1]
+    for _ in range(3):
+        gate.open()
+        await let_loop_run()
+    assert seen.items == [0, 1, 2, 3]
+    assert seen.outcome == Outcome.completed()
+
+
+async def test_from_async_batches_resubscribe_is_cold() -> None:
+    batches = Batches([0], [1, 2])
+    source = from_async_batches(batches)
+    assert batches.starts == 0
+    first = await expect(source)
+    second = await expect(source)
+    assert first.items == second.items == [0, 1, 2]
+    assert batches.starts == 2
+    assert batches.closes == 2
