@@ -42,6 +42,7 @@ LAYERS: list[list[str]] = [
         "clock",
         "retry",
         "redaction",
+        "deprecation",
     ],
     # Stream operators.
     ["operators"],

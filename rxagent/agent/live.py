@@ -37,7 +37,6 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
-import warnings
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Generator, Iterable, Sequence
 from contextlib import aclosing
@@ -58,6 +57,7 @@ from rxagent.agent.inputs import (
 from rxagent.agent.routing import check_answers
 from rxagent.agent.run import tool_view
 from rxagent.context import RuntimeContext
+from rxagent.deprecation import renamed
 from rxagent.events import AgentEvent, AgentResult
 from rxagent.messages import Msg, ToolUseBlock, new_id
 from rxagent.operators import from_async_iterable, map_many
@@ -92,18 +92,7 @@ if TYPE_CHECKING:
     SessionState = SessionActivity
     """Deprecated: the old name of :data:`SessionActivity`, kept one release."""
 else:
-
-    def __getattr__(name: str) -> object:
-        # Old names stay importable one release: they warn, and give the renamed object.
-        if name == "SessionState":
-            warnings.warn(
-                "rxagent.agent.live.SessionState is renamed SessionActivity;"
-                " the old name goes in the next release",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            return SessionActivity
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    __getattr__ = renamed(__name__, {"SessionState": ("SessionActivity", SessionActivity)})
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,9 +5,9 @@
 
 from __future__ import annotations
 
-import warnings
 from typing import TYPE_CHECKING
 
+from rxagent.deprecation import renamed
 from rxagent.tools._tool import (
     FunctionTool,
     PermissionCheck,
@@ -93,15 +93,4 @@ if TYPE_CHECKING:
     ToolCallFinished = ToolCallSettled
     """Deprecated: the old name of :class:`ToolCallSettled`, kept one release."""
 else:
-
-    def __getattr__(name: str) -> object:
-        # Old names stay importable one release: they warn, and give the renamed object.
-        if name == "ToolCallFinished":
-            warnings.warn(
-                "rxagent.tools.ToolCallFinished is renamed ToolCallSettled;"
-                " the old name goes in the next release",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            return ToolCallSettled
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    __getattr__ = renamed(__name__, {"ToolCallFinished": ("ToolCallSettled", ToolCallSettled)})

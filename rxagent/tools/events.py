@@ -10,10 +10,10 @@ caller, and last of all one :class:`ToolBatchFinished` with the results in the o
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from rxagent.deprecation import renamed
 from rxagent.events import AgentEvent
 from rxagent.messages import ToolResultBlock, ToolUseBlock
 from rxagent.tools._tool import ProgressUpdate
@@ -121,15 +121,4 @@ if TYPE_CHECKING:
     ToolCallFinished = ToolCallSettled
     """Deprecated: the old name of :class:`ToolCallSettled`, kept one release."""
 else:
-
-    def __getattr__(name: str) -> object:
-        # Old names stay importable one release: they warn, and give the renamed object.
-        if name == "ToolCallFinished":
-            warnings.warn(
-                "rxagent.tools.events.ToolCallFinished is renamed ToolCallSettled;"
-                " the old name goes in the next release",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            return ToolCallSettled
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    __getattr__ = renamed(__name__, {"ToolCallFinished": ("ToolCallSettled", ToolCallSettled)})
