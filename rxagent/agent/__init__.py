@@ -10,8 +10,10 @@ short assemblies are in ``rxagent.agent.recipes``. Agents compose: one agent is 
 
 from __future__ import annotations
 
+import importlib
 import warnings
 
+from rxagent.agent import loop
 from rxagent.agent.compose import RunOutcome
 from rxagent.agent.control import RunControl
 from rxagent.agent.inputs import (
@@ -28,6 +30,7 @@ from rxagent.agent.live import RunHandle, SessionActivity, SessionHandle, Sessio
 from rxagent.agent.middleware import ActingStep, CutPoint, Middleware, ReasoningStep, StopRun, insert
 from rxagent.agent.options import AgentOptions
 from rxagent.agent.react import Agent, ReActAgent
+from rxagent.deprecation import renamed
 
 __all__ = [
     "ActingStep",
@@ -55,42 +58,10 @@ __all__ = [
     "insert",
 ]
 
-# Names this facade exported before the loop's parts moved to rxagent.agent.loop (and a few internals):
-# still importable from here for one release, with a DeprecationWarning naming the new home.
+# Names this facade exported before the loop's parts moved to rxagent.agent.loop (every name of that
+# module's catalogue) and a few internals: still importable from here for one release, with a
+# DeprecationWarning naming the new home.
 _MOVED = {
-    "rxagent.agent.loop": (
-        "Act",
-        "ActingDecision",
-        "CheckOutput",
-        "Finish",
-        "Interrupt",
-        "Next",
-        "Node",
-        "Reason",
-        "ReasoningDecision",
-        "Reprompt",
-        "RouteDecision",
-        "RunInput",
-        "RunState",
-        "Start",
-        "Step",
-        "StepOutput",
-        "act_step",
-        "after_acting",
-        "after_reasoning",
-        "after_tools",
-        "build_request",
-        "check_output_step",
-        "continue_reasoning",
-        "emit",
-        "finish_step",
-        "interrupt_step",
-        "reason_step",
-        "reprompt_step",
-        "route_input",
-        "run_loop",
-        "start_step",
-    ),
     "rxagent.agent.inputs": ("MAX_NESTING", "normalise_input"),
     "rxagent.agent.compose": ("ChildSessions", "RunContextFactory", "agent_tool", "map_runs"),
     "rxagent.agent.control": ("RunStatus",),
@@ -103,20 +74,13 @@ _MOVED = {
     "rxagent.agent.transcript": ("repair_transcript",),
 }
 _HOME = {name: module for module, names in _MOVED.items() for name in names}
+_HOME.update((name, "rxagent.agent.loop") for name in loop.__all__)
+_renamed = renamed(__name__, {"SessionState": ("SessionActivity", SessionActivity)})
 
 
 def __getattr__(name: str) -> object:
-    if name == "SessionState":
-        warnings.warn(
-            "rxagent.agent.SessionState is renamed SessionActivity; the old name goes in the next release",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return SessionActivity
     module = _HOME.get(name)
-    if module is None:
-        raise AttributeError(f"module 'rxagent.agent' has no attribute {name!r}")
+    if module is None:  # a renamed name warns; any other is missing
+        return _renamed(name)
     warnings.warn(f"rxagent.agent.{name} moved: import it from {module}", DeprecationWarning, stacklevel=2)
-    import importlib
-
     return getattr(importlib.import_module(module), name)
