@@ -100,13 +100,7 @@ BAD_ANSWERS: list[tuple[str, AgentInput, str]] = [
 async def test_bad_input_is_refused_at_every_door_and_the_log_keeps_nothing(
     tmp_path: Path, what: str, bad: AgentInput, where: str
 ) -> None:
-    refunds.clear()
-    agent = ReActAgent(
-        FunctionModel(clerk),
-        Toolkit([refund, sign]),
-        permissions=Permissions().ask("refund"),
-        store=SQLiteStore(tmp_path / "sessions.db"),
-    )
+    agent = clerk_agent(tmp_path)
     try:
         assert (await agent.call("refund and sign", CTX)).reason == "PERMISSION_ASKING"
         before = await agent.sessions.facts(CTX)
@@ -130,6 +124,17 @@ async def test_bad_input_is_refused_at_every_door_and_the_log_keeps_nothing(
         await agent.aclose()
 
 
+def clerk_agent(tmp_path: Path) -> ReActAgent:
+    """The refund desk on a SQLite file, its refund asking a human (no refund made yet)."""
+    refunds.clear()
+    return ReActAgent(
+        FunctionModel(clerk),
+        Toolkit([refund, sign]),
+        permissions=Permissions().ask("refund"),
+        store=SQLiteStore(tmp_path / "sessions.db"),
+    )
+
+
 async def answer_and_go_on(agent: ReActAgent, handle: SessionHandle) -> None:
     """The session still works: its calls are answered, and a new run answers."""
     answered = handle.respond([ToolDecision("r1", True), ExternalResult("e1", "signed")])
@@ -139,13 +144,7 @@ async def answer_and_go_on(agent: ReActAgent, handle: SessionHandle) -> None:
 
 
 async def test_bad_messages_are_refused_by_steer_inject_and_add_messages(tmp_path: Path) -> None:
-    refunds.clear()
-    agent = ReActAgent(
-        FunctionModel(clerk),
-        Toolkit([refund, sign]),
-        permissions=Permissions().ask("refund"),
-        store=SQLiteStore(tmp_path / "sessions.db"),
-    )
+    agent = clerk_agent(tmp_path)
     try:
         assert (await agent.call("refund and sign", CTX)).reason == "PERMISSION_ASKING"
         before = await agent.sessions.facts(CTX)
