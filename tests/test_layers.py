@@ -58,6 +58,8 @@ LAYERS: list[list[str]] = [
     ["session"],
     # The loop, its steps, middleware and hosts (all of rxagent/agent/, recipes included).
     ["agent"],
+    # The harness around an agent: workspace, file and shell tools, todos, skills, tasks, context budget.
+    ["harness"],
     # What watches an agent: notebook displays and views (which fill the display registry), OpenTelemetry.
     ["notebook", "telemetry"],
     # The HTTP server.
