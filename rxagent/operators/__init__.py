@@ -23,12 +23,14 @@ leave no reference cycles behind: a finished agent run is freed by reference cou
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Literal, TypeAlias, TypeVar
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine, Iterable
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar
 
 from reactivex import Observable
 
 from rxagent.clock import SYSTEM_CLOCK, Clock
+from rxagent.operators._awaitables import last_value as _last_value_impl
+from rxagent.operators._awaitables import to_list as _to_list_impl
 from rxagent.operators._do_finally import do_finally as _do_finally_impl
 from rxagent.operators._flow_control import BufferOverflowError
 from rxagent.operators._fold_message import MessageFold
@@ -46,8 +48,8 @@ from rxagent.operators._progress import (
 )
 from rxagent.operators._run_steps import run_steps as _run_steps_impl
 from rxagent.operators._serialize_on_key import KeyedSerializer, Turn
-from rxagent.operators._slot import Slot
-from rxagent.operators._source import Source, deferred, subscribe_to
+from rxagent.operators._slot import NO_SUBSCRIPTION, Slot
+from rxagent.operators._source import Sink, Source, deferred, subscribe_sink, subscribe_to
 from rxagent.operators._sync_of import sync_of as _sync_of_impl
 from rxagent.operators._typing import Operator
 from rxagent.operators._using_resource import using_resource as _using_resource_impl
@@ -62,6 +64,7 @@ if TYPE_CHECKING:
     from rxagent.retry import RetryBudget, RetryPolicy
 
 __all__ = [
+    "NO_SUBSCRIPTION",
     "BufferOverflowError",
     "KeyedSerializer",
     "MessageFold",
@@ -72,6 +75,7 @@ __all__ = [
     "ProgressDisplay",
     "ProgressFactory",
     "ProgressOption",
+    "Sink",
     "Slot",
     "Source",
     "SourceCancelledError",
@@ -89,6 +93,7 @@ __all__ = [
     "run_steps",
     "running_loop",
     "start_task",
+    "subscribe_sink",
     "subscribe_to",
     "sync_of",
     "timeout_total",
@@ -361,18 +366,17 @@ def to_async_iterator(
     return impl(source, max_buffer=max_buffer, low_watermark=low_watermark, overflow=overflow)
 
 
-async def last_value(source: Observable[_T]) -> _T:
-    """Await the last item of ``source``; an empty source raises ``LookupError``. Cancelling disposes it."""
-    from rxagent.operators._awaitables import last_value as impl
+def last_value(source: Observable[_T]) -> Coroutine[Any, Any, _T]:
+    """Await the last item of ``source``; an empty source raises ``LookupError``. Cancelling disposes it.
 
-    return await impl(source)
+    A plain function returning the one coroutine that subscribes and waits (no coroutine of its own).
+    """
+    return _last_value_impl(source)
 
 
-async def to_list(source: Observable[_T]) -> list[_T]:
+def to_list(source: Observable[_T]) -> Coroutine[Any, Any, list[_T]]:
     """Await all items of ``source`` as a list. Cancelling the awaiting task disposes the subscription."""
-    from rxagent.operators._awaitables import to_list as impl
-
-    return await impl(source)
+    return _to_list_impl(source)
 
 
 def retry_backoff(

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from reactivex import Observable, abc
-from reactivex.disposable import Disposable
 
-from rxagent.operators._flow_control import current_gate
+from rxagent.operators._flow_control import FlowGate, current_gate
 from rxagent.operators._source import Source
 
 __all__ = ["SourceCancelledError", "from_async_iterable", "running_loop", "start_task"]
@@ -92,57 +91,72 @@ def from_async_iterable(factory: Callable[[], AsyncIterator[_T]]) -> Observable[
         observer: abc.ObserverBase[_T], scheduler: abc.SchedulerBase | None = None
     ) -> abc.DisposableBase:
         loop = running_loop("this rxagent source")
-        gate = current_gate.get()
-        disposed = False
-
-        async def drive() -> None:
-            iterator: AsyncIterator[_T] | None = None
-            failure: Exception | None = None
-            try:
-                iterator = factory()
-                async for item in iterator:
-                    if disposed:
-                        return
-                    observer.on_next(item)
-                    if disposed:
-                        return
-                    if gate is not None and not gate.is_open:
-                        await gate.wait_open()
-            except Exception as error:  # the iterator's (or a downstream on_next's) error ends the stream
-                failure = error
-            except asyncio.CancelledError:
-                if disposed:
-                    raise
-                # Not our dispose: a deadline the iterator set with `asyncio.timeout` (which targets this
-                # task) fired while the task waited here, at the gate, outside the iterator. Hand the
-                # cancellation to the iterator, where its deadline turns it into its timeout error.
-                failure = await _cancel_inside(iterator)
-            finally:
-                if iterator is not None:
-                    try:
-                        await _close(iterator)
-                    except Exception as error:  # a failing cleanup fails a stream that had not failed
-                        failure = failure or error
-            if disposed:
-                return
-            if failure is None:
-                observer.on_completed()
-            else:
-                observer.on_error(failure)
-
-        task = start_task(loop, drive(), name="rxagent.from_async_iterable")
-
-        def dispose() -> None:
-            nonlocal disposed
-            disposed = True
-            # Disposed from inside on_next (downstream `take`): the task sees the flag and returns
-            # by itself; cancelling it would interrupt the iterator's own cleanup in `aclose()`.
-            if asyncio.current_task() is not task:
-                task.cancel()
-
-        return Disposable(dispose)
+        driver = _Driver(observer, current_gate.get())
+        driver.task = start_task(loop, driver.drive(factory), name="rxagent.from_async_iterable")
+        return driver
 
     return Source(subscribe)
+
+
+class _Driver(abc.DisposableBase, Generic[_T]):
+    """One subscription of :func:`from_async_iterable`: the task's state, and the disposable its subscriber
+    holds (one object with slots, not closures: see ``_source.py``)."""
+
+    __slots__ = ("_gate", "_observer", "disposed", "task")
+
+    def __init__(self, observer: abc.ObserverBase[_T], gate: FlowGate | None) -> None:
+        self._observer = observer
+        self._gate = gate
+        self.disposed = False
+        self.task: asyncio.Task[None] | None = None
+
+    async def drive(self, factory: Callable[[], AsyncIterator[_T]]) -> None:
+        """Pull the iterator ``factory()`` makes and emit its items (the task's body)."""
+        observer, gate = self._observer, self._gate
+        iterator: AsyncIterator[_T] | None = None
+        failure: Exception | None = None
+        try:
+            iterator = factory()
+            async for item in iterator:
+                if self.disposed:
+                    return
+                observer.on_next(item)
+                if self.disposed:
+                    return
+                if gate is not None and not gate.is_open:
+                    await gate.wait_open()
+        except Exception as error:  # the iterator's (or a downstream on_next's) error ends the stream
+            failure = error
+        except asyncio.CancelledError:
+            if self.disposed:
+                raise
+            # Not our dispose: a deadline the iterator set with `asyncio.timeout` (which targets this
+            # task) fired while the task waited here, at the gate, outside the iterator. Hand the
+            # cancellation to the iterator, where its deadline turns it into its timeout error.
+            failure = await _cancel_inside(iterator)
+        finally:
+            if iterator is not None:
+                try:
+                    await _close(iterator)
+                except Exception as error:  # a failing cleanup fails a stream that had not failed
+                    failure = failure or error
+        if self.disposed:
+            return
+        if failure is None:
+            observer.on_completed()
+        else:
+            observer.on_error(failure)
+
+    def dispose(self) -> None:
+        """Stop the source: cancel its task (its iterator's ``aclose()`` runs); idempotent."""
+        if self.disposed:
+            return
+        self.disposed = True
+        task = self.task
+        # Disposed from inside on_next (downstream `take`): the task sees the flag and returns by
+        # itself; cancelling it would interrupt the iterator's own cleanup in `aclose()`.
+        if task is not None and asyncio.current_task() is not task:
+            task.cancel()
 
 
 class SourceCancelledError(RuntimeError):

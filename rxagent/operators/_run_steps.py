@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import TypeVar
 
 from reactivex import Observable, abc
 
-from rxagent.operators._slot import Slot
-from rxagent.operators._source import Source, subscribe_to
+from rxagent.operators._source import Sink, Source, subscribe_sink
 
 __all__ = ["run_steps"]
 
@@ -40,18 +39,21 @@ def run_steps(
     ) -> abc.DisposableBase:
         loop = _StepLoop(observer, scheduler, next_step, recover)
         loop.advance()
-        return loop.current
+        return loop
 
     return Source(subscribe)
 
 
-class _StepLoop(Generic[_T]):
-    """One subscription of :func:`run_steps`.
+class _StepLoop(Sink[_T], abc.DisposableBase):
+    """One subscription of :func:`run_steps`: the observer of every step, and the disposable its
+    subscriber holds.
 
     A class rather than closures that call each other: ``advance`` and ``on_error`` as closures would
     reference themselves through their cells, a cycle that leaves every finished loop (and the whole run
-    it references) to the garbage collector. Here the only cycle runs through :attr:`current` (the
-    step's subscription holds the bound methods) and is cut when the loop ends.
+    it references) to the garbage collector. Here the only cycle runs through :attr:`current` (the step's
+    subscription holds this loop, its observer) and is cut when the step or the loop ends. The loop is
+    the observer of each step in turn (:attr:`stopped` is the current step's), so a step costs its own
+    subscription and nothing here.
     """
 
     __slots__ = (
@@ -65,6 +67,7 @@ class _StepLoop(Generic[_T]):
         "_running",
         "_scheduler",
         "current",
+        "is_disposed",
     )
 
     def __init__(
@@ -74,6 +77,7 @@ class _StepLoop(Generic[_T]):
         next_step: Callable[[], Observable[_T] | None],
         recover: Callable[[Exception], Observable[_T] | None] | None,
     ) -> None:
+        super().__init__()
         self._observer = observer
         self._scheduler = scheduler
         self._next_step = next_step
@@ -83,14 +87,21 @@ class _StepLoop(Generic[_T]):
         self._ended = False
         self._recovering = False
         self._recovery: Observable[_T] | None = None
-        self.current = Slot()
+        self.is_disposed = False
+        self.current: abc.DisposableBase | None = None
+        """The current step's subscription."""
 
-    def on_next(self, item: _T) -> None:
-        if not self.current.is_disposed:  # a step subscribed directly may outlive a downstream `take`
-            self._observer.on_next(item)
+    def on_next(self, value: _T) -> None:
+        if not self.is_disposed:  # a step subscribed directly may outlive a downstream `take`
+            self._observer.on_next(value)
+
+    def on_completed(self) -> None:
+        self.stopped = True
+        self.advance()
 
     def on_error(self, error: Exception) -> None:
-        if self._ended or self.current.is_disposed:
+        self.stopped = True
+        if self._ended or self.is_disposed:
             return
         recover = self._recover
         if recover is not None and not self._recovering:
@@ -107,8 +118,20 @@ class _StepLoop(Generic[_T]):
 
     def _fail(self, error: Exception) -> None:
         self._ended = True
-        self.current.release()
+        self._release()
         self._observer.on_error(error)
+
+    def _release(self) -> None:
+        """Dispose the current step's subscription (the step has ended) and hold none."""
+        current, self.current = self.current, None
+        if current is not None:
+            current.dispose()
+
+    def dispose(self) -> None:
+        """Dispose the current step; no further step starts. Idempotent."""
+        if not self.is_disposed:
+            self.is_disposed = True
+            self._release()
 
     def advance(self) -> None:
         if self._ended:
@@ -117,9 +140,8 @@ class _StepLoop(Generic[_T]):
         if self._running:  # a step completed during its own subscription: the loop below picks it up
             return
         self._running = True
-        current = self.current
         try:
-            while self._again and not current.is_disposed:
+            while self._again and not self.is_disposed:
                 self._again = False
                 if self._recovering:
                     step, self._recovery = self._recovery, None
@@ -129,13 +151,16 @@ class _StepLoop(Generic[_T]):
                     except Exception as error:
                         self.on_error(error)  # a recovery step sets `_again`: the loop goes on with it
                         continue
-                current.release()  # the step before has ended
+                self._release()  # the step before has ended
                 if step is None:
                     self._ended = True
                     self._observer.on_completed()
                     return
-                current.current = subscribe_to(
-                    step, self.on_next, self.on_error, self.advance, self._scheduler
-                )
+                self.stopped = False
+                subscription = subscribe_sink(step, self, self._scheduler)
+                if self.is_disposed or self._ended:  # disposed, or failed, while the step subscribed
+                    subscription.dispose()
+                else:
+                    self.current = subscription
         finally:
             self._running = False

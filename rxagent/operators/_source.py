@@ -20,9 +20,10 @@ from collections.abc import Callable
 from typing import Any, TypeAlias, TypeVar
 
 from reactivex import Observable, abc
-from reactivex.disposable import Disposable
 
-__all__ = ["Source", "deferred", "subscribe_to"]
+from rxagent.operators._slot import NO_SUBSCRIPTION
+
+__all__ = ["Sink", "Source", "deferred", "subscribe_sink", "subscribe_to"]
 
 _T = TypeVar("_T")
 
@@ -90,20 +91,66 @@ def subscribe_to(
             if observer.stopped:
                 raise
             observer.on_error(error)
-            return Disposable()
+            return NO_SUBSCRIPTION
     return source.subscribe(on_next, on_error, on_completed, scheduler=scheduler)
+
+
+class Sink(abc.ObserverBase[_T]):
+    """One subscription of an operator as one object: the observer of its source (see the module).
+
+    A subclass sets :attr:`stopped` once its source has sent a terminal signal, and ignores whatever
+    comes after it or after its own dispose. Subclasses declare ``__slots__`` too: an instance is then one
+    object with no ``__dict__``.
+    """
+
+    __slots__ = ("stopped",)
+
+    def __init__(self) -> None:
+        self.stopped = False
+        """The source has sent its terminal signal (what :func:`subscribe_sink` asks of a failing
+        subscribe)."""
+
+
+def subscribe_sink(
+    source: Observable[_T], sink: Sink[_T], scheduler: abc.SchedulerBase | None = None
+) -> abc.DisposableBase:
+    """Subscribe ``sink`` to ``source``: as the observer itself when it is a :class:`Source`, else through
+    ``subscribe``.
+
+    The promises are :func:`subscribe_to`'s: dispose the result once the source has ended; a direct
+    subscribe function that raises is the sink's ``on_error``, unless the sink had stopped already (then it
+    is its consumer's own failure, and propagates).
+    """
+    if isinstance(source, Source):
+        direct: Any = source.direct  # Source[_T]; the isinstance check cannot carry the type argument
+        try:
+            return direct(sink, scheduler)
+        except Exception as error:
+            if sink.stopped:
+                raise
+            sink.on_error(error)
+            return NO_SUBSCRIPTION
+    return source.subscribe(sink, scheduler=scheduler)
 
 
 def deferred(factory: Callable[[], Observable[_T]]) -> Source[_T]:
     """``reactivex.defer`` as a :class:`Source`: ``factory()`` per subscription, subscribed directly.
 
     For per-subscription state on rxagent's hot paths (a tool batch's plan, say); ``factory`` raising is
-    an error signal.
+    an error signal. The stream ``factory()`` makes is subscribed with the subscriber's own observer: a
+    deferred stream adds no link of its own.
     """
 
     def subscribe(
         observer: abc.ObserverBase[_T], scheduler: abc.SchedulerBase | None = None
     ) -> abc.DisposableBase:
-        return subscribe_to(factory(), observer.on_next, observer.on_error, observer.on_completed, scheduler)
+        source = factory()
+        if isinstance(source, Source):
+            # What this raises reaches the subscriber of this deferred stream, who reports it as the
+            # direct subscribe's failure (an error signal, unless the observer had stopped).
+            direct: Any = source.direct
+            subscription: abc.DisposableBase = direct(observer, scheduler)
+            return subscription
+        return source.subscribe(observer, scheduler=scheduler)
 
     return Source(subscribe)
