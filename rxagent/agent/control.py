@@ -14,6 +14,29 @@ from rxagent.session.keeper import Place
 
 __all__ = ["RunControl", "RunStatus"]
 
+
+def _nothing() -> None:
+    """Unregisters a callback that ran at once (the run was interrupted already)."""
+
+
+class _Registration:
+    """Unregisters an interrupt callback when called: one object per step that listens, not a closure."""
+
+    __slots__ = ("_callback", "_callbacks")
+
+    def __init__(self, callbacks: list[Callable[[], None]], callback: Callable[[], None]) -> None:
+        self._callbacks = callbacks
+        self._callback = callback
+
+    def __call__(self) -> None:
+        # By identity (`remove` compares with ==, and two bound methods of one object are equal).
+        callbacks, callback = self._callbacks, self._callback
+        for at in range(len(callbacks) - 1, -1, -1):
+            if callbacks[at] is callback:
+                del callbacks[at]
+                return
+
+
 RunStatus: TypeAlias = Literal["idle", "queued", "running"]
 """Where the run a :class:`RunControl` watches stands: none bound, waiting for its session, or running."""
 
@@ -97,14 +120,9 @@ class RunControl:
         """
         if self._interrupted:
             callback()
-            return lambda: None
+            return _nothing
         self._callbacks.append(callback)
-
-        def unregister() -> None:
-            if callback in self._callbacks:
-                self._callbacks.remove(callback)
-
-        return unregister
+        return _Registration(self._callbacks, callback)
 
     def bind(self, loop: asyncio.AbstractEventLoop, place: Place | None = None) -> None:
         """Attach the control to a run starting on ``loop`` (the agent does this at subscription), and to
