@@ -49,7 +49,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import replace
-from typing import TypeAlias
+from typing import Generic, TypeAlias
 
 import reactivex
 from reactivex import Observable, abc
@@ -143,39 +143,67 @@ def run_loop(
         gate). re-subscribe: not supported — a ``RunState`` is one run; the agent builds one per
         subscription.
     """
-    upcoming: list[Node] = [first]
-    control = run.deps.control
-    opening = True  # until the first step starts: its StepStarted goes after the run's RunStarted
+    loop = _Loop(steps, first, run, gate)
+    return run_steps(loop.next_step, loop.recover)
 
-    def take_next(item: StepOutput[Node]) -> Iterable[AgentEvent]:
+
+class _Loop(Generic[_N]):
+    """One run of :func:`run_loop`: which node comes next, and how each step starts.
+
+    One object with slots whose methods :func:`~rxagent.operators.run_steps` and each step's ``frame``
+    call, not closures over the run: a run in flight keeps it (and those bound methods) alive, and the
+    garbage collector walks every object a run keeps (see ``rxagent/operators/_source.py``).
+    """
+
+    __slots__ = ("_control", "_gate", "_opening", "_run", "_steps", "upcoming")
+
+    def __init__(self, steps: Steps[_N], first: _N, run: RunState, gate: StepGate | None) -> None:
+        self._steps = steps
+        self._run = run
+        self._gate = gate
+        self._control = run.deps.control
+        self._opening = True  # until the first step starts: its StepStarted goes after the run's RunStarted
+        self.upcoming: Node | None = first
+        """The node the step that ran last named (``None`` once taken, or when it named none)."""
+
+    def take_next(self, item: StepOutput[Node]) -> Iterable[AgentEvent]:
+        """A step's item: its ``Next`` names the node after it, anything else is an event of the run."""
         if type(item) is Next:  # the last one counts (a hook may run a step twice)
-            upcoming[:] = (item.node,)
+            self.upcoming = item.node
             return ()
         return (item,)  # type: ignore[return-value] - every other item is an event
 
-    def reach(node: Node) -> Node:
+    def reach(self, node: Node) -> Node:
         """The node the run goes to: once interrupted, ``Interrupt`` instead of any but a closing node."""
-        if control.interrupted and not _closing(node):
+        if self._control.interrupted and not _closing(node):
             return Interrupt()
         return node
 
-    def next_step() -> Observable[AgentEvent] | None:
+    def recover(self, error: Exception) -> Observable[AgentEvent] | None:
+        """How a failing step ends the run (see :func:`recover`)."""
+        return recover(self._run, error)
+
+    def next_step(self) -> Observable[AgentEvent] | None:
+        """The next step's events, or ``None`` once the run has ended."""
+        run = self._run
         if run.ended:
             return None
-        if not upcoming:
-            if not control.interrupted:
+        upcoming, self.upcoming = self.upcoming, None
+        if upcoming is None:
+            if not self._control.interrupted:
                 raise RuntimeError("a step completed without naming the next node (emit Next(node) last)")
-            upcoming.append(Interrupt())  # the interrupt cut the step short
-        node = reach(upcoming.pop())
-        if gate is not None:
-            return _gated(gate, node, run, reach, start)
-        return start(node)
+            upcoming = Interrupt()  # the interrupt cut the step short
+        node = self.reach(upcoming)
+        if self._gate is not None:
+            return _gated(self._gate, node, run, self.reach, self.start)
+        return self.start(node)
 
-    def start(node: Node) -> Observable[AgentEvent]:
-        nonlocal opening
-        step = steps.get(type(node))
+    def start(self, node: Node) -> Observable[AgentEvent]:
+        """The step of ``node``: told, hooked in its cut point, framed by the loop's guarantees."""
+        run, control = self._run, self._control
+        step = self._steps.get(type(node))
         if step is None:
-            known = ", ".join(sorted(t.__name__ for t in steps))
+            known = ", ".join(sorted(t.__name__ for t in self._steps))
             raise KeyError(f"no step for node {type(node).__name__} (steps: {known})")
         # Told before the step is built: a step may build events (and count its turn) as it is built.
         told: tuple[AgentEvent, ...] = ()
@@ -185,12 +213,12 @@ def run_loop(
         closing = _closing(node) or isinstance(node, Finish)  # the closing steps always run to their end
         if not closing and control.inbox and node.cut_point == "reasoning":
             told += tuple(take_inbox(run))
-        hooked = None if closing else _hooked(step, node, run, take_next, upcoming)
+        hooked = None if closing else _hooked(step, node, run, self)
         source: Observable[StepOutput[Node]] = step(node, run) if hooked is None else hooked
         each: Callable[[StepOutput[Node]], Iterable[AgentEvent]] = (
-            take_next if hooked is None else _events_only
+            self.take_next if hooked is None else _events_only
         )
-        first, opening = opening, False
+        first, self._opening = self._opening, False
         before = after = None
         if told and first:  # the run's first step: told after its RunStarted, which opens a run's events
             opened = _Opening(told, each)
@@ -201,8 +229,6 @@ def run_loop(
         # model call keeps what streamed so far) act first: interrupt callbacks run innermost first.
         until = None if closing else control.on_interrupt
         return source.pipe(frame(each, before=before, after=after, until=until))
-
-    return run_steps(next_step, lambda error: recover(run, error))
 
 
 def _closing(node: Node) -> bool:
@@ -296,11 +322,7 @@ def _gated(
 
 
 def _hooked(
-    step: Step[Node, Node],
-    node: Node,
-    run: RunState,
-    take_next: Callable[[StepOutput[Node]], Iterable[AgentEvent]],
-    upcoming: list[Node],
+    step: Step[Node, Node], node: Node, run: RunState, loop: _Loop[_N]
 ) -> Observable[AgentEvent] | None:
     """``step`` on ``node``, its ``Next`` taken out, wrapped in the node's cut point; ``None`` when the
     node has no cut point or no middleware hooks it.
@@ -311,9 +333,11 @@ def _hooked(
     that produced no message (``Finish(NO_ANSWER)``), or a batch that ran nothing (the next turn).
     """
 
+    take_next = loop.take_next
+
     def then_default() -> Observable[AgentEvent]:
-        if not upcoming and not run.ended:
-            upcoming.append(
+        if loop.upcoming is None and not run.ended:
+            loop.upcoming = (
                 after_tools(run)
                 if isinstance(node, Act)
                 else Finish("NO_ANSWER", None, detail="the reasoning step produced no message")
