@@ -12,6 +12,7 @@ the next node with its ``decide`` function (:func:`~rxagent.agent.decisions.afte
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Generic
 
 from pydantic import JsonValue
 from reactivex import Observable
@@ -76,23 +77,55 @@ def act_step(
 
 def _acting(run: RunState, node: Act, decide: ActingDecision[_To]) -> Observable[StepOutput[_To | Finish]]:
     deps = run.deps
-    head = deps.head
-    quiet = deps.quiet
-    durations: dict[str, float] = {}
-    outcome: list[ToolBatchFinished] = []
+    batch = _Acting(run, node, decide)
+    opening = [*run.phase_to("TOOL_PENDING"), *run.phase_to("TOOL_EXECUTING")]
+    return deps.executor.execute(node.calls, deps.view, run.ctx, approved=node.approved).pipe(
+        frame(
+            batch.on_tool_event,
+            before=opening.__iter__,
+            after=batch.done,
+            recover=batch.system_error,
+            until=deps.control.on_interrupt,
+        )
+    )
 
-    def on_tool_event(event: ToolEvent) -> list[AgentEvent]:
+
+class _Acting(Generic[_To]):
+    """One batch of the acting step: what its tools' events become, and what follows it.
+
+    One object with slots whose methods the step's ``frame`` calls, not closures: a run waiting for its
+    tools keeps it alive, and the garbage collector walks every object a run keeps (see
+    ``rxagent/operators/_source.py``).
+    """
+
+    __slots__ = ("_decide", "_durations", "_node", "_outcome", "_run")
+
+    def __init__(self, run: RunState, node: Act, decide: ActingDecision[_To]) -> None:
+        self._run = run
+        self._node = node
+        self._decide = decide
+        self._durations: dict[str, float] | None = None
+        self._outcome: ToolBatchFinished | None = None
+
+    def on_tool_event(self, event: ToolEvent) -> list[AgentEvent]:
+        """A tool event as the run's events (none for those only the batch's end needs)."""
+        run = self._run
         if isinstance(event, ToolCallSettled):
-            durations[event.call.id] = event.duration_s
+            if self._durations is None:
+                self._durations = {}
+            self._durations[event.call.id] = event.duration_s
             run.in_flight[event.call.id] = event.result
             return []
         if isinstance(event, ToolBatchFinished):
-            outcome.append(event)
+            if self._outcome is None:
+                self._outcome = event
             return []
         if isinstance(event, ToolCallNested):
             return _nested(run, event.event)
-        if quiet:
+        deps = run.deps
+        if deps.quiet:
             return []
+        head = deps.head
         if isinstance(event, ToolBodyStarted):
             return [ToolExecutionStarted(**head, call=event.call)]
         if isinstance(event, ToolCallProgress):
@@ -111,19 +144,24 @@ def _acting(run: RunState, node: Act, decide: ActingDecision[_To]) -> Observable
             return [ToolPermissionAsked(**head, call=event.call, reason=event.decision.reason)]
         return [ToolSuspended(**head, call=event.call)]
 
-    def done() -> list[StepOutput[_To | Finish]]:
-        if not outcome:
-            if deps.control.interrupted:  # cut short: the loop goes to Interrupt, which settles the calls
+    def done(self) -> list[StepOutput[_To | Finish]]:
+        """The batch's results, the repeat guard, and the node after it."""
+        run, batch = self._run, self._outcome
+        if batch is None:
+            if run.deps.control.interrupted:  # cut short: the loop goes to Interrupt, which settles the calls
                 return []
             raise RuntimeError("the tool executor completed without finishing the batch")
-        batch = outcome[0]
-        closing: list[StepOutput[_To | Finish]] = [*_batch_done(run, node, batch, durations)]
-        closing.append(Next(decide(batch, run)))
+        events = _batch_done(run, self._node, batch, self._durations or {})
+        closing: list[StepOutput[_To | Finish]] = [*events]
+        closing.append(Next(self._decide(batch, run)))
         return closing
 
-    def system_error(error: Exception) -> Observable[StepOutput[_To | Finish]] | None:
+    def system_error(self, error: Exception) -> Observable[StepOutput[_To | Finish]] | None:
+        """The tools' infrastructure failed: the run finishes with an error (a tool's errors are results)."""
         if not isinstance(error, ToolSystemError):
             return None
+        run = self._run
+        head = run.deps.head
         report: list[StepOutput[_To | Finish]] = [
             ErrorEvent(**head, error_type=type(error).__name__, message=str(error))
         ]
@@ -135,17 +173,6 @@ def _acting(run: RunState, node: Act, decide: ActingDecision[_To]) -> Observable
             report.extend(run.settle(cut_short, "error", answer_waiting=False))
         report.append(Next(Finish("ERROR", None, detail=f"tool system error: {error}")))
         return sync_of(*report)
-
-    opening = [*run.phase_to("TOOL_PENDING"), *run.phase_to("TOOL_EXECUTING")]
-    return deps.executor.execute(node.calls, deps.view, run.ctx, approved=node.approved).pipe(
-        frame(
-            on_tool_event,
-            before=lambda: opening,
-            after=done,
-            recover=system_error,
-            until=deps.control.on_interrupt,
-        )
-    )
 
 
 def _nested(run: RunState, event: AgentEvent) -> list[AgentEvent]:
