@@ -37,7 +37,6 @@ from datetime import UTC, datetime
 from typing import IO, Any, TypeVar
 
 from reactivex import Observable, abc
-from reactivex.disposable import Disposable
 
 from rxagent.context import RunContext
 from rxagent.operators import Operator, Source, subscribe_to
@@ -93,7 +92,7 @@ def with_current_run(ctx: RunContext[object]) -> Operator[_T, _T]:
                 )
             finally:
                 _current_run.reset(token)
-            return Disposable(inner.dispose)
+            return inner
 
         return Source(subscribe)
 

@@ -36,7 +36,6 @@ repeat and refuses to start while any other waits to be reconciled.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -44,7 +43,7 @@ from typing import TYPE_CHECKING
 
 import reactivex
 from pydantic import JsonValue
-from reactivex import Observable
+from reactivex import Observable, abc
 from reactivex import operators as ops
 
 from rxagent.agent.control import RunControl
@@ -66,7 +65,7 @@ from rxagent.context import RuntimeContext
 from rxagent.events import AgentEvent, RunReason
 from rxagent.logs import with_current_run
 from rxagent.messages import new_id
-from rxagent.operators import Outcome, using_resource
+from rxagent.operators import Outcome, Sink, Source, subscribe_sink, using_resource
 from rxagent.session import Claim, Place, SessionBusy, answers_of
 from rxagent.session.reconcile import UncertainToolCallsError, never_started
 from rxagent.state import DEFAULT_SESSION, PendingCall, SessionKey
@@ -100,44 +99,63 @@ def run_events(
         gate: paces the loop step by step (``Agent.iter``; see :func:`~rxagent.agent.steps.run_loop`).
         deltas: per-token events are wanted. quiet: nobody watches the per-step events (``call``).
     """
-    record = record or agent.options.record_events
-    context = ctx or RuntimeContext(session_id=DEFAULT_SESSION)
-    key = session_key(context)
-    run_input = normalise_input(input)
-    keeper = agent.keeper
+    life = _Lifecycle(agent, normalise_input(input), ctx or RuntimeContext(session_id=DEFAULT_SESSION))
+    life.control, life.deltas, life.quiet = control, deltas, quiet
+    life.record, life.run_id, life.deps, life.gate = record or agent.options.record_events, run_id, deps, gate
+    return using_resource(life.acquire, life.use, life.release)
 
-    async def acquire() -> _Held:
-        run_control = control or RunControl()
-        place = keeper.place(key)
+
+class _Lifecycle:
+    """What :func:`run_events` was asked for, and the three parts of ``using_resource`` that run it.
+
+    One object with slots, whose bound methods ``using_resource`` holds, not closures: each run in flight
+    keeps its lifecycle alive, and the garbage collector walks every object a run keeps (see
+    ``rxagent/operators/_source.py``). Per subscription, the state is in :class:`_Held`.
+    """
+
+    __slots__ = (
+        "agent",
+        "context",
+        "control",
+        "deltas",
+        "deps",
+        "gate",
+        "input",
+        "key",
+        "quiet",
+        "record",
+        "run_id",
+    )
+
+    def __init__(self, agent: AnyAgent, run_input: RunInput, context: RuntimeContext) -> None:
+        self.agent = agent
+        self.input = run_input
+        self.context = context
+        self.key = session_key(context)
+        self.control: RunControl | None = None
+        self.deltas = True
+        self.quiet = False
+        self.record = False
+        self.run_id: str | None = None
+        self.deps: object = None
+        self.gate: StepGate | None = None
+
+    async def acquire(self) -> _Held:
+        """Take the session's turn (bounded by ``session_wait``) and load its state."""
+        run_control = self.control or RunControl()
+        place = self.agent.keeper.place(self.key)
         run_control.bind(asyncio.get_running_loop(), place)
         try:
-            claim = await _claim(agent, place, key, run_input.decisions)
+            claim = await _claim(self.agent, place, self.key, self.input.decisions)
         except BaseException:
             run_control.unbind()
             raise
-        return _Held(claim, run_control)
+        return _Held(claim, run_control, record=self.record)
 
-    def use(held: _Held) -> Observable[AgentEvent]:
-        claim = held.claim
+    def use(self, held: _Held) -> Observable[AgentEvent]:
+        """Build the run on the session's state and run its loop."""
+        agent, claim, run_input = self.agent, held.claim, self.input
         recorder = claim.recorder
-
-        async def save(reason: RunReason, failure: Exception | None) -> None:
-            turn_id = held.turn_id
-            run_id = recorder.run_id  # not `run`: the run holds this closure
-            if failure is not None:
-                recorder.note("run_failed", {"run_id": run_id, "error": _describe(failure)})
-            else:
-                recorder.note("run_finished", {"run_id": run_id, "reason": reason})
-            if turn_id is not None and not claim.projection.state.pending:  # nothing left to answer
-                recorder.note("turn_finished", {"turn_id": turn_id, "reason": reason})
-            try:
-                await claim.flush()
-            except Exception as save_error:
-                if failure is None:
-                    raise
-                failure.add_note(f"recording the session after this error failed too: {save_error!r}")
-            held.saved = True
-
         run = new_run(
             agent.model,
             agent.toolkit,
@@ -146,47 +164,39 @@ def run_events(
             options=agent.options,
             middleware=agent.middleware,
             output_type=agent.output,
-            ctx=context,
-            deps=deps,
+            ctx=self.context,
+            deps=self.deps,
             state=claim.projection.state,
             control=held.control,
-            save=save,
+            save=held.save,
             recorder=recorder,
             permissions=agent.permissions,
             clock=agent.clock,
-            run_id=run_id,
-            quiet=quiet,
-            deltas=deltas,
+            run_id=self.run_id,
+            quiet=self.quiet,
+            deltas=self.deltas,
         )
         recorder.run_id = run.run_id
         run.repaired = claim.projection.memo.get("repair", run.repaired)
         held.run = run
         held.turn_id = _record_start(run, claim, run_input)
-        agent.sessions.run_started(key, run)
+        agent.sessions.run_started(self.key, run)
+        gate = self.gate
+        steps = agent.steps
 
         def loop(first: RunInput) -> Observable[AgentEvent]:
-            return run_loop(agent.steps, Start(first), run, gate=gate)
-
-        counter = itertools.count()
-        own_id = run.run_id
-
-        def stamp(event: AgentEvent) -> AgentEvent:
-            # In the order subscribers see events, after any middleware; events of nested runs (an
-            # agent used as a tool) pass through with their own run's numbering.
-            if event.run_id == own_id:
-                event.seq = next(counter)
-            if record:
-                recorder.event(event)
-            return event
+            return run_loop(steps, Start(first), run, gate=gate)
 
         events = chain(agent.middleware, "agent", run.ctx, loop)(run_input)
         if has_hooks(agent.middleware, "agent"):  # an agent hook's own StopRun or failure
             events = events.pipe(ops.catch(lambda error, _: recover(run, error) or reactivex.throw(error)))
         # The run's context is the current run while it subscribes: log lines its tasks write carry
         # its ids (rxagent.logs).
-        return events.pipe(ops.map(stamp), with_current_run(run.ctx))
+        return _stamped(events, held).pipe(with_current_run(run.ctx))
 
-    async def release(held: _Held, outcome: Outcome) -> None:
+    async def release(self, held: _Held, outcome: Outcome) -> None:
+        """Save on every ending (complete, failure, cancel), then hand the session to the next run."""
+        agent, key = self.agent, self.key
         claim, run = held.claim, held.run
         try:
             if not held.saved and run is not None:
@@ -204,7 +214,7 @@ def run_events(
             except Exception:
                 if not held.saved:
                     raise
-                ids = {"trace_id": context.trace_id, "session_id": key[1]}
+                ids = {"trace_id": self.context.trace_id, "session_id": key[1]}
                 if run is not None:
                     ids["run_id"] = run.run_id
                 _log.warning(
@@ -214,13 +224,76 @@ def run_events(
             if run is not None:
                 claim.projection.memo["repair"] = run.repaired
                 agent.sessions.run_ended(key, run)  # what was steered too late goes back to the handle
-            held.run = None  # the run's save closure holds the holder: cut the cycle
+            held.run = None  # the run's save (a method of the holder) holds the holder: cut the cycle
             try:
-                await keeper.release(claim)
+                await agent.keeper.release(claim)
             finally:
                 held.control.unbind()
 
-    return using_resource(acquire, use, release)
+
+def _stamped(events: Observable[AgentEvent], held: _Held) -> Observable[AgentEvent]:
+    """``events`` numbered (``seq``) in the order subscribers see them, after any middleware, and written to
+    the session's log when the run records its events."""
+
+    def subscribe(
+        observer: abc.ObserverBase[AgentEvent], scheduler: abc.SchedulerBase | None = None
+    ) -> abc.DisposableBase:
+        stamp = _Stamp(observer, held)
+        upstream = subscribe_sink(events, stamp, scheduler)
+        if stamp.is_disposed:
+            upstream.dispose()
+        else:
+            stamp.upstream = upstream
+        return stamp
+
+    return Source(subscribe)
+
+
+class _Stamp(Sink[AgentEvent], abc.DisposableBase):
+    """One subscription of :func:`_stamped` (one object with slots: see ``rxagent/operators/_source.py``)."""
+
+    __slots__ = ("_count", "_observer", "_own_id", "_recorder", "is_disposed", "upstream")
+
+    def __init__(self, observer: abc.ObserverBase[AgentEvent], held: _Held) -> None:
+        super().__init__()
+        self._observer = observer
+        run = held.run
+        assert run is not None  # stamped once the run is built
+        self._own_id = run.run_id
+        self._recorder = held.claim.recorder if held.record else None
+        self._count = 0
+        self.is_disposed = False
+        self.upstream: abc.DisposableBase | None = None
+
+    def on_next(self, value: AgentEvent) -> None:
+        event = value
+        if self.is_disposed:
+            return
+        # Events of nested runs (an agent used as a tool) pass with their own run's numbering.
+        if event.run_id == self._own_id:
+            event.seq = self._count
+            self._count += 1
+        if self._recorder is not None:
+            self._recorder.event(event)
+        self._observer.on_next(event)
+
+    def on_error(self, error: Exception) -> None:
+        if not self.is_disposed and not self.stopped:
+            self.stopped = True
+            self._observer.on_error(error)
+
+    def on_completed(self) -> None:
+        if not self.is_disposed and not self.stopped:
+            self.stopped = True
+            self._observer.on_completed()
+
+    def dispose(self) -> None:
+        """Dispose the run's events; idempotent."""
+        if not self.is_disposed:
+            self.is_disposed = True
+            upstream, self.upstream = self.upstream, None
+            if upstream is not None:
+                upstream.dispose()
 
 
 async def _claim(
@@ -266,12 +339,35 @@ async def _refuse_taken(
 
 @dataclass(slots=True)
 class _Held:
+    """One run's hold on its session (what ``acquire`` returns): the claim, and what the run did with it."""
+
     claim: Claim
     control: RunControl
     run: RunState | None = None
     turn_id: str | None = None
     saved: bool = False
     """The run recorded (or tried to, for a failure) its ending: the release records no more."""
+    record: bool = False
+    """Every event of the run goes to the session's log too."""
+
+    async def save(self, reason: RunReason, failure: Exception | None) -> None:
+        """The run's :data:`~rxagent.agent.run.SaveRun`: record how it ended, then write the log."""
+        claim, turn_id = self.claim, self.turn_id
+        recorder = claim.recorder
+        run_id = recorder.run_id
+        if failure is not None:
+            recorder.note("run_failed", {"run_id": run_id, "error": _describe(failure)})
+        else:
+            recorder.note("run_finished", {"run_id": run_id, "reason": reason})
+        if turn_id is not None and not claim.projection.state.pending:  # nothing left to answer
+            recorder.note("turn_finished", {"turn_id": turn_id, "reason": reason})
+        try:
+            await claim.flush()
+        except Exception as save_error:
+            if failure is None:
+                raise
+            failure.add_note(f"recording the session after this error failed too: {save_error!r}")
+        self.saved = True
 
 
 def _describe(error: BaseException) -> str:
