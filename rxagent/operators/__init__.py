@@ -34,6 +34,7 @@ from rxagent.operators._awaitables import to_list as _to_list_impl
 from rxagent.operators._do_finally import do_finally as _do_finally_impl
 from rxagent.operators._flow_control import BufferOverflowError
 from rxagent.operators._fold_message import MessageFold
+from rxagent.operators._frame import Frame
 from rxagent.operators._frame import frame as _frame_impl
 from rxagent.operators._from_async_iterable import SourceCancelledError, running_loop, start_task
 from rxagent.operators._from_async_iterable import from_async_iterable as _from_async_iterable_impl
@@ -46,10 +47,19 @@ from rxagent.operators._progress import (
     ProgressOption,
     TqdmProgress,
 )
+from rxagent.operators._run_steps import StepLoop
 from rxagent.operators._run_steps import run_steps as _run_steps_impl
 from rxagent.operators._serialize_on_key import KeyedSerializer, Turn
 from rxagent.operators._slot import NO_SUBSCRIPTION, Slot
-from rxagent.operators._source import Sink, Source, deferred, subscribe_sink, subscribe_to
+from rxagent.operators._source import (
+    Relay,
+    Sink,
+    Source,
+    deferred,
+    subscribe_sink,
+    subscribe_through,
+    subscribe_to,
+)
 from rxagent.operators._sync_of import sync_of as _sync_of_impl
 from rxagent.operators._typing import Operator
 from rxagent.operators._using_resource import using_resource as _using_resource_impl
@@ -66,6 +76,7 @@ if TYPE_CHECKING:
 __all__ = [
     "NO_SUBSCRIPTION",
     "BufferOverflowError",
+    "Frame",
     "KeyedSerializer",
     "MessageFold",
     "Operator",
@@ -75,10 +86,12 @@ __all__ = [
     "ProgressDisplay",
     "ProgressFactory",
     "ProgressOption",
+    "Relay",
     "Sink",
     "Slot",
     "Source",
     "SourceCancelledError",
+    "StepLoop",
     "TqdmProgress",
     "Turn",
     "deferred",
@@ -94,6 +107,7 @@ __all__ = [
     "running_loop",
     "start_task",
     "subscribe_sink",
+    "subscribe_through",
     "subscribe_to",
     "sync_of",
     "timeout_total",

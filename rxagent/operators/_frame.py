@@ -10,7 +10,7 @@ from reactivex import Observable, abc
 from rxagent.operators._source import Sink, Source, subscribe_sink, subscribe_to
 from rxagent.operators._typing import Operator
 
-__all__ = ["frame"]
+__all__ = ["Frame", "frame"]
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
@@ -32,66 +32,38 @@ def frame(
             observer: abc.ObserverBase[_R], scheduler: abc.SchedulerBase | None = None
         ) -> abc.DisposableBase:
             framed = _Framed(observer, scheduler, each, after, recover)
-            try:
-                if before is not None:
-                    for value in before():
-                        observer.on_next(value)
-            except Exception as error:
-                observer.on_error(error)
-                return framed
-            if until is not None:
-                framed.stop = until(framed.on_completed)
-            if inject is not None:
-                framed.unhook = inject(framed.on_next)
-            if not framed.stopped:
-                upstream = subscribe_sink(source, framed, scheduler)
-                if framed.stopped or framed.is_disposed:
-                    # It ended (or was disposed) during subscribe: its subscription goes; a recovery
-                    # stream, if one took over, holds `upstream` now.
-                    upstream.dispose()
-                else:
-                    framed.upstream = upstream
-            return framed
+            return framed.attach(source, before=before, until=until, inject=inject)
 
         return Source(subscribe)
 
     return operator
 
 
-class _Framed(Sink[_T], abc.DisposableBase, Generic[_T, _R]):
-    """One subscription of :func:`frame`: the observer of its source and the disposable its subscriber holds.
+class Frame(Sink[_T], abc.DisposableBase, Generic[_T, _R]):
+    """One subscription of a framed stream (:func:`~rxagent.operators.frame`): the observer of its source,
+    and the disposable its subscriber holds.
 
-    One object with slots, not closures: closures over a subscription's state cost a function, a tuple
-    and a cell per variable, each tracked by the garbage collector, and every step of every run in flight
-    holds a frame (see ``_source.py``). ``until`` and ``inject`` get bound methods, made once.
+    :func:`frame` takes its mapping as callbacks. A subclass takes it as methods instead — :meth:`each`,
+    and :meth:`after` and :meth:`recover` when it needs them — with its own per-subscription state in its
+    slots: a stream framed that way costs this one object per subscription (the hot steps of an agent
+    run do this). Build one in a subscribe function and return :meth:`attach`'s result::
+
+        Source(lambda observer, scheduler: Counted(observer, scheduler).attach(source))
+
+    The contract is :func:`frame`'s: ``each``'s and ``after``'s failures are the stream's, ``recover`` may
+    replace a failing source, nothing passes after a terminal signal or a dispose. Calling the frame
+    ends it as its source completing would: it is the callback an ``until`` hook is given.
+
+    Lifecycle: as :func:`frame`'s. Use it on one thread at a time, the one its source signals on (the
+    event loop's, for rxagent's sources).
     """
 
-    __slots__ = (
-        "_after",
-        "_each",
-        "_observer",
-        "_recover",
-        "_scheduler",
-        "is_disposed",
-        "stop",
-        "unhook",
-        "upstream",
-    )
+    __slots__ = ("_observer", "_scheduler", "is_disposed", "stop", "unhook", "upstream")
 
-    def __init__(
-        self,
-        observer: abc.ObserverBase[_R],
-        scheduler: abc.SchedulerBase | None,
-        each: Callable[[_T], Iterable[_R]],
-        after: Callable[[], Iterable[_R]] | None,
-        recover: Callable[[Exception], Observable[_R] | None] | None,
-    ) -> None:
+    def __init__(self, observer: abc.ObserverBase[_R], scheduler: abc.SchedulerBase | None) -> None:
         super().__init__()
         self._observer = observer
         self._scheduler = scheduler
-        self._each = each
-        self._after = after
-        self._recover = recover
         self.is_disposed = False
         self.upstream: abc.DisposableBase | None = None
         """The source's subscription, or the recovery stream's once one took over."""
@@ -100,13 +72,61 @@ class _Framed(Sink[_T], abc.DisposableBase, Generic[_T, _R]):
         self.unhook: Callable[[], None] | None = None
         """Unregisters the ``inject`` hook."""
 
+    def each(self, value: _T) -> Iterable[_R]:
+        """What an item of the source becomes (none, one or several items)."""
+        raise NotImplementedError
+
+    def after(self) -> Iterable[_R]:
+        """What follows the source's items when it completes (default: nothing)."""
+        return ()
+
+    def recover(self, error: Exception) -> Observable[_R] | None:
+        """The stream that replaces a failing source (default ``None``: the error stands)."""
+        del error
+        return None
+
+    def attach(
+        self,
+        source: Observable[_T],
+        *,
+        before: Callable[[], Iterable[_R]] | None = None,
+        until: Callable[[Callable[[], None]], Callable[[], None]] | None = None,
+        inject: Callable[[Callable[[_T], None]], Callable[[], None]] | None = None,
+    ) -> Frame[_T, _R]:
+        """Emit ``before()``, register the hooks, subscribe to ``source``; returns this frame (the
+        subscriber's disposable). ``until``, ``before`` and ``inject`` are :func:`frame`'s."""
+        try:
+            if before is not None:
+                for value in before():
+                    self._observer.on_next(value)
+        except Exception as error:
+            self._observer.on_error(error)
+            return self
+        if until is not None:
+            self.stop = until(self)
+        if inject is not None:
+            self.unhook = inject(self.on_next)
+        if not self.stopped:
+            upstream = subscribe_sink(source, self, self._scheduler)
+            if self.stopped or self.is_disposed:
+                # It ended (or was disposed) during subscribe: its subscription goes; a recovery stream,
+                # if one took over, holds `upstream` now.
+                upstream.dispose()
+            else:
+                self.upstream = upstream
+        return self
+
+    def __call__(self) -> None:
+        """End the stream as if the source had completed (what an ``until`` hook calls)."""
+        self.on_completed()
+
     # `is_disposed`: a source subscribed directly may still be emitting synchronously when a downstream
     # `take` disposes this subscription; nothing passes after that.
     def on_next(self, value: _T) -> None:
         if self.stopped or self.is_disposed:
             return
         try:
-            produced = self._each(value)
+            produced = self.each(value)
         except Exception as error:  # the mapper's failure is the stream's failure
             self.on_error(error)
             return
@@ -119,11 +139,9 @@ class _Framed(Sink[_T], abc.DisposableBase, Generic[_T, _R]):
             return
         self.stopped = True
         self._let_go()
-        after = self._after
         try:
-            if after is not None:
-                for value in after():
-                    self._observer.on_next(value)
+            for value in self.after():
+                self._observer.on_next(value)
         except Exception as error:
             self._observer.on_error(error)
             return
@@ -134,12 +152,10 @@ class _Framed(Sink[_T], abc.DisposableBase, Generic[_T, _R]):
             return
         self.stopped = True
         replacement = None
-        recover = self._recover
-        if recover is not None:
-            try:
-                replacement = recover(error)
-            except Exception as failure:
-                error = failure
+        try:
+            replacement = self.recover(error)
+        except Exception as failure:
+            error = failure
         self._let_go()
         observer = self._observer
         if replacement is None:
@@ -177,3 +193,49 @@ class _Framed(Sink[_T], abc.DisposableBase, Generic[_T, _R]):
         if upstream is not None:
             upstream.dispose()
         self._unhook()
+
+
+class _Framed(Frame[_T, _R]):
+    """One subscription of :func:`frame`: a :class:`Frame` whose mapping is the callbacks it was given.
+
+    One object with slots, not closures: closures over a subscription's state cost a function, a tuple
+    and a cell per variable, each tracked by the garbage collector, and every step of every run in flight
+    holds a frame (see ``_source.py``).
+    """
+
+    __slots__ = ("_after", "_each", "_recover")
+
+    def __init__(
+        self,
+        observer: abc.ObserverBase[_R],
+        scheduler: abc.SchedulerBase | None,
+        each: Callable[[_T], Iterable[_R]],
+        after: Callable[[], Iterable[_R]] | None,
+        recover: Callable[[Exception], Observable[_R] | None] | None,
+    ) -> None:
+        super().__init__(observer, scheduler)
+        self._each = each
+        self._after = after
+        self._recover = recover
+
+    def each(self, value: _T) -> Iterable[_R]:
+        return self._each(value)
+
+    def after(self) -> Iterable[_R]:
+        return () if self._after is None else self._after()
+
+    def recover(self, error: Exception) -> Observable[_R] | None:
+        return None if self._recover is None else self._recover(error)
+
+    def on_next(self, value: _T) -> None:
+        # Frame.on_next with the callback called directly: one call less per item on per-token paths.
+        if self.stopped or self.is_disposed:
+            return
+        try:
+            produced = self._each(value)
+        except Exception as error:  # the mapper's failure is the stream's failure
+            self.on_error(error)
+            return
+        observer = self._observer
+        for result in produced:
+            observer.on_next(result)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any, Generic, TypeVar
 
@@ -17,6 +18,10 @@ _T = TypeVar("_T")
 
 _running_tasks: set[asyncio.Task[None]] = set()
 """Strong references to the tasks rxagent starts: the loop itself keeps only weak ones."""
+# Every task's done callback: one bound method, run in one empty context (a callback added without a
+# context gets a copy of the current one: an object per task, for a call that reads no context variable).
+_forget = _running_tasks.discard
+_NO_CONTEXT = contextvars.Context()
 
 
 def running_loop(what: str) -> asyncio.AbstractEventLoop:
@@ -40,7 +45,7 @@ def start_task(
     """
     task = loop.create_task(coroutine, name=name)
     _running_tasks.add(task)
-    task.add_done_callback(_running_tasks.discard)
+    task.add_done_callback(_forget, context=_NO_CONTEXT)
     return task
 
 

@@ -9,7 +9,7 @@ from reactivex import Observable, abc
 
 from rxagent.operators._source import Sink, Source, subscribe_sink
 
-__all__ = ["run_steps"]
+__all__ = ["StepLoop", "run_steps"]
 
 _T = TypeVar("_T")
 
@@ -37,16 +37,21 @@ def run_steps(
     def subscribe(
         observer: abc.ObserverBase[_T], scheduler: abc.SchedulerBase | None = None
     ) -> abc.DisposableBase:
-        loop = _StepLoop(observer, scheduler, next_step, recover)
+        loop = _Steps(observer, scheduler, next_step, recover)
         loop.advance()
         return loop
 
     return Source(subscribe)
 
 
-class _StepLoop(Sink[_T], abc.DisposableBase):
-    """One subscription of :func:`run_steps`: the observer of every step, and the disposable its
-    subscriber holds.
+class StepLoop(Sink[_T], abc.DisposableBase):
+    """One subscription of a loop of steps (:func:`~rxagent.operators.run_steps`): the observer of every
+    step, and the disposable its subscriber holds.
+
+    :func:`run_steps` takes the next step and the recovery as callbacks; a subclass defines them as the
+    methods :meth:`next_step` and :meth:`recover`, with the loop's own state in its slots (the agent's
+    run loop does). Build one in a subscribe function, call :meth:`advance` to start the first step, and
+    return it.
 
     A class rather than closures that call each other: ``advance`` and ``on_error`` as closures would
     reference themselves through their cells, a cycle that leaves every finished loop (and the whole run
@@ -54,14 +59,15 @@ class _StepLoop(Sink[_T], abc.DisposableBase):
     subscription holds this loop, its observer) and is cut when the step or the loop ends. The loop is
     the observer of each step in turn (:attr:`stopped` is the current step's), so a step costs its own
     subscription and nothing here.
+
+    Lifecycle: as :func:`~rxagent.operators.run_steps`'s. Use it on one thread at a time, the one its
+    steps signal on (the event loop's, for rxagent's sources).
     """
 
     __slots__ = (
         "_again",
         "_ended",
-        "_next_step",
         "_observer",
-        "_recover",
         "_recovering",
         "_recovery",
         "_running",
@@ -70,18 +76,10 @@ class _StepLoop(Sink[_T], abc.DisposableBase):
         "is_disposed",
     )
 
-    def __init__(
-        self,
-        observer: abc.ObserverBase[_T],
-        scheduler: abc.SchedulerBase | None,
-        next_step: Callable[[], Observable[_T] | None],
-        recover: Callable[[Exception], Observable[_T] | None] | None,
-    ) -> None:
+    def __init__(self, observer: abc.ObserverBase[_T], scheduler: abc.SchedulerBase | None) -> None:
         super().__init__()
         self._observer = observer
         self._scheduler = scheduler
-        self._next_step = next_step
-        self._recover = recover
         self._running = False
         self._again = False
         self._ended = False
@@ -90,6 +88,15 @@ class _StepLoop(Sink[_T], abc.DisposableBase):
         self.is_disposed = False
         self.current: abc.DisposableBase | None = None
         """The current step's subscription."""
+
+    def next_step(self) -> Observable[_T] | None:
+        """The next step, or ``None`` when the loop is done."""
+        raise NotImplementedError
+
+    def recover(self, error: Exception) -> Observable[_T] | None:
+        """One final step that replaces a failing step (default ``None``: the error stands)."""
+        del error
+        return None
 
     def on_next(self, value: _T) -> None:
         if not self.is_disposed:  # a step subscribed directly may outlive a downstream `take`
@@ -103,10 +110,9 @@ class _StepLoop(Sink[_T], abc.DisposableBase):
         self.stopped = True
         if self._ended or self.is_disposed:
             return
-        recover = self._recover
-        if recover is not None and not self._recovering:
+        if not self._recovering:
             try:
-                replacement = recover(error)
+                replacement = self.recover(error)
             except Exception as failure:
                 self._fail(failure)
                 return
@@ -147,7 +153,7 @@ class _StepLoop(Sink[_T], abc.DisposableBase):
                     step, self._recovery = self._recovery, None
                 else:
                     try:
-                        step = self._next_step()
+                        step = self.next_step()
                     except Exception as error:
                         self.on_error(error)  # a recovery step sets `_again`: the loop goes on with it
                         continue
@@ -164,3 +170,26 @@ class _StepLoop(Sink[_T], abc.DisposableBase):
                     self.current = subscription
         finally:
             self._running = False
+
+
+class _Steps(StepLoop[_T]):
+    """One subscription of :func:`run_steps`: a :class:`StepLoop` whose steps come from its callbacks."""
+
+    __slots__ = ("_next", "_recover")
+
+    def __init__(
+        self,
+        observer: abc.ObserverBase[_T],
+        scheduler: abc.SchedulerBase | None,
+        next_step: Callable[[], Observable[_T] | None],
+        recover: Callable[[Exception], Observable[_T] | None] | None,
+    ) -> None:
+        super().__init__(observer, scheduler)
+        self._next = next_step
+        self._recover = recover
+
+    def next_step(self) -> Observable[_T] | None:
+        return self._next()
+
+    def recover(self, error: Exception) -> Observable[_T] | None:
+        return None if self._recover is None else self._recover(error)

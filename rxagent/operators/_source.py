@@ -23,7 +23,7 @@ from reactivex import Observable, abc
 
 from rxagent.operators._slot import NO_SUBSCRIPTION
 
-__all__ = ["Sink", "Source", "deferred", "subscribe_sink", "subscribe_to"]
+__all__ = ["Relay", "Sink", "Source", "deferred", "subscribe_sink", "subscribe_through", "subscribe_to"]
 
 _T = TypeVar("_T")
 
@@ -133,6 +133,75 @@ def subscribe_sink(
     return source.subscribe(sink, scheduler=scheduler)
 
 
+def subscribe_through(
+    source: Observable[_T], observer: abc.ObserverBase[_T], scheduler: abc.SchedulerBase | None = None
+) -> abc.DisposableBase:
+    """Subscribe the subscriber's own ``observer`` to ``source``, from inside a subscribe function that adds
+    no link of its own (a deferred stream, a context set while subscribing): no object in between.
+
+    What a direct subscribe function raises propagates to the caller of the subscribe function this is
+    called from, who reports it (see :func:`subscribe_to`).
+    """
+    if isinstance(source, Source):
+        direct: Any = source.direct  # Source[_T]; the isinstance check cannot carry the type argument
+        subscription: abc.DisposableBase = direct(observer, scheduler)
+        return subscription
+    return source.subscribe(observer, scheduler=scheduler)
+
+
+class Relay(Sink[_T], abc.DisposableBase):
+    """A :class:`Sink` that passes its source's signals to one observer: subclasses change :meth:`on_next`.
+
+    Use :meth:`attach` inside a subscribe function: ``Source(lambda observer, scheduler:
+    Stamp(observer).attach(events, scheduler))``. Nothing passes after a terminal signal or a dispose.
+    """
+
+    __slots__ = ("_observer", "is_disposed", "upstream")
+
+    def __init__(self, observer: abc.ObserverBase[_T]) -> None:
+        super().__init__()
+        self._observer = observer
+        self.is_disposed = False
+        self.upstream: abc.DisposableBase | None = None
+        """The source's subscription."""
+
+    def attach(self, source: Observable[_T], scheduler: abc.SchedulerBase | None) -> Relay[_T]:
+        """Subscribe to ``source``; returns this relay, the subscriber's disposable."""
+        upstream = subscribe_sink(source, self, scheduler)
+        if self.stopped or self.is_disposed:  # it ended (or was let go of) while it subscribed
+            upstream.dispose()
+        else:
+            self.upstream = upstream
+        return self
+
+    def on_next(self, value: _T) -> None:
+        if not (self.stopped or self.is_disposed):
+            self._observer.on_next(value)
+
+    def on_error(self, error: Exception) -> None:
+        if not (self.stopped or self.is_disposed):
+            self.stopped = True
+            self._let_go()
+            self._observer.on_error(error)
+
+    def on_completed(self) -> None:
+        if not (self.stopped or self.is_disposed):
+            self.stopped = True
+            self._let_go()
+            self._observer.on_completed()
+
+    def _let_go(self) -> None:
+        upstream, self.upstream = self.upstream, None
+        if upstream is not None:
+            upstream.dispose()
+
+    def dispose(self) -> None:
+        """Dispose the source's subscription; idempotent."""
+        if not self.is_disposed:
+            self.is_disposed = True
+            self._let_go()
+
+
 def deferred(factory: Callable[[], Observable[_T]]) -> Source[_T]:
     """``reactivex.defer`` as a :class:`Source`: ``factory()`` per subscription, subscribed directly.
 
@@ -144,13 +213,6 @@ def deferred(factory: Callable[[], Observable[_T]]) -> Source[_T]:
     def subscribe(
         observer: abc.ObserverBase[_T], scheduler: abc.SchedulerBase | None = None
     ) -> abc.DisposableBase:
-        source = factory()
-        if isinstance(source, Source):
-            # What this raises reaches the subscriber of this deferred stream, who reports it as the
-            # direct subscribe's failure (an error signal, unless the observer had stopped).
-            direct: Any = source.direct
-            subscription: abc.DisposableBase = direct(observer, scheduler)
-            return subscription
-        return source.subscribe(observer, scheduler=scheduler)
+        return subscribe_through(factory(), observer, scheduler)
 
     return Source(subscribe)
