@@ -49,7 +49,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import replace
-from typing import Generic, TypeAlias
+from typing import TypeAlias, cast
 
 import reactivex
 from reactivex import Observable, abc
@@ -71,7 +71,16 @@ from rxagent.events import (
     StepStarted,
 )
 from rxagent.messages import Msg
-from rxagent.operators import Slot, Source, frame, from_async_iterable, run_steps, subscribe_to, sync_of
+from rxagent.operators import (
+    Frame,
+    Slot,
+    Source,
+    StepLoop,
+    frame,
+    from_async_iterable,
+    subscribe_to,
+    sync_of,
+)
 
 __all__ = [
     "NO_ANSWER_PROMPT",
@@ -143,21 +152,38 @@ def run_loop(
         gate). re-subscribe: not supported — a ``RunState`` is one run; the agent builds one per
         subscription.
     """
-    loop = _Loop(steps, first, run, gate)
-    return run_steps(loop.next_step, loop.recover)
+
+    def subscribe(
+        observer: abc.ObserverBase[AgentEvent], scheduler: abc.SchedulerBase | None = None
+    ) -> abc.DisposableBase:
+        # Steps[_N] is a Steps[Node] the loop reads only by node type (the checker verified the table).
+        loop = _Loop(observer, scheduler, cast("Steps[Node]", steps), first, run, gate)
+        loop.advance()
+        return loop
+
+    return Source(subscribe)
 
 
-class _Loop(Generic[_N]):
-    """One run of :func:`run_loop`: which node comes next, and how each step starts.
+class _Loop(StepLoop[AgentEvent]):
+    """One run of :func:`run_loop`: a :class:`~rxagent.operators.StepLoop` that knows which node comes
+    next and how each step starts.
 
-    One object with slots whose methods :func:`~rxagent.operators.run_steps` and each step's ``frame``
-    call, not closures over the run: a run in flight keeps it (and those bound methods) alive, and the
-    garbage collector walks every object a run keeps (see ``rxagent/operators/_source.py``).
+    Its methods, not closures over the run: a run in flight keeps its loop alive, and the garbage collector
+    walks every object a run keeps (see ``rxagent/operators/_source.py``).
     """
 
     __slots__ = ("_control", "_gate", "_opening", "_run", "_steps", "upcoming")
 
-    def __init__(self, steps: Steps[_N], first: _N, run: RunState, gate: StepGate | None) -> None:
+    def __init__(
+        self,
+        observer: abc.ObserverBase[AgentEvent],
+        scheduler: abc.SchedulerBase | None,
+        steps: Steps[Node],
+        first: Node,
+        run: RunState,
+        gate: StepGate | None,
+    ) -> None:
+        super().__init__(observer, scheduler)
         self._steps = steps
         self._run = run
         self._gate = gate
@@ -215,20 +241,22 @@ class _Loop(Generic[_N]):
             told += tuple(take_inbox(run))
         hooked = None if closing else _hooked(step, node, run, self)
         source: Observable[StepOutput[Node]] = step(node, run) if hooked is None else hooked
-        each: Callable[[StepOutput[Node]], Iterable[AgentEvent]] = (
-            self.take_next if hooked is None else _events_only
-        )
         first, self._opening = self._opening, False
-        before = after = None
-        if told and first:  # the run's first step: told after its RunStarted, which opens a run's events
-            opened = _Opening(told, each)
-            each, after = opened.each, opened.rest
-        elif told:
-            before = told.__iter__  # called as the step is subscribed
-        # `until`: an interrupt cuts a step that does not end itself on interrupt. The steps that do (a
-        # model call keeps what streamed so far) act first: interrupt callbacks run innermost first.
+        # The run's first step is told after its RunStarted (which opens a run's events), any other as it
+        # is subscribed. `until`: an interrupt cuts a step that does not end itself on interrupt; the steps
+        # that do (a model call keeps what streamed so far) act first: interrupt callbacks run innermost
+        # first.
+        before = told.__iter__ if told and not first else None
+        opening = told if first else ()
         until = None if closing else control.on_interrupt
-        return source.pipe(frame(each, before=before, after=after, until=until))
+        loop = self if hooked is None else None  # a hooked step's Next was taken out already
+
+        def subscribe(
+            observer: abc.ObserverBase[AgentEvent], scheduler: abc.SchedulerBase | None = None
+        ) -> abc.DisposableBase:
+            return _StepFrame(observer, scheduler, loop, opening).attach(source, before=before, until=until)
+
+        return Source(subscribe)
 
 
 def _closing(node: Node) -> bool:
@@ -236,35 +264,44 @@ def _closing(node: Node) -> bool:
     return isinstance(node, Interrupt) or (isinstance(node, Finish) and node.reason == "INTERRUPTED")
 
 
-def _events_only(item: StepOutput[Node]) -> tuple[AgentEvent]:
-    return (item,)  # type: ignore[return-value] - a hooked step's Next was taken out already
+class _StepFrame(Frame[StepOutput[Node], AgentEvent]):
+    """One step as the loop runs it: its ``Next`` taken out (it names the node after it), its other items
+    passed on as the run's events.
 
+    The run's first step's ``StepStarted`` (and messages delivered before it) is told right after the
+    step's ``RunStarted`` (a run's events begin with it), or before its first item if that is another.
+    """
 
-class _Opening:
-    """The run's first step's ``StepStarted`` (and messages delivered before it), told right after the
-    step's ``RunStarted`` (a run's events begin with it), or before its first item if that is another."""
-
-    __slots__ = ("_each", "_told")
+    __slots__ = ("_loop", "_told")
 
     def __init__(
-        self, told: tuple[AgentEvent, ...], each: Callable[[StepOutput[Node]], Iterable[AgentEvent]]
+        self,
+        observer: abc.ObserverBase[AgentEvent],
+        scheduler: abc.SchedulerBase | None,
+        loop: _Loop | None,
+        told: tuple[AgentEvent, ...],
     ) -> None:
+        super().__init__(observer, scheduler)
+        self._loop = loop
+        """Takes the step's ``Next`` (``None``: a hooked step, whose ``Next`` was taken out already)."""
         self._told = told
-        self._each = each
+        """The first step's events, until told."""
 
-    def each(self, item: StepOutput[Node]) -> Iterable[AgentEvent]:
-        produced = self._each(item)
-        told, self._told = self._told, ()
+    def each(self, value: StepOutput[Node]) -> Iterable[AgentEvent]:
+        loop = self._loop
+        produced = (value,) if loop is None else loop.take_next(value)
+        told = self._told
         if not told:
-            return produced
-        if type(item) is RunStarted:
+            return produced  # type: ignore[return-value] - every item but a Next is an event
+        self._told = ()
+        if type(value) is RunStarted:
             for event in told:  # built just before it: the step started as the run did
-                event.time = item.time
-            return (*produced, *told)
-        return (*told, *produced)
+                event.time = value.time
+            return (*produced, *told)  # type: ignore[return-value] - as above
+        return (*told, *produced)  # type: ignore[return-value] - as above
 
-    def rest(self) -> tuple[AgentEvent, ...]:
-        """What is still untold when the step ends (a step that emitted nothing)."""
+    def after(self) -> tuple[AgentEvent, ...]:
+        """What is still untold when the step ends (a first step that emitted nothing)."""
         told, self._told = self._told, ()
         return told
 
@@ -321,9 +358,7 @@ def _gated(
     return Source(subscribe)
 
 
-def _hooked(
-    step: Step[Node, Node], node: Node, run: RunState, loop: _Loop[_N]
-) -> Observable[AgentEvent] | None:
+def _hooked(step: Step[Node, Node], node: Node, run: RunState, loop: _Loop) -> Observable[AgentEvent] | None:
     """``step`` on ``node``, its ``Next`` taken out, wrapped in the node's cut point; ``None`` when the
     node has no cut point or no middleware hooks it.
 
