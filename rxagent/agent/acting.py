@@ -12,10 +12,9 @@ the next node with its ``decide`` function (:func:`~rxagent.agent.decisions.afte
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Generic
 
 from pydantic import JsonValue
-from reactivex import Observable
+from reactivex import Observable, abc
 from typing_extensions import TypeVar
 
 from rxagent.agent.decisions import after_acting
@@ -33,7 +32,7 @@ from rxagent.events import (
     ToolSuspended,
 )
 from rxagent.messages import Msg, ToolUseBlock
-from rxagent.operators import frame, sync_of
+from rxagent.operators import Frame, Source, sync_of
 from rxagent.state import PendingCall
 from rxagent.tools import (
     ToolBatchFinished,
@@ -77,39 +76,47 @@ def act_step(
 
 def _acting(run: RunState, node: Act, decide: ActingDecision[_To]) -> Observable[StepOutput[_To | Finish]]:
     deps = run.deps
-    batch = _Acting(run, node, decide)
     opening = [*run.phase_to("TOOL_PENDING"), *run.phase_to("TOOL_EXECUTING")]
-    return deps.executor.execute(node.calls, deps.view, run.ctx, approved=node.approved).pipe(
-        frame(
-            batch.on_tool_event,
-            before=opening.__iter__,
-            after=batch.done,
-            recover=batch.system_error,
-            until=deps.control.on_interrupt,
-        )
-    )
+    tools = deps.executor.execute(node.calls, deps.view, run.ctx, approved=node.approved)
+    until = deps.control.on_interrupt
+
+    def subscribe(
+        observer: abc.ObserverBase[StepOutput[_To | Finish]], scheduler: abc.SchedulerBase | None = None
+    ) -> abc.DisposableBase:
+        acting = _Acting(observer, scheduler, run, node, decide)
+        return acting.attach(tools, before=opening.__iter__, until=until)
+
+    return Source(subscribe)
 
 
-class _Acting(Generic[_To]):
-    """One batch of the acting step: what its tools' events become, and what follows it.
+class _Acting(Frame[ToolEvent, StepOutput[_To | Finish]]):
+    """One batch of the acting step as it runs: what its tools' events become, and what follows it.
 
-    One object with slots whose methods the step's ``frame`` calls, not closures: a run waiting for its
+    A :class:`~rxagent.operators.Frame` with methods, not ``frame`` with closures: a run waiting for its
     tools keeps it alive, and the garbage collector walks every object a run keeps (see
     ``rxagent/operators/_source.py``).
     """
 
     __slots__ = ("_decide", "_durations", "_node", "_outcome", "_run")
 
-    def __init__(self, run: RunState, node: Act, decide: ActingDecision[_To]) -> None:
+    def __init__(
+        self,
+        observer: abc.ObserverBase[StepOutput[_To | Finish]],
+        scheduler: abc.SchedulerBase | None,
+        run: RunState,
+        node: Act,
+        decide: ActingDecision[_To],
+    ) -> None:
+        super().__init__(observer, scheduler)
         self._run = run
         self._node = node
         self._decide = decide
         self._durations: dict[str, float] | None = None
         self._outcome: ToolBatchFinished | None = None
 
-    def on_tool_event(self, event: ToolEvent) -> list[AgentEvent]:
+    def each(self, value: ToolEvent) -> Sequence[AgentEvent]:
         """A tool event as the run's events (none for those only the batch's end needs)."""
-        run = self._run
+        run, event = self._run, value
         if isinstance(event, ToolCallSettled):
             if self._durations is None:
                 self._durations = {}
@@ -144,7 +151,7 @@ class _Acting(Generic[_To]):
             return [ToolPermissionAsked(**head, call=event.call, reason=event.decision.reason)]
         return [ToolSuspended(**head, call=event.call)]
 
-    def done(self) -> list[StepOutput[_To | Finish]]:
+    def after(self) -> list[StepOutput[_To | Finish]]:
         """The batch's results, the repeat guard, and the node after it."""
         run, batch = self._run, self._outcome
         if batch is None:
@@ -156,7 +163,7 @@ class _Acting(Generic[_To]):
         closing.append(Next(self._decide(batch, run)))
         return closing
 
-    def system_error(self, error: Exception) -> Observable[StepOutput[_To | Finish]] | None:
+    def recover(self, error: Exception) -> Observable[StepOutput[_To | Finish]] | None:
         """The tools' infrastructure failed: the run finishes with an error (a tool's errors are results)."""
         if not isinstance(error, ToolSystemError):
             return None

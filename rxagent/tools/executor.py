@@ -43,7 +43,7 @@ from rxagent.clock import SYSTEM_CLOCK, Clock
 from rxagent.context import RuntimeContext
 from rxagent.events import AgentEvent
 from rxagent.messages import TextBlock, ToolResultBlock, ToolResultStatus, ToolUseBlock
-from rxagent.operators import Source, deferred, frame, run_steps, running_loop, start_task, sync_of
+from rxagent.operators import Frame, Source, run_steps, running_loop, start_task, sync_of
 from rxagent.tools._tool import ProgressUpdate, Tool, ToolContext, ToolSystemError
 from rxagent.tools.arguments import ArgumentProblem, ToolArgumentError, parse_arguments
 from rxagent.tools.events import (
@@ -199,11 +199,20 @@ class ToolExecutor:
         batch = tuple(calls)
         approved_ids = frozenset(approved)
 
-        def per_subscription() -> Observable[ToolEvent]:
+        def subscribe(
+            observer: abc.ObserverBase[ToolEvent], scheduler: abc.SchedulerBase | None = None
+        ) -> abc.DisposableBase:
             stages, direct = self._stages(batch, view, runtime, approved_ids)
-            return _Batch(batch, stages, direct).events()
+            running = _Batch(observer, scheduler, batch, direct)
+            if len(stages) == 1:  # the usual batch: no loop of stages to run it
+                source = stages[0]()
+            else:
+                stages.reverse()  # last first: each stage is let go of as it starts
+                running.stages = stages
+                source = run_steps(running.next_stage)
+            return running.attach(source)
 
-        return deferred(per_subscription)
+        return Source(subscribe)
 
     def _stages(
         self,
@@ -360,39 +369,37 @@ class ToolExecutor:
         return Source(subscribe)
 
 
-class _Batch:
-    """One subscription of :meth:`ToolExecutor.execute`: the batch's plan, and its results as they come.
+class _Batch(Frame[ToolEvent, ToolEvent]):
+    """One subscription of :meth:`ToolExecutor.execute`: its stages' events as they pass, and the batch's
+    end with the results in the order of the calls.
 
-    One object with slots whose methods the batch's stream calls, not closures: a run waiting for its
+    A :class:`~rxagent.operators.Frame` with methods, not ``frame`` with closures: a run waiting for its
     tools keeps it alive, and the garbage collector walks every object a run keeps (see
     ``rxagent/operators/_source.py``).
     """
 
-    __slots__ = ("_batch", "_direct", "_results", "_stages", "_waiting")
+    __slots__ = ("_batch", "_direct", "_results", "_waiting", "stages")
 
     def __init__(
         self,
+        observer: abc.ObserverBase[ToolEvent],
+        scheduler: abc.SchedulerBase | None,
         batch: tuple[ToolUseBlock, ...],
-        stages: list[Callable[[], Observable[ToolEvent]]],
         direct: bool,
     ) -> None:
+        super().__init__(observer, scheduler)
         self._batch = batch
-        self._results: dict[int, ToolResultBlock] = {}
+        self._results: dict[int, ToolResultBlock] | None = None
         self._waiting: dict[int, ToolPermissionRequired | ToolCallSuspended] | None = None
-        stages.reverse()  # last first: each stage is let go of as it starts
-        self._stages = stages
         self._direct = direct
         """Every call's tool returns its result directly (unless a result says otherwise)."""
-
-    def events(self) -> Observable[ToolEvent]:
-        """The batch's events: each stage's, then :class:`ToolBatchFinished`."""
-        # One stage (the usual batch): no loop of stages to run it.
-        steps = self.next_stage() if len(self._stages) == 1 else run_steps(self.next_stage)
-        return (steps or sync_of()).pipe(frame(self.record, after=self.finished))
+        self.stages: list[Callable[[], Observable[ToolEvent]]] | None = None
+        """The stages not started yet, last first (a batch of several stages)."""
 
     def next_stage(self) -> Observable[ToolEvent] | None:
         """The next stage's events, or ``None`` after the last."""
-        return self._stages.pop()() if self._stages else None
+        stages = self.stages
+        return stages.pop()() if stages else None
 
     def _index_of(self, call: ToolUseBlock) -> int:
         for index, planned in enumerate(self._batch):
@@ -400,19 +407,21 @@ class _Batch:
                 return index
         return len(self._batch)
 
-    def record(self, event: ToolEvent) -> tuple[ToolEvent]:
+    def each(self, value: ToolEvent) -> tuple[ToolEvent]:
         """Note each call's result, or that it waits, as it passes."""
-        if isinstance(event, ToolCallSettled):
-            self._results[self._index_of(event.call)] = event.result
-        elif isinstance(event, ToolPermissionRequired | ToolCallSuspended):
+        if isinstance(value, ToolCallSettled):
+            if self._results is None:
+                self._results = {}
+            self._results[self._index_of(value.call)] = value.result
+        elif isinstance(value, ToolPermissionRequired | ToolCallSuspended):
             if self._waiting is None:
                 self._waiting = {}
-            self._waiting[self._index_of(event.call)] = event
-        return (event,)
+            self._waiting[self._index_of(value.call)] = value
+        return (value,)
 
-    def finished(self) -> tuple[ToolBatchFinished]:
+    def after(self) -> tuple[ToolBatchFinished]:
         """The batch's end: the results in the order of the calls, and the calls that wait."""
-        results, waiting = self._results, self._waiting or {}
+        results, waiting = self._results or {}, self._waiting or {}
         ordered = tuple(results[i] for i in sorted(results))
         all_direct = self._direct and not waiting and all(r.status == "ok" for r in ordered)
         return (ToolBatchFinished(ordered, tuple(waiting[i] for i in sorted(waiting)), all_direct),)
