@@ -61,7 +61,7 @@ class RunControl:
         self._interrupted = False
         self._callbacks: list[Callable[[], None]] = []
         self._place: Place | None = None
-        self._idle: list[asyncio.Future[None]] = []
+        self._idle: list[asyncio.Future[None]] | None = None  # made by the first wait_idle
         self.inbox: deque[tuple[Msg, bool]] = deque()
 
     def interrupt(self) -> bool:
@@ -142,7 +142,7 @@ class RunControl:
         with self._guard:
             self._loop, self._place = None, None
             self._callbacks.clear()
-            waiting, self._idle = self._idle, []
+            waiting, self._idle = self._idle or (), None
         for waiter in waiting:  # the run unbinds on its loop, where they wait
             if not waiter.done():
                 waiter.set_result(None)
@@ -155,5 +155,7 @@ class RunControl:
             if self._loop is None:
                 return
             waiter = asyncio.get_running_loop().create_future()
+            if self._idle is None:
+                self._idle = []
             self._idle.append(waiter)
         await waiter

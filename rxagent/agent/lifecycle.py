@@ -39,7 +39,7 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import reactivex
 from pydantic import JsonValue
@@ -56,16 +56,16 @@ from rxagent.agent.inputs import (
     ToolDecision,
     normalise_input,
 )
-from rxagent.agent.middleware import chain, has_hooks
+from rxagent.agent.middleware import chain, has_hooks, watches_events
 from rxagent.agent.nodes import Start
 from rxagent.agent.run import RunState, new_run
 from rxagent.agent.sessions import session_key
 from rxagent.agent.steps import StepGate, recover, run_loop
 from rxagent.context import RuntimeContext
-from rxagent.events import AgentEvent, RunReason
+from rxagent.events import AgentEvent, AgentResult, RunReason
 from rxagent.logs import with_current_run
 from rxagent.messages import new_id
-from rxagent.operators import Outcome, Sink, Source, subscribe_sink, using_resource
+from rxagent.operators import Outcome, Relay, Source, using_resource
 from rxagent.session import Claim, Place, SessionBusy, answers_of
 from rxagent.session.reconcile import UncertainToolCallsError, never_started
 from rxagent.state import DEFAULT_SESSION, PendingCall, SessionKey
@@ -73,7 +73,7 @@ from rxagent.state import DEFAULT_SESSION, PendingCall, SessionKey
 if TYPE_CHECKING:
     from rxagent.agent.react import AnyAgent
 
-__all__ = ["run_events"]
+__all__ = ["run_events", "run_result"]
 
 _log = logging.getLogger("rxagent")
 
@@ -102,14 +102,15 @@ def run_events(
     life = _Lifecycle(agent, normalise_input(input), ctx or RuntimeContext(session_id=DEFAULT_SESSION))
     life.control, life.deltas, life.quiet = control, deltas, quiet
     life.record, life.run_id, life.deps, life.gate = record or agent.options.record_events, run_id, deps, gate
-    return using_resource(life.acquire, life.use, life.release)
+    return using_resource(life.acquire, life.use, _release)
 
 
 class _Lifecycle:
-    """What :func:`run_events` was asked for, and the three parts of ``using_resource`` that run it.
+    """What :func:`run_events` was asked for, and how a run of it takes its session and starts
+    (``using_resource``'s acquire and use; the release is :func:`_release`).
 
-    One object with slots, whose bound methods ``using_resource`` holds, not closures: each run in flight
-    keeps its lifecycle alive, and the garbage collector walks every object a run keeps (see
+    One object with slots, not closures: each run in flight keeps its lifecycle alive (through its
+    :class:`_Held`), and the garbage collector walks every object a run keeps (see
     ``rxagent/operators/_source.py``). Per subscription, the state is in :class:`_Held`.
     """
 
@@ -150,7 +151,7 @@ class _Lifecycle:
         except BaseException:
             run_control.unbind()
             raise
-        return _Held(claim, run_control, record=self.record)
+        return _Held(self, claim, run_control)
 
     def use(self, held: _Held) -> Observable[AgentEvent]:
         """Build the run on the session's state and run its loop."""
@@ -194,41 +195,44 @@ class _Lifecycle:
         # its ids (rxagent.logs).
         return _stamped(events, held).pipe(with_current_run(run.ctx))
 
-    async def release(self, held: _Held, outcome: Outcome) -> None:
-        """Save on every ending (complete, failure, cancel), then hand the session to the next run."""
-        agent, key = self.agent, self.key
-        claim, run = held.claim, held.run
-        try:
-            if not held.saved and run is not None:
-                if outcome.kind == "cancelled":
-                    # What happened stays recorded: finished calls keep their results.
-                    cancelled = "The run was cancelled before this call finished."
-                    run.settle(cancelled, "interrupted", answer_waiting=False)
-                    claim.recorder.note("run_cancelled", {"run_id": run.run_id})
-                else:
-                    error = outcome.error
-                    why = _describe(error) if error is not None else "it ended before its result"
-                    claim.recorder.note("run_failed", {"run_id": run.run_id, "error": why})
-            try:  # what came after the run's ending was recorded (its result event, if recorded)
-                await claim.flush()
-            except Exception:
-                if not held.saved:
-                    raise
-                ids = {"trace_id": self.context.trace_id, "session_id": key[1]}
-                if run is not None:
-                    ids["run_id"] = run.run_id
-                _log.warning(
-                    "rxagent: recording the end of a run of %r failed", key[1], exc_info=True, extra=ids
-                )
-        finally:
+
+async def _release(held: _Held, outcome: Outcome) -> None:
+    """Save on every ending (complete, failure, cancel), then hand the session to the next run.
+
+    A function of the holder, not a method of the lifecycle: the resource's subscription keeps it for the
+    whole run, and a module's function is no object of the run's."""
+    life = held.life
+    agent, key = life.agent, life.key
+    claim, run = held.claim, held.run
+    try:
+        if not held.saved and run is not None:
+            if outcome.kind == "cancelled":
+                # What happened stays recorded: finished calls keep their results.
+                cancelled = "The run was cancelled before this call finished."
+                run.settle(cancelled, "interrupted", answer_waiting=False)
+                claim.recorder.note("run_cancelled", {"run_id": run.run_id})
+            else:
+                error = outcome.error
+                why = _describe(error) if error is not None else "it ended before its result"
+                claim.recorder.note("run_failed", {"run_id": run.run_id, "error": why})
+        try:  # what came after the run's ending was recorded (its result event, if recorded)
+            await claim.flush()
+        except Exception:
+            if not held.saved:
+                raise
+            ids = {"trace_id": life.context.trace_id, "session_id": key[1]}
             if run is not None:
-                claim.projection.memo["repair"] = run.repaired
-                agent.sessions.run_ended(key, run)  # what was steered too late goes back to the handle
-            held.run = None  # the run's save (a method of the holder) holds the holder: cut the cycle
-            try:
-                await agent.keeper.release(claim)
-            finally:
-                held.control.unbind()
+                ids["run_id"] = run.run_id
+            _log.warning("rxagent: recording the end of a run of %r failed", key[1], exc_info=True, extra=ids)
+    finally:
+        if run is not None:
+            claim.projection.memo["repair"] = run.repaired
+            agent.sessions.run_ended(key, run)  # what was steered too late goes back to the handle
+        held.run = None  # the run's save (a method of the holder) holds the holder: cut the cycle
+        try:
+            await agent.keeper.release(claim)
+        finally:
+            held.control.unbind()
 
 
 def _stamped(events: Observable[AgentEvent], held: _Held) -> Observable[AgentEvent]:
@@ -238,62 +242,69 @@ def _stamped(events: Observable[AgentEvent], held: _Held) -> Observable[AgentEve
     def subscribe(
         observer: abc.ObserverBase[AgentEvent], scheduler: abc.SchedulerBase | None = None
     ) -> abc.DisposableBase:
-        stamp = _Stamp(observer, held)
-        upstream = subscribe_sink(events, stamp, scheduler)
-        if stamp.is_disposed:
-            upstream.dispose()
-        else:
-            stamp.upstream = upstream
-        return stamp
+        return _Stamp(observer, held).attach(events, scheduler)
 
     return Source(subscribe)
 
 
-class _Stamp(Sink[AgentEvent], abc.DisposableBase):
+class _Stamp(Relay[AgentEvent]):
     """One subscription of :func:`_stamped` (one object with slots: see ``rxagent/operators/_source.py``)."""
 
-    __slots__ = ("_count", "_observer", "_own_id", "_recorder", "is_disposed", "upstream")
+    __slots__ = ("_count", "_own_id", "_recorder")
 
     def __init__(self, observer: abc.ObserverBase[AgentEvent], held: _Held) -> None:
-        super().__init__()
-        self._observer = observer
+        super().__init__(observer)
         run = held.run
         assert run is not None  # stamped once the run is built
         self._own_id = run.run_id
-        self._recorder = held.claim.recorder if held.record else None
+        self._recorder = held.claim.recorder if held.life.record else None
         self._count = 0
-        self.is_disposed = False
-        self.upstream: abc.DisposableBase | None = None
 
     def on_next(self, value: AgentEvent) -> None:
-        event = value
-        if self.is_disposed:
+        if self.stopped or self.is_disposed:
             return
         # Events of nested runs (an agent used as a tool) pass with their own run's numbering.
-        if event.run_id == self._own_id:
-            event.seq = self._count
+        if value.run_id == self._own_id:
+            value.seq = self._count
             self._count += 1
         if self._recorder is not None:
-            self._recorder.event(event)
-        self._observer.on_next(event)
+            self._recorder.event(value)
+        self._observer.on_next(value)
 
-    def on_error(self, error: Exception) -> None:
-        if not self.is_disposed and not self.stopped:
-            self.stopped = True
-            self._observer.on_error(error)
 
-    def on_completed(self) -> None:
-        if not self.is_disposed and not self.stopped:
-            self.stopped = True
-            self._observer.on_completed()
+def run_result(
+    agent: AnyAgent, input: AgentInput, ctx: RuntimeContext | None, control: RunControl | None, deps: object
+) -> Observable[AgentResult]:
+    """The events of one run filtered to its own :class:`~rxagent.events.AgentResult` (what
+    ``Agent.call_observable`` returns; the results of nested runs carry this run's id as their parent).
 
-    def dispose(self) -> None:
-        """Dispose the run's events; idempotent."""
-        if not self.is_disposed:
-            self.is_disposed = True
-            upstream, self.upstream = self.upstream, None
-            if upstream is not None:
-                upstream.dispose()
+    Nobody sees the other events unless a middleware hook does: when none watches them (see
+    :func:`~rxagent.agent.middleware.watches_events`), the run is quiet and builds no per-step events.
+    """
+    watched = watches_events(agent.middleware)
+    parent = ctx.parent_run_id if ctx is not None else None
+    events = run_events(agent, input, ctx, control, deltas=watched, quiet=not watched, deps=deps)
+
+    def subscribe(
+        observer: abc.ObserverBase[AgentResult], scheduler: abc.SchedulerBase | None = None
+    ) -> abc.DisposableBase:
+        return _OwnResult(observer, parent).attach(events, scheduler)
+
+    return Source(subscribe)
+
+
+class _OwnResult(Relay[AgentEvent]):
+    """One subscription of :func:`run_result`: passes the run's own result only."""
+
+    __slots__ = ("_parent",)
+
+    def __init__(self, observer: abc.ObserverBase[AgentResult], parent: str | None) -> None:
+        super().__init__(cast("abc.ObserverBase[AgentEvent]", observer))  # it is given AgentResults only
+        self._parent = parent
+
+    def on_next(self, value: AgentEvent) -> None:
+        if isinstance(value, AgentResult) and value.parent_run_id == self._parent:
+            super().on_next(value)
 
 
 async def _claim(
@@ -341,14 +352,13 @@ async def _refuse_taken(
 class _Held:
     """One run's hold on its session (what ``acquire`` returns): the claim, and what the run did with it."""
 
+    life: _Lifecycle
     claim: Claim
     control: RunControl
     run: RunState | None = None
     turn_id: str | None = None
     saved: bool = False
     """The run recorded (or tried to, for a failure) its ending: the release records no more."""
-    record: bool = False
-    """Every event of the run goes to the session's log too."""
 
     async def save(self, reason: RunReason, failure: Exception | None) -> None:
         """The run's :data:`~rxagent.agent.run.SaveRun`: record how it ended, then write the log."""
