@@ -9,9 +9,11 @@ same way before the turns started, divided by the sessions, is the figure. The e
 turn must end with the model's answer.
 
 A warm-up turn on a session of its own runs first, so one-off caches (imports, compiled schemas) are not
-counted as every turn's. The test model records every request it gets; a real model keeps none, so the
-bench's model keeps none either. What is counted is everything a turn holds while it waits: its
-subscriptions, tasks and coroutines, its run state and the session's new messages.
+counted as every turn's. The agent runs on a :class:`~rxagent.clock.VirtualClock`, so no timer fires
+while the turns wait (a background flush of the session log would otherwise come or not, by timing). The
+test model records every request it gets; a real model keeps none, so the bench's model keeps none either.
+What is counted is everything a turn holds while it waits: its subscriptions, tasks and coroutines, its
+run state and the session's new messages and facts.
 
 Prints the top types among the new objects, then, last, ``turn_containers: X`` (goal <= 100). The count is
 deterministic for a given Python and rxagent: ``tests/agent/test_turn_objects.py`` holds a ceiling on it.
@@ -28,6 +30,7 @@ import gc
 from dataclasses import dataclass
 
 from rxagent.agent import ReActAgent
+from rxagent.clock import VirtualClock
 from rxagent.context import RuntimeContext
 from rxagent.model.scripted import ScriptedModel, ScriptedResponse, ScriptedToolCall
 from rxagent.model.types import ChatRequest, Usage
@@ -85,7 +88,9 @@ async def count_turn_objects(sessions: int) -> TurnObjects:
     # The warm-up turn takes one call and its answer; then every session asks before any tool returns.
     model = ScriptedModel([calls[0], answers[0], *calls[1:], *answers[1:]])
     model.requests = _Unrecorded()
-    agent = ReActAgent(model, Toolkit([wait]), store=MemoryStore())
+    # On a virtual clock, so that no timer (a lease's renewal, a background flush of the session's log)
+    # fires while the turns wait: the count is the same on every run and every machine.
+    agent = ReActAgent(model, Toolkit([wait]), store=MemoryStore(), clock=VirtualClock())
     release.set()
     warm = await agent.call("warm up", RuntimeContext(user_id="u", session_id="warm-up"))
     assert warm.text == "done", warm

@@ -109,9 +109,9 @@ class _Lifecycle:
     """What :func:`run_events` was asked for, and how a run of it takes its session and starts
     (``using_resource``'s acquire and use; the release is :func:`_release`).
 
-    One object with slots, not closures: each run in flight keeps its lifecycle alive (through its
-    :class:`_Held`), and the garbage collector walks every object a run keeps (see
-    ``rxagent/operators/_source.py``). Per subscription, the state is in :class:`_Held`.
+    One object with slots, not closures (the garbage collector walks every object a run keeps: see
+    ``rxagent/operators/_source.py``); a run lets go of it once started. Per subscription, the state is in
+    :class:`_Held`.
     """
 
     __slots__ = (
@@ -151,7 +151,7 @@ class _Lifecycle:
         except BaseException:
             run_control.unbind()
             raise
-        return _Held(self, claim, run_control)
+        return _Held(self.agent, self.key, self.context.trace_id, self.record, claim, run_control)
 
     def use(self, held: _Held) -> Observable[AgentEvent]:
         """Build the run on the session's state and run its loop."""
@@ -200,9 +200,9 @@ async def _release(held: _Held, outcome: Outcome) -> None:
     """Save on every ending (complete, failure, cancel), then hand the session to the next run.
 
     A function of the holder, not a method of the lifecycle: the resource's subscription keeps it for the
-    whole run, and a module's function is no object of the run's."""
-    life = held.life
-    agent, key = life.agent, life.key
+    whole run, and a module's function is no object of the run's.
+    """
+    agent, key = held.agent, held.key
     claim, run = held.claim, held.run
     try:
         if not held.saved and run is not None:
@@ -220,7 +220,7 @@ async def _release(held: _Held, outcome: Outcome) -> None:
         except Exception:
             if not held.saved:
                 raise
-            ids = {"trace_id": life.context.trace_id, "session_id": key[1]}
+            ids = {"trace_id": held.trace_id, "session_id": key[1]}
             if run is not None:
                 ids["run_id"] = run.run_id
             _log.warning("rxagent: recording the end of a run of %r failed", key[1], exc_info=True, extra=ids)
@@ -257,7 +257,7 @@ class _Stamp(Relay[AgentEvent]):
         run = held.run
         assert run is not None  # stamped once the run is built
         self._own_id = run.run_id
-        self._recorder = held.claim.recorder if held.life.record else None
+        self._recorder = held.claim.recorder if held.record else None
         self._count = 0
 
     def on_next(self, value: AgentEvent) -> None:
@@ -350,9 +350,16 @@ async def _refuse_taken(
 
 @dataclass(slots=True)
 class _Held:
-    """One run's hold on its session (what ``acquire`` returns): the claim, and what the run did with it."""
+    """One run's hold on its session (what ``acquire`` returns): the claim, and what the run did with it.
 
-    life: _Lifecycle
+    It keeps what the release needs of the run's :class:`_Lifecycle`, not the lifecycle (and its input),
+    which the run no longer needs once it has started."""
+
+    agent: AnyAgent
+    key: SessionKey
+    trace_id: str
+    record: bool
+    """Every event of the run goes to the session's log too."""
     claim: Claim
     control: RunControl
     run: RunState | None = None
