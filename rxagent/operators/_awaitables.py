@@ -13,7 +13,7 @@ from reactivex.scheduler.eventloop import AsyncIOScheduler
 from rxagent.operators._from_async_iterable import running_loop
 from rxagent.operators._source import Sink, subscribe_sink
 
-__all__ = ["last_value", "to_list"]
+__all__ = ["last_value", "scheduler_of", "to_list"]
 
 _T = TypeVar("_T")
 _V = TypeVar("_V")
@@ -24,7 +24,9 @@ _schedulers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncIOSchedul
 """One ``AsyncIOScheduler`` per loop: it holds nothing but its loop, so every await on a loop shares it."""
 
 
-def _scheduler_of(loop: asyncio.AbstractEventLoop) -> AsyncIOScheduler:
+def scheduler_of(loop: asyncio.AbstractEventLoop) -> AsyncIOScheduler:
+    """The loop's ``AsyncIOScheduler`` (one per loop), the default scheduler of the subscriptions rxagent
+    awaits or iterates."""
     scheduler = _schedulers.get(loop)
     if scheduler is None:
         scheduler = _schedulers[loop] = AsyncIOScheduler(loop)
@@ -102,7 +104,7 @@ async def _drain(source: Observable[_T], sink: _Awaiting[_T, _V]) -> _V:
     """
     loop = running_loop("awaiting an observable")
     ended = sink.ended = loop.create_future()
-    subscription = subscribe_sink(source, sink, _scheduler_of(loop))
+    subscription = subscribe_sink(source, sink, scheduler_of(loop))
     del source  # the observable is not kept while its run goes on: its subscription holds what it needs
     try:
         await ended
