@@ -101,6 +101,7 @@ async def _drain(source: Observable[_T], sink: _Awaiting[_T, _V]) -> _V:
     Lifecycle:
         complete: returns. error: raises the error. cancel: cancelling the awaiting task disposes the
         subscription, then ``CancelledError`` propagates. re-subscribe: each call subscribes afresh.
+        threads: the event loop's only.
     """
     loop = running_loop("awaiting an observable")
     ended = sink.ended = loop.create_future()

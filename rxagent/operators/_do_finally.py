@@ -43,6 +43,7 @@ def do_finally(action: Callable[[Outcome], None]) -> Operator[_T, _T]:
         complete/error: ``action(completed)`` / ``action(failed(e))`` after the signal was passed on.
         cancel: ``action(cancelled())`` after upstream is disposed; a dispose after a terminal signal
         does not call it again. re-subscribe: once per subscription, with that subscription's outcome.
+        threads: any, one per subscription.
 
     Example:
         >>> import asyncio, reactivex

@@ -80,6 +80,7 @@ def from_async_iterable(factory: Callable[[], AsyncIterator[_T]]) -> Observable[
         iterator's own ``asyncio.timeout`` firing while the task waits at the flow gate) is thrown into
         the iterator; the stream ends with what it raises (or :class:`SourceCancelledError`).
         re-subscribe: a new iterator from ``factory()``; nothing is shared between subscriptions.
+        threads: the event loop's only (the task runs on it; dispose on it).
 
     Example:
         >>> import asyncio, itertools

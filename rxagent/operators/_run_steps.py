@@ -32,6 +32,7 @@ def run_steps(
         error: a step's error (unless recovered), or ``next_step`` raising, ends the stream.
         cancel: disposes the current step; no further step is started.
         re-subscribe: calls ``next_step`` afresh (make it per-subscription to stay cold).
+        threads: any, one per subscription.
     """
 
     def subscribe(

@@ -81,6 +81,7 @@ def to_async_iterator(
         ``StopAsyncIteration``. error: buffered items, then the error is raised. cancel: ``aclose()``,
         a cancelled consumer, or an abandoned generator disposes the subscription and opens the gate.
         re-subscribe: every call makes an independent iterator with its own subscription.
+        threads: the event loop's only: items must arrive on it.
 
     Example:
         >>> import asyncio

@@ -62,6 +62,7 @@ def using_resource(
         warnings on the ``rxagent`` logger. While a completed/failed release is running, it finishes
         and the terminal signal is dropped. Nothing is emitted after dispose.
         re-subscribe: acquires a new resource; nothing is shared between subscriptions.
+        threads: the event loop's only.
 
     Example:
         >>> import asyncio, reactivex
