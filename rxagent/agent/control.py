@@ -15,6 +15,11 @@ from rxagent.session.keeper import Place
 __all__ = ["RunControl", "RunStatus"]
 
 
+_GUARD = threading.Lock()
+"""Guards every control's binding and interrupt flag: held for a few assignments, once or twice a run, so
+one lock serves them all (a lock per control was one more object per run for the garbage collector)."""
+
+
 def _nothing() -> None:
     """Unregisters a callback that ran at once (the run was interrupted already)."""
 
@@ -56,7 +61,6 @@ class RunControl:
     """
 
     def __init__(self) -> None:
-        self._guard = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._interrupted = False
         self._callbacks: list[Callable[[], None]] = []
@@ -76,7 +80,7 @@ class RunControl:
             ``True`` when a run was bound to receive it; ``False`` (a no-op) before the run is subscribed,
             after it has ended, or when it was already interrupted.
         """
-        with self._guard:
+        with _GUARD:
             loop = self._loop
             if loop is None or self._interrupted:
                 return False
@@ -131,7 +135,7 @@ class RunControl:
         Raises:
             RuntimeError: the control is bound to another run that has not ended.
         """
-        with self._guard:
+        with _GUARD:
             if self._loop is not None:
                 raise RuntimeError("this RunControl is already bound to a run that has not ended")
             self._loop, self._place, self._interrupted = loop, place, False
@@ -139,7 +143,7 @@ class RunControl:
 
     def unbind(self) -> None:
         """Detach from the ended run: later interrupts are no-ops until the next :meth:`bind`."""
-        with self._guard:
+        with _GUARD:
             self._loop, self._place = None, None
             self._callbacks.clear()
             waiting, self._idle = self._idle or (), None
@@ -151,7 +155,7 @@ class RunControl:
         """Wait until no run is bound: the bound run has ended and given its session back (a cancelled run
         records its end on the loop's next turns). Returns at once when none is bound. Await it on the
         run's loop."""
-        with self._guard:
+        with _GUARD:
             if self._loop is None:
                 return
             waiter = asyncio.get_running_loop().create_future()
