@@ -99,9 +99,18 @@ def run_events(
         gate: paces the loop step by step (``Agent.iter``; see :func:`~rxagent.agent.steps.run_loop`).
         deltas: per-token events are wanted. quiet: nobody watches the per-step events (``call``).
     """
-    life = _Lifecycle(agent, normalise_input(input), ctx or RuntimeContext(session_id=DEFAULT_SESSION))
-    life.control, life.deltas, life.quiet = control, deltas, quiet
-    life.record, life.run_id, life.deps, life.gate = record or agent.options.record_events, run_id, deps, gate
+    life = _Lifecycle(
+        agent,
+        normalise_input(input),
+        ctx or RuntimeContext(session_id=DEFAULT_SESSION),
+        control,
+        deltas=deltas,
+        quiet=quiet,
+        record=record or agent.options.record_events,
+        run_id=run_id,
+        deps=deps,
+        gate=gate,
+    )
     return using_resource(life.acquire, life.use, _release)
 
 
@@ -128,18 +137,31 @@ class _Lifecycle:
         "run_id",
     )
 
-    def __init__(self, agent: AnyAgent, run_input: RunInput, context: RuntimeContext) -> None:
+    def __init__(
+        self,
+        agent: AnyAgent,
+        run_input: RunInput,
+        context: RuntimeContext,
+        control: RunControl | None,
+        *,
+        deltas: bool,
+        quiet: bool,
+        record: bool,
+        run_id: str | None,
+        deps: object,
+        gate: StepGate | None,
+    ) -> None:
         self.agent = agent
         self.input = run_input
         self.context = context
         self.key = session_key(context)
-        self.control: RunControl | None = None
-        self.deltas = True
-        self.quiet = False
-        self.record = False
-        self.run_id: str | None = None
-        self.deps: object = None
-        self.gate: StepGate | None = None
+        self.control = control
+        self.deltas = deltas
+        self.quiet = quiet
+        self.record = record
+        self.run_id = run_id
+        self.deps = deps
+        self.gate = gate
 
     async def acquire(self) -> _Held:
         """Take the session's turn (bounded by ``session_wait``) and load its state."""
