@@ -53,7 +53,6 @@ from typing import TypeAlias, cast
 
 import reactivex
 from reactivex import Observable, abc
-from reactivex.disposable import Disposable
 from typing_extensions import TypeVar
 
 from rxagent.agent.decisions import after_tools, continue_reasoning
@@ -350,7 +349,7 @@ def _gated(
                 chosen.remove_done_callback(resolved)
 
             chosen.add_done_callback(resolved)
-            slot.current = Disposable(forget)
+            slot.current = Slot(forget)  # a loop-bound disposable that forgets the gate
 
         ask(node)
         return slot
