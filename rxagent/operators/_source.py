@@ -16,6 +16,7 @@ their :class:`~rxagent.operators._slot.Slot`.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any, TypeAlias, TypeVar
 
@@ -35,9 +36,29 @@ class Source(Observable[_T]):
     """An observable made by rxagent whose subscribe function keeps the promises of this module."""
 
     def __init__(self, subscribe: Subscribe[_T]) -> None:
-        super().__init__(subscribe)
+        # Not Observable.__init__: it makes an RLock per observable (and rxagent makes several per agent
+        # step); the few reactivex operators that lock their source (take_while, delay, …) get one from
+        # `lock` when they first ask.
+        self._subscribe = subscribe
+        self._lock: threading.RLock | None = None
         self.direct = subscribe
         """The subscribe function, for :func:`subscribe_to`."""
+
+    @property
+    def lock(self) -> threading.RLock:  # pyright: ignore[reportIncompatibleVariableOverride]
+        """The observable's lock, for reactivex operators that synchronise on their source; made on first
+        use (once, whichever thread asks first)."""
+        lock = self._lock
+        if lock is None:
+            with _MAKING_LOCKS:
+                lock = self._lock
+                if lock is None:
+                    lock = self._lock = threading.RLock()
+        return lock
+
+
+_MAKING_LOCKS = threading.Lock()
+"""Makes a :class:`Source`'s lock once when two threads ask for it at the same moment."""
 
 
 class _Callbacks(abc.ObserverBase[_T]):

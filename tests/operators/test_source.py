@@ -227,3 +227,16 @@ def test_a_slot_runs_its_action_once_and_disposes_what_it_holds() -> None:
     assert actions == ["action"]
     slot.current = Disposable(lambda: disposed.append("late"))  # after dispose: disposed at once
     assert disposed == ["first", "second", "late"]
+
+
+async def test_a_source_makes_its_lock_only_for_the_reactivex_operators_that_ask() -> None:
+    # No RLock per observable (several per agent step); take_while synchronises on its source's lock.
+    source = from_async_iterable(Counter(5))
+    assert isinstance(source, Source)
+    assert source._lock is None  # pyright: ignore[reportPrivateUsage]
+    seen = await expect(source.pipe(ops.take_while(lambda item: item < 3)))
+    assert seen.items == [0, 1, 2]
+    assert seen.outcome == Outcome.completed()
+    made = source._lock  # pyright: ignore[reportPrivateUsage]
+    assert made is not None  # take_while asked for it
+    assert source.lock is made
