@@ -20,17 +20,25 @@ Measured with ``time.process_time`` (every thread of the process: the SQLite sto
   existed, ÷ sessions. Idle sessions are those whose projection the agent keeps in memory between turns
   (the in-memory store also holds every session's log).
 
-Each configuration runs twice over: with Python's collector thresholds (700, 10, 10), and with the first
-threshold ``rxagent serve`` sets (:data:`rxagent.cli.SERVE_GC_THRESHOLD`; the library itself leaves the
-collector alone). ``--gc-threshold N`` runs only ``gc.set_threshold(N, 10, 10)``. With 1 000 turns going at
-once, each keeps a few hundred container objects alive (its subscriptions, its messages); under Python's
-thresholds they reach the old generation, whose full collections then walk every session's history.
+Each configuration runs twice over (``--gc both``, the default): with Python's own collector settings
+(thresholds 700, 10, 10, nothing frozen), and with the first threshold ``rxagent serve`` sets
+(:data:`rxagent.cli.SERVE_GC_THRESHOLD`; the library itself leaves the collector alone). ``--gc default``
+runs only the first, what a notebook or a batch job gets; ``--gc serve`` only the second;
+``--gc-threshold N`` only ``gc.set_threshold(N, 10, 10)``. With 1 000 turns going at once, each keeps its
+container objects alive (its subscriptions, its messages: ``bench/turn_objects.py`` counts them); under
+Python's thresholds they reach the old generation, whose full collections then walk every session's
+history.
 
-Last line ``soak_round_ratio: X``: the worst round 10 ÷ round 2 over the stores, at ``--sessions``, with
-Python's thresholds (or the one given).
+Last lines, for the first setting run (Python's own unless ``--gc serve`` or ``--gc-threshold``), one per
+store, the SQLite size ratio last::
 
-Run: ``.venv/bin/python bench/soak.py [--sessions N] [--rounds N] [--repeats N] [--gc-threshold N]``
-(about 10 minutes on 2 cores).
+    memory_round_ratio: X    round 10 / round 2 at --sessions sessions (goal <= 1.3)
+    sqlite_round_ratio: X
+    memory_size_ratio: X     CPU per turn at --sessions sessions / at a tenth of them (goal <= 1.2)
+    sqlite_size_ratio: X
+
+Run: ``.venv/bin/python bench/soak.py [--gc default|serve|both] [--sessions N] [--rounds N] [--repeats N]
+[--gc-threshold N]`` (about 10 minutes on 2 cores for both settings).
 """
 
 from __future__ import annotations
@@ -170,10 +178,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=2, help="runs of each configuration (alternating)")
     parser.add_argument(
+        "--gc",
+        choices=["default", "serve", "both"],
+        default="both",
+        help="collector settings: Python's own, rxagent serve's threshold, or both (in that order)",
+    )
+    parser.add_argument(
         "--gc-threshold",
         type=int,
         metavar="N",
-        help="run with gc.set_threshold(N, 10, 10) (default: Python's 700): an application's tuning",
+        help="run only with gc.set_threshold(N, 10, 10): an application's tuning (overrides --gc)",
     )
     parser.add_argument("--one", choices=["memory", "sqlite"], help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -184,13 +198,20 @@ def main() -> None:
         return
     if args.rounds < 3 or args.sessions < 100 or args.repeats < 1:
         parser.error("--rounds must be at least 3, --sessions at least 100, --repeats at least 1")
-    tunings = [args.gc_threshold] if args.gc_threshold is not None else [None, SERVE_GC_THRESHOLD]
+    settings: dict[str, list[int | None]] = {
+        "default": [None],
+        "serve": [SERVE_GC_THRESHOLD],
+        "both": [None, SERVE_GC_THRESHOLD],
+    }
+    tunings = [args.gc_threshold] if args.gc_threshold is not None else settings[args.gc]
     few = args.sessions // 10
     worst: dict[int | None, tuple[float, float]] = {}
+    figures: dict[int | None, dict[str, tuple[float, float]]] = {}
     for threshold in tunings:
         print(f"gc thresholds: {(threshold, 10, 10) if threshold else gc.get_threshold()}")
         round_ratios: list[float] = []
         size_ratios: list[float] = []
+        figures[threshold] = {}
         for kind in ("memory", "sqlite"):
             # Alternating, so that a change in the machine's load falls on both sizes alike; medians.
             small: list[tuple[float, float]] = []
@@ -203,6 +224,7 @@ def main() -> None:
             size_ratio = statistics.median(t for _, t in large) / statistics.median(t for _, t in small)
             round_ratios.append(round_ratio)
             size_ratios.append(size_ratio)
+            figures[threshold][kind] = (round_ratio, size_ratio)
             print(
                 f"{kind}, medians of {args.repeats}: round {args.rounds} / round 2 at {args.sessions} "
                 f"sessions: {round_ratio:.2f}; CPU per turn at {args.sessions} sessions / at {few}: "
@@ -213,7 +235,11 @@ def main() -> None:
     for threshold, (round_ratio, size_ratio) in worst.items():
         label = f"gc threshold {threshold}" if threshold else "Python's gc thresholds"
         print(f"{label}: worst round ratio {round_ratio:.2f}, worst size ratio {size_ratio:.2f}")
-    print(f"soak_round_ratio: {worst[tunings[0]][0]:.2f}")
+    first = figures[tunings[0]]
+    for kind in ("memory", "sqlite"):
+        print(f"{kind}_round_ratio: {first[kind][0]:.2f}")
+    for kind in ("memory", "sqlite"):
+        print(f"{kind}_size_ratio: {first[kind][1]:.2f}")
 
 
 if __name__ == "__main__":

@@ -37,10 +37,9 @@ from datetime import UTC, datetime
 from typing import IO, Any, TypeVar
 
 from reactivex import Observable, abc
-from reactivex.disposable import Disposable
 
 from rxagent.context import RunContext
-from rxagent.operators import Operator, Source, subscribe_to
+from rxagent.operators import Operator, Source, subscribe_through
 
 __all__ = ["JsonLogFormatter", "RunLogFilter", "current_run", "json_log_handler", "with_current_run"]
 
@@ -88,12 +87,9 @@ def with_current_run(ctx: RunContext[object]) -> Operator[_T, _T]:
         ) -> abc.DisposableBase:
             token = _current_run.set(ctx)
             try:
-                inner = subscribe_to(
-                    source, observer.on_next, observer.on_error, observer.on_completed, scheduler
-                )
+                return subscribe_through(source, observer, scheduler)  # no link of its own
             finally:
                 _current_run.reset(token)
-            return Disposable(inner.dispose)
 
         return Source(subscribe)
 

@@ -105,7 +105,6 @@ except ImportError as missing:
         "rxagent.telemetry needs OpenTelemetry's API and SDK: pip install 'rxagent[otel]'"
     ) from missing
 from reactivex import Observable, abc
-from reactivex.disposable import Disposable
 
 from rxagent.agent.inputs import RunInput
 from rxagent.agent.middleware import Middleware
@@ -113,7 +112,7 @@ from rxagent.chunks import ChatChunk, Usage
 from rxagent.context import RunContext, RuntimeContext, TraceParent, is_trace_id, run_context_of
 from rxagent.events import AgentEvent, AgentResult, ErrorEvent, UsageTotals
 from rxagent.messages import Msg, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
-from rxagent.operators import MessageFold, Outcome, Source, subscribe_to
+from rxagent.operators import NO_SUBSCRIPTION, MessageFold, Outcome, Slot, Source, subscribe_to
 from rxagent.requests import ChatRequest
 from rxagent.tools import ToolCallSettled, ToolEvent, ToolInvocation
 
@@ -377,7 +376,7 @@ def _traced(open_span: Callable[[], _Watch[_T]], source: Callable[[], Observable
         except Exception as error:
             otel_context.detach(token)
             on_error(error)
-            return Disposable()
+            return NO_SUBSCRIPTION
         try:
             inner = subscribe_to(upstream, on_next, on_error, on_completed, scheduler)
         finally:
@@ -389,7 +388,7 @@ def _traced(open_span: Callable[[], _Watch[_T]], source: Callable[[], Observable
             finally:
                 watch.close(Outcome.cancelled())
 
-        return Disposable(dispose)
+        return Slot(dispose)  # loop-bound: no RLock per traced call
 
     return Source(subscribe)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from pydantic import JsonValue
-from reactivex import Observable
+from reactivex import Observable, abc
 from typing_extensions import TypeVar
 
 from rxagent.agent.decisions import after_acting
@@ -32,7 +32,7 @@ from rxagent.events import (
     ToolSuspended,
 )
 from rxagent.messages import Msg, ToolUseBlock
-from rxagent.operators import frame, sync_of
+from rxagent.operators import Frame, Source, sync_of
 from rxagent.state import PendingCall
 from rxagent.tools import (
     ToolBatchFinished,
@@ -76,23 +76,63 @@ def act_step(
 
 def _acting(run: RunState, node: Act, decide: ActingDecision[_To]) -> Observable[StepOutput[_To | Finish]]:
     deps = run.deps
-    head = deps.head
-    quiet = deps.quiet
-    durations: dict[str, float] = {}
-    outcome: list[ToolBatchFinished] = []
+    opening = [*run.phase_to("TOOL_PENDING"), *run.phase_to("TOOL_EXECUTING")]
+    tools = deps.executor.execute(node.calls, deps.view, run.ctx, approved=node.approved)
+    until = deps.control.on_interrupt
 
-    def on_tool_event(event: ToolEvent) -> list[AgentEvent]:
+    def subscribe(
+        observer: abc.ObserverBase[StepOutput[_To | Finish]], scheduler: abc.SchedulerBase | None = None
+    ) -> abc.DisposableBase:
+        acting = _Acting(observer, scheduler, run, node, decide)
+        return acting.attach(tools, before=opening.__iter__, until=until)
+
+    return Source(subscribe)
+
+
+class _Acting(Frame[ToolEvent, StepOutput[_To | Finish]]):
+    """One batch of the acting step as it runs: what its tools' events become, and what follows it.
+
+    A :class:`~rxagent.operators.Frame` with methods, not ``frame`` with closures: a run waiting for its
+    tools keeps it alive, and the garbage collector walks every object a run keeps (see
+    ``rxagent/operators/_source.py``).
+    """
+
+    __slots__ = ("_decide", "_durations", "_node", "_outcome", "_run")
+
+    def __init__(
+        self,
+        observer: abc.ObserverBase[StepOutput[_To | Finish]],
+        scheduler: abc.SchedulerBase | None,
+        run: RunState,
+        node: Act,
+        decide: ActingDecision[_To],
+    ) -> None:
+        super().__init__(observer, scheduler)
+        self._run = run
+        self._node = node
+        self._decide = decide
+        self._durations: dict[str, float] | None = None
+        self._outcome: ToolBatchFinished | None = None
+
+    def each(self, value: ToolEvent) -> Sequence[AgentEvent]:
+        """A tool event as the run's events (none for those only the batch's end needs)."""
+        run, event = self._run, value
         if isinstance(event, ToolCallSettled):
-            durations[event.call.id] = event.duration_s
+            if self._durations is None:
+                self._durations = {}
+            self._durations[event.call.id] = event.duration_s
             run.in_flight[event.call.id] = event.result
             return []
         if isinstance(event, ToolBatchFinished):
-            outcome.append(event)
+            if self._outcome is None:
+                self._outcome = event
             return []
         if isinstance(event, ToolCallNested):
             return _nested(run, event.event)
-        if quiet:
+        deps = run.deps
+        if deps.quiet:
             return []
+        head = deps.head
         if isinstance(event, ToolBodyStarted):
             return [ToolExecutionStarted(**head, call=event.call)]
         if isinstance(event, ToolCallProgress):
@@ -111,19 +151,24 @@ def _acting(run: RunState, node: Act, decide: ActingDecision[_To]) -> Observable
             return [ToolPermissionAsked(**head, call=event.call, reason=event.decision.reason)]
         return [ToolSuspended(**head, call=event.call)]
 
-    def done() -> list[StepOutput[_To | Finish]]:
-        if not outcome:
-            if deps.control.interrupted:  # cut short: the loop goes to Interrupt, which settles the calls
+    def after(self) -> list[StepOutput[_To | Finish]]:
+        """The batch's results, the repeat guard, and the node after it."""
+        run, batch = self._run, self._outcome
+        if batch is None:
+            if run.deps.control.interrupted:  # cut short: the loop goes to Interrupt, which settles the calls
                 return []
             raise RuntimeError("the tool executor completed without finishing the batch")
-        batch = outcome[0]
-        closing: list[StepOutput[_To | Finish]] = [*_batch_done(run, node, batch, durations)]
-        closing.append(Next(decide(batch, run)))
+        events = _batch_done(run, self._node, batch, self._durations or {})
+        closing: list[StepOutput[_To | Finish]] = [*events]
+        closing.append(Next(self._decide(batch, run)))
         return closing
 
-    def system_error(error: Exception) -> Observable[StepOutput[_To | Finish]] | None:
+    def recover(self, error: Exception) -> Observable[StepOutput[_To | Finish]] | None:
+        """The tools' infrastructure failed: the run finishes with an error (a tool's errors are results)."""
         if not isinstance(error, ToolSystemError):
             return None
+        run = self._run
+        head = run.deps.head
         report: list[StepOutput[_To | Finish]] = [
             ErrorEvent(**head, error_type=type(error).__name__, message=str(error))
         ]
@@ -135,17 +180,6 @@ def _acting(run: RunState, node: Act, decide: ActingDecision[_To]) -> Observable
             report.extend(run.settle(cut_short, "error", answer_waiting=False))
         report.append(Next(Finish("ERROR", None, detail=f"tool system error: {error}")))
         return sync_of(*report)
-
-    opening = [*run.phase_to("TOOL_PENDING"), *run.phase_to("TOOL_EXECUTING")]
-    return deps.executor.execute(node.calls, deps.view, run.ctx, approved=node.approved).pipe(
-        frame(
-            on_tool_event,
-            before=lambda: opening,
-            after=done,
-            recover=system_error,
-            until=deps.control.on_interrupt,
-        )
-    )
 
 
 def _nested(run: RunState, event: AgentEvent) -> list[AgentEvent]:

@@ -14,6 +14,34 @@ from rxagent.session.keeper import Place
 
 __all__ = ["RunControl", "RunStatus"]
 
+
+_GUARD = threading.Lock()
+"""Guards every control's binding and interrupt flag: held for a few assignments, once or twice a run, so
+one lock serves them all (a lock per control was one more object per run for the garbage collector)."""
+
+
+def _nothing() -> None:
+    """Unregisters a callback that ran at once (the run was interrupted already)."""
+
+
+class _Registration:
+    """Unregisters an interrupt callback when called: one object per step that listens, not a closure."""
+
+    __slots__ = ("_callback", "_callbacks")
+
+    def __init__(self, callbacks: list[Callable[[], None]], callback: Callable[[], None]) -> None:
+        self._callbacks = callbacks
+        self._callback = callback
+
+    def __call__(self) -> None:
+        # By identity (`remove` compares with ==, and two bound methods of one object are equal).
+        callbacks, callback = self._callbacks, self._callback
+        for at in range(len(callbacks) - 1, -1, -1):
+            if callbacks[at] is callback:
+                del callbacks[at]
+                return
+
+
 RunStatus: TypeAlias = Literal["idle", "queued", "running"]
 """Where the run a :class:`RunControl` watches stands: none bound, waiting for its session, or running."""
 
@@ -33,12 +61,11 @@ class RunControl:
     """
 
     def __init__(self) -> None:
-        self._guard = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._interrupted = False
         self._callbacks: list[Callable[[], None]] = []
         self._place: Place | None = None
-        self._idle: list[asyncio.Future[None]] = []
+        self._idle: list[asyncio.Future[None]] | None = None  # made by the first wait_idle
         self.inbox: deque[tuple[Msg, bool]] = deque()
 
     def interrupt(self) -> bool:
@@ -53,7 +80,7 @@ class RunControl:
             ``True`` when a run was bound to receive it; ``False`` (a no-op) before the run is subscribed,
             after it has ended, or when it was already interrupted.
         """
-        with self._guard:
+        with _GUARD:
             loop = self._loop
             if loop is None or self._interrupted:
                 return False
@@ -97,14 +124,9 @@ class RunControl:
         """
         if self._interrupted:
             callback()
-            return lambda: None
+            return _nothing
         self._callbacks.append(callback)
-
-        def unregister() -> None:
-            if callback in self._callbacks:
-                self._callbacks.remove(callback)
-
-        return unregister
+        return _Registration(self._callbacks, callback)
 
     def bind(self, loop: asyncio.AbstractEventLoop, place: Place | None = None) -> None:
         """Attach the control to a run starting on ``loop`` (the agent does this at subscription), and to
@@ -113,7 +135,7 @@ class RunControl:
         Raises:
             RuntimeError: the control is bound to another run that has not ended.
         """
-        with self._guard:
+        with _GUARD:
             if self._loop is not None:
                 raise RuntimeError("this RunControl is already bound to a run that has not ended")
             self._loop, self._place, self._interrupted = loop, place, False
@@ -121,10 +143,10 @@ class RunControl:
 
     def unbind(self) -> None:
         """Detach from the ended run: later interrupts are no-ops until the next :meth:`bind`."""
-        with self._guard:
+        with _GUARD:
             self._loop, self._place = None, None
             self._callbacks.clear()
-            waiting, self._idle = self._idle, []
+            waiting, self._idle = self._idle or (), None
         for waiter in waiting:  # the run unbinds on its loop, where they wait
             if not waiter.done():
                 waiter.set_result(None)
@@ -133,9 +155,11 @@ class RunControl:
         """Wait until no run is bound: the bound run has ended and given its session back (a cancelled run
         records its end on the loop's next turns). Returns at once when none is bound. Await it on the
         run's loop."""
-        with self._guard:
+        with _GUARD:
             if self._loop is None:
                 return
             waiter = asyncio.get_running_loop().create_future()
+            if self._idle is None:
+                self._idle = []
             self._idle.append(waiter)
         await waiter

@@ -36,15 +36,14 @@ repeat and refuses to start while any other waits to be reconciled.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import reactivex
 from pydantic import JsonValue
-from reactivex import Observable
+from reactivex import Observable, abc
 from reactivex import operators as ops
 
 from rxagent.agent.control import RunControl
@@ -57,16 +56,16 @@ from rxagent.agent.inputs import (
     ToolDecision,
     normalise_input,
 )
-from rxagent.agent.middleware import chain, has_hooks
+from rxagent.agent.middleware import chain, has_hooks, watches_events
 from rxagent.agent.nodes import Start
 from rxagent.agent.run import RunState, new_run
 from rxagent.agent.sessions import session_key
 from rxagent.agent.steps import StepGate, recover, run_loop
 from rxagent.context import RuntimeContext
-from rxagent.events import AgentEvent, RunReason
+from rxagent.events import AgentEvent, AgentResult, RunReason
 from rxagent.logs import with_current_run
 from rxagent.messages import new_id
-from rxagent.operators import Outcome, frame_pushing, using_resource
+from rxagent.operators import Outcome, Relay, Source, using_resource
 from rxagent.session import Claim, Place, SessionBusy, answers_of
 from rxagent.session.reconcile import UncertainToolCallsError, never_started
 from rxagent.state import DEFAULT_SESSION, PendingCall, SessionKey
@@ -74,7 +73,7 @@ from rxagent.state import DEFAULT_SESSION, PendingCall, SessionKey
 if TYPE_CHECKING:
     from rxagent.agent.react import AnyAgent
 
-__all__ = ["run_events"]
+__all__ = ["run_events", "run_result"]
 
 _log = logging.getLogger("rxagent")
 
@@ -100,44 +99,86 @@ def run_events(
         gate: paces the loop step by step (``Agent.iter``; see :func:`~rxagent.agent.steps.run_loop`).
         deltas: per-token events are wanted. quiet: nobody watches the per-step events (``call``).
     """
-    record = record or agent.options.record_events
-    context = ctx or RuntimeContext(session_id=DEFAULT_SESSION)
-    key = session_key(context)
-    run_input = normalise_input(input)
-    keeper = agent.keeper
+    life = _Lifecycle(
+        agent,
+        normalise_input(input),
+        ctx or RuntimeContext(session_id=DEFAULT_SESSION),
+        control,
+        deltas=deltas,
+        quiet=quiet,
+        record=record or agent.options.record_events,
+        run_id=run_id,
+        deps=deps,
+        gate=gate,
+    )
+    return using_resource(life.acquire, life.use, _release)
 
-    async def acquire() -> _Held:
-        run_control = control or RunControl()
-        place = keeper.place(key)
+
+class _Lifecycle:
+    """What :func:`run_events` was asked for, and how a run of it takes its session and starts
+    (``using_resource``'s acquire and use; the release is :func:`_release`).
+
+    One object with slots, not closures (the garbage collector walks every object a run keeps: see
+    ``rxagent/operators/_source.py``); a run lets go of it once started. Per subscription, the state is in
+    :class:`_Held`.
+    """
+
+    __slots__ = (
+        "agent",
+        "context",
+        "control",
+        "deltas",
+        "deps",
+        "gate",
+        "input",
+        "key",
+        "quiet",
+        "record",
+        "run_id",
+    )
+
+    def __init__(
+        self,
+        agent: AnyAgent,
+        run_input: RunInput,
+        context: RuntimeContext,
+        control: RunControl | None,
+        *,
+        deltas: bool,
+        quiet: bool,
+        record: bool,
+        run_id: str | None,
+        deps: object,
+        gate: StepGate | None,
+    ) -> None:
+        self.agent = agent
+        self.input = run_input
+        self.context = context
+        self.key = session_key(context)
+        self.control = control
+        self.deltas = deltas
+        self.quiet = quiet
+        self.record = record
+        self.run_id = run_id
+        self.deps = deps
+        self.gate = gate
+
+    async def acquire(self) -> _Held:
+        """Take the session's turn (bounded by ``session_wait``) and load its state."""
+        run_control = self.control or RunControl()
+        place = self.agent.keeper.place(self.key)
         run_control.bind(asyncio.get_running_loop(), place)
         try:
-            claim = await _claim(agent, place, key, run_input.decisions)
+            claim = await _claim(self.agent, place, self.key, self.input.decisions)
         except BaseException:
             run_control.unbind()
             raise
-        return _Held(claim, run_control)
+        return _Held(self.agent, self.key, self.context.trace_id, self.record, claim, run_control)
 
-    def use(held: _Held) -> Observable[AgentEvent]:
-        claim = held.claim
+    def use(self, held: _Held) -> Observable[AgentEvent]:
+        """Build the run on the session's state and run its loop."""
+        agent, claim, run_input = self.agent, held.claim, self.input
         recorder = claim.recorder
-
-        async def save(reason: RunReason, failure: Exception | None) -> None:
-            turn_id = held.turn_id
-            run_id = recorder.run_id  # not `run`: the run holds this closure
-            if failure is not None:
-                recorder.note("run_failed", {"run_id": run_id, "error": _describe(failure)})
-            else:
-                recorder.note("run_finished", {"run_id": run_id, "reason": reason})
-            if turn_id is not None and not claim.projection.state.pending:  # nothing left to answer
-                recorder.note("turn_finished", {"turn_id": turn_id, "reason": reason})
-            try:
-                await claim.flush()
-            except Exception as save_error:
-                if failure is None:
-                    raise
-                failure.add_note(f"recording the session after this error failed too: {save_error!r}")
-            held.saved = True
-
         run = new_run(
             agent.model,
             agent.toolkit,
@@ -146,81 +187,146 @@ def run_events(
             options=agent.options,
             middleware=agent.middleware,
             output_type=agent.output,
-            ctx=context,
-            deps=deps,
+            ctx=self.context,
+            deps=self.deps,
             state=claim.projection.state,
             control=held.control,
-            save=save,
+            save=held.save,
             recorder=recorder,
             permissions=agent.permissions,
             clock=agent.clock,
-            run_id=run_id,
-            quiet=quiet,
-            deltas=deltas,
+            run_id=self.run_id,
+            quiet=self.quiet,
+            deltas=self.deltas,
         )
         recorder.run_id = run.run_id
         run.repaired = claim.projection.memo.get("repair", run.repaired)
         held.run = run
         held.turn_id = _record_start(run, claim, run_input)
-        agent.sessions.run_started(key, run)
+        agent.sessions.run_started(self.key, run)
+        gate = self.gate
+        steps = agent.steps
 
         def loop(first: RunInput) -> Observable[AgentEvent]:
-            return run_loop(agent.steps, Start(first), run, gate=gate)
-
-        counter = itertools.count()
-        own_id = run.run_id
-
-        def stamp(event: AgentEvent, emit: Callable[[AgentEvent], None]) -> None:
-            # In the order subscribers see events, after any middleware; events of nested runs (an
-            # agent used as a tool) pass through with their own run's numbering.
-            if event.run_id == own_id:
-                event.seq = next(counter)
-            if record:
-                recorder.event(event)
-            emit(event)
+            return run_loop(steps, Start(first), run, gate=gate)
 
         events = chain(agent.middleware, "agent", run.ctx, loop)(run_input)
         if has_hooks(agent.middleware, "agent"):  # an agent hook's own StopRun or failure
             events = events.pipe(ops.catch(lambda error, _: recover(run, error) or reactivex.throw(error)))
         # The run's context is the current run while it subscribes: log lines its tasks write carry
         # its ids (rxagent.logs).
-        return events.pipe(frame_pushing(stamp), with_current_run(run.ctx))
+        return _stamped(events, held).pipe(with_current_run(run.ctx))
 
-    async def release(held: _Held, outcome: Outcome) -> None:
-        claim, run = held.claim, held.run
-        try:
-            if not held.saved and run is not None:
-                if outcome.kind == "cancelled":
-                    # What happened stays recorded: finished calls keep their results.
-                    cancelled = "The run was cancelled before this call finished."
-                    run.settle(cancelled, "interrupted", answer_waiting=False)
-                    claim.recorder.note("run_cancelled", {"run_id": run.run_id})
-                else:
-                    error = outcome.error
-                    why = _describe(error) if error is not None else "it ended before its result"
-                    claim.recorder.note("run_failed", {"run_id": run.run_id, "error": why})
-            try:  # what came after the run's ending was recorded (its result event, if recorded)
-                await claim.flush()
-            except Exception:
-                if not held.saved:
-                    raise
-                ids = {"trace_id": context.trace_id, "session_id": key[1]}
-                if run is not None:
-                    ids["run_id"] = run.run_id
-                _log.warning(
-                    "rxagent: recording the end of a run of %r failed", key[1], exc_info=True, extra=ids
-                )
-        finally:
+
+async def _release(held: _Held, outcome: Outcome) -> None:
+    """Save on every ending (complete, failure, cancel), then hand the session to the next run.
+
+    A function of the holder, not a method of the lifecycle: the resource's subscription keeps it for the
+    whole run, and a module's function is no object of the run's.
+    """
+    agent, key = held.agent, held.key
+    claim, run = held.claim, held.run
+    try:
+        if not held.saved and run is not None:
+            if outcome.kind == "cancelled":
+                # What happened stays recorded: finished calls keep their results.
+                cancelled = "The run was cancelled before this call finished."
+                run.settle(cancelled, "interrupted", answer_waiting=False)
+                claim.recorder.note("run_cancelled", {"run_id": run.run_id})
+            else:
+                error = outcome.error
+                why = _describe(error) if error is not None else "it ended before its result"
+                claim.recorder.note("run_failed", {"run_id": run.run_id, "error": why})
+        try:  # what came after the run's ending was recorded (its result event, if recorded)
+            await claim.flush()
+        except Exception:
+            if not held.saved:
+                raise
+            ids = {"trace_id": held.trace_id, "session_id": key[1]}
             if run is not None:
-                claim.projection.memo["repair"] = run.repaired
-                agent.sessions.run_ended(key, run)  # what was steered too late goes back to the handle
-            held.run = None  # the run's save closure holds the holder: cut the cycle
-            try:
-                await keeper.release(claim)
-            finally:
-                held.control.unbind()
+                ids["run_id"] = run.run_id
+            _log.warning("rxagent: recording the end of a run of %r failed", key[1], exc_info=True, extra=ids)
+    finally:
+        if run is not None:
+            claim.projection.memo["repair"] = run.repaired
+            agent.sessions.run_ended(key, run)  # what was steered too late goes back to the handle
+        held.run = None  # the run's save (a method of the holder) holds the holder: cut the cycle
+        try:
+            await agent.keeper.release(claim)
+        finally:
+            held.control.unbind()
 
-    return using_resource(acquire, use, release)
+
+def _stamped(events: Observable[AgentEvent], held: _Held) -> Observable[AgentEvent]:
+    """``events`` numbered (``seq``) in the order subscribers see them, after any middleware, and written to
+    the session's log when the run records its events."""
+
+    def subscribe(
+        observer: abc.ObserverBase[AgentEvent], scheduler: abc.SchedulerBase | None = None
+    ) -> abc.DisposableBase:
+        return _Stamp(observer, held).attach(events, scheduler)
+
+    return Source(subscribe)
+
+
+class _Stamp(Relay[AgentEvent]):
+    """One subscription of :func:`_stamped` (one object with slots: see ``rxagent/operators/_source.py``)."""
+
+    __slots__ = ("_count", "_own_id", "_recorder")
+
+    def __init__(self, observer: abc.ObserverBase[AgentEvent], held: _Held) -> None:
+        super().__init__(observer)
+        run = held.run
+        assert run is not None  # stamped once the run is built
+        self._own_id = run.run_id
+        self._recorder = held.claim.recorder if held.record else None
+        self._count = 0
+
+    def on_next(self, value: AgentEvent) -> None:
+        if self.stopped or self.is_disposed:
+            return
+        # Events of nested runs (an agent used as a tool) pass with their own run's numbering.
+        if value.run_id == self._own_id:
+            value.seq = self._count
+            self._count += 1
+        if self._recorder is not None:
+            self._recorder.event(value)
+        self._observer.on_next(value)
+
+
+def run_result(
+    agent: AnyAgent, input: AgentInput, ctx: RuntimeContext | None, control: RunControl | None, deps: object
+) -> Observable[AgentResult]:
+    """The events of one run filtered to its own :class:`~rxagent.events.AgentResult` (what
+    ``Agent.call_observable`` returns; the results of nested runs carry this run's id as their parent).
+
+    Nobody sees the other events unless a middleware hook does: when none watches them (see
+    :func:`~rxagent.agent.middleware.watches_events`), the run is quiet and builds no per-step events.
+    """
+    watched = watches_events(agent.middleware)
+    parent = ctx.parent_run_id if ctx is not None else None
+    events = run_events(agent, input, ctx, control, deltas=watched, quiet=not watched, deps=deps)
+
+    def subscribe(
+        observer: abc.ObserverBase[AgentResult], scheduler: abc.SchedulerBase | None = None
+    ) -> abc.DisposableBase:
+        return _OwnResult(observer, parent).attach(events, scheduler)
+
+    return Source(subscribe)
+
+
+class _OwnResult(Relay[AgentEvent]):
+    """One subscription of :func:`run_result`: passes the run's own result only."""
+
+    __slots__ = ("_parent",)
+
+    def __init__(self, observer: abc.ObserverBase[AgentResult], parent: str | None) -> None:
+        super().__init__(cast("abc.ObserverBase[AgentEvent]", observer))  # it is given AgentResults only
+        self._parent = parent
+
+    def on_next(self, value: AgentEvent) -> None:
+        if isinstance(value, AgentResult) and value.parent_run_id == self._parent:
+            super().on_next(value)
 
 
 async def _claim(
@@ -266,12 +372,41 @@ async def _refuse_taken(
 
 @dataclass(slots=True)
 class _Held:
+    """One run's hold on its session (what ``acquire`` returns): the claim, and what the run did with it.
+
+    It keeps what the release needs of the run's :class:`_Lifecycle`, not the lifecycle (and its input),
+    which the run no longer needs once it has started."""
+
+    agent: AnyAgent
+    key: SessionKey
+    trace_id: str
+    record: bool
+    """Every event of the run goes to the session's log too."""
     claim: Claim
     control: RunControl
     run: RunState | None = None
     turn_id: str | None = None
     saved: bool = False
     """The run recorded (or tried to, for a failure) its ending: the release records no more."""
+
+    async def save(self, reason: RunReason, failure: Exception | None) -> None:
+        """The run's :data:`~rxagent.agent.run.SaveRun`: record how it ended, then write the log."""
+        claim, turn_id = self.claim, self.turn_id
+        recorder = claim.recorder
+        run_id = recorder.run_id
+        if failure is not None:
+            recorder.note("run_failed", {"run_id": run_id, "error": _describe(failure)})
+        else:
+            recorder.note("run_finished", {"run_id": run_id, "reason": reason})
+        if turn_id is not None and not claim.projection.state.pending:  # nothing left to answer
+            recorder.note("turn_finished", {"turn_id": turn_id, "reason": reason})
+        try:
+            await claim.flush()
+        except Exception as save_error:
+            if failure is None:
+                raise
+            failure.add_note(f"recording the session after this error failed too: {save_error!r}")
+        self.saved = True
 
 
 def _describe(error: BaseException) -> str:

@@ -13,7 +13,6 @@ from typing import Generic, Never, TypeAlias, Unpack, cast
 
 from pydantic import JsonValue
 from reactivex import Observable
-from reactivex import operators as ops
 from typing_extensions import TypeVar
 
 from rxagent.agent.compose import AgentToolOptions, MapRunsOptions, RunOutcome, agent_tool, map_runs
@@ -22,10 +21,10 @@ from rxagent.agent.inputs import (
     AgentInput,
 )
 from rxagent.agent.iteration import AgentRun
-from rxagent.agent.lifecycle import run_events
+from rxagent.agent.lifecycle import run_events, run_result
 from rxagent.agent.live import SessionHandle
 from rxagent.agent.loop import react_steps
-from rxagent.agent.middleware import AnyMiddleware, watches_events
+from rxagent.agent.middleware import AnyMiddleware
 from rxagent.agent.nodes import Node, Steps
 from rxagent.agent.options import AgentOptions
 from rxagent.agent.sessions import Sessions
@@ -172,16 +171,8 @@ class Agent(Generic[DepsT, OutputT]):
         :func:`~rxagent.agent.middleware.watches_events`) the per-step ones are not even built (the
         result's ``seq`` then counts fewer events: it counts what the run emitted).
         """
-        watched = watches_events(self.middleware)
-        parent = ctx.parent_run_id if ctx is not None else None
-
-        def own_result(event: AgentEvent) -> bool:
-            # Results of nested runs (agents used as tools) carry this run's id as their parent.
-            return isinstance(event, AgentResult) and event.parent_run_id == parent
-
-        events = run_events(self, input, ctx, control, deltas=watched, quiet=not watched, deps=deps)
         # The result's structured value is this agent's output spec's, validated: of type OutputT.
-        return cast("Observable[AgentResult[OutputT]]", events.pipe(ops.filter(own_result)))
+        return cast("Observable[AgentResult[OutputT]]", run_result(self, input, ctx, control, deps))
 
     async def call(
         self,

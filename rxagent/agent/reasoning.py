@@ -41,7 +41,7 @@ from rxagent.events import (
 from rxagent.messages import Msg
 from rxagent.model.errors import ModelHTTPError
 from rxagent.model.types import ChatChunk, ChatModel, ChatRequest, ForceTool, ToolChoice, ToolSchema, Usage
-from rxagent.operators import MessageFold, frame_pushing, map_many, sync_of
+from rxagent.operators import Frame, MessageFold, Source, map_many, sync_of
 from rxagent.retry import RetryAttempt
 
 __all__ = ["ReasoningDecision", "build_request", "model_turn", "reason_step", "structured_path"]
@@ -280,21 +280,99 @@ def _model_call(
     deps = run.deps
     model = asked or deps.model
     call = chain(deps.middleware, "model_call", run.ctx, model.stream)
-    fold = MessageFold()
-    started_at = time.perf_counter()
-    head = deps.head
-    quiet = deps.quiet
-    deltas = record and deps.deltas
-    iteration = run.iteration
+    opening: list[AgentEvent] = run.phase_to("THINKING") if record else []
+    if not deps.quiet:
+        opening.append(
+            ModelCallStarted(
+                **deps.head,
+                iteration=run.iteration,
+                model=model.model_name,
+                messages=len(request.messages),
+                tools=[t.name for t in request.tools],
+            )
+        )
+    source: Observable[ChatChunk | RetryAttempt] = call(request)
+    until = deps.control.on_interrupt
+    # Retries happen inside the model's stream; the budget's listener feeds them through `each`, so they
+    # surface as events in order, between the attempts, with no Subject in the hot path.
+    retries = deps.budget.add_listener
+    recovers = again if request.tool_choice is not None else None
 
-    make = _DeltaEvents(head)
+    def subscribe(
+        observer: abc.ObserverBase[StepOutput[Node]], scheduler: abc.SchedulerBase | None = None
+    ) -> abc.DisposableBase:
+        turn = _ModelCall(observer, scheduler, run, request, record, then, recovers)
+        return turn.attach(source, before=opening.__iter__, until=until, inject=retries)
 
-    # Per chunk: into the fold, and each delta out as one event, handed on as it is made (no container).
-    def on_item(item: ChatChunk | RetryAttempt, emit: Callable[[StepOutput[Node]], None]) -> None:
+    return Source(subscribe)
+
+
+class _ModelCall(Frame[ChatChunk | RetryAttempt, StepOutput[Node]]):
+    """One model call as it streams: its chunks folded and published as events, the message at the end.
+
+    A :class:`~rxagent.operators.Frame` with methods, not ``frame`` with closures: a run waiting for its
+    model keeps it alive, and the garbage collector walks every object a run keeps (see
+    ``rxagent/operators/_source.py``).
+    """
+
+    __slots__ = (
+        "_again",
+        "_deltas",
+        "_fold",
+        "_iteration",
+        "_make",
+        "_record",
+        "_request",
+        "_run",
+        "_started_at",
+        "_then",
+    )
+
+    def __init__(
+        self,
+        observer: abc.ObserverBase[StepOutput[Node]],
+        scheduler: abc.SchedulerBase | None,
+        run: RunState,
+        request: ChatRequest,
+        record: bool,
+        then: Callable[[Msg], Node] | None,
+        again: Callable[[], Observable[StepOutput[Node]]] | None,
+    ) -> None:
+        super().__init__(observer, scheduler)
+        self._run = run
+        self._request = request
+        self._record = record
+        self._then = then
+        self._again = again
+        """This turn again (one rung lower on the tool-choice ladder), when the request forces a tool."""
+        self._fold = MessageFold()
+        self._started_at = time.perf_counter()
+        self._deltas = record and run.deps.deltas
+        self._iteration = run.iteration
+        self._make = _DeltaEvents(run.deps.head)
+
+    def each(self, value: ChatChunk | RetryAttempt) -> list[StepOutput[Node]]:
+        """A chunk into the fold, and out as its delta events (a retry as its event)."""
+        produced: list[StepOutput[Node]] = []
+        self._take(value, produced.append)
+        return produced
+
+    def on_next(self, value: ChatChunk | RetryAttempt) -> None:
+        # Frame.on_next, each event handed on as it is made (no container per chunk: once per token).
+        if self.stopped or self.is_disposed:
+            return
+        try:
+            self._take(value, self._observer.on_next)
+        except Exception as error:  # the mapper's failure is the stream's failure
+            self.on_error(error)
+
+    def _take(self, item: ChatChunk | RetryAttempt, emit: Callable[[StepOutput[Node]], None]) -> None:
+        """``item`` into the fold, each delta out through ``emit`` as one event."""
+        fold, make = self._fold, self._make
         if isinstance(item, RetryAttempt):
             emit(
                 RetryScheduled(
-                    **head,
+                    **self._run.deps.head,
                     retry_number=item.retry_number,
                     delay_s=item.delay,
                     error=str(item.error),
@@ -302,7 +380,7 @@ def _model_call(
                 )
             )
             return
-        if not deltas:  # nobody sees deltas: fold only (the hot path of `call`)
+        if not self._deltas:  # nobody sees deltas: fold only (the hot path of `call`)
             fold.add(item)
             return
         if not item.tool_calls:
@@ -326,7 +404,10 @@ def _model_call(
             if delta.arguments:
                 emit(make.arguments(delta.index, call_id, delta.arguments))
 
-    def on_done() -> list[StepOutput[Node]]:
+    def after(self) -> list[StepOutput[Node]]:
+        """The folded message (into the history for a recorded turn), its events, and the next node."""
+        run, fold, record = self._run, self._fold, self._record
+        head = run.deps.head
         message = fold.message()
         usage = fold.usage
         run.usage.add(usage)
@@ -334,67 +415,38 @@ def _model_call(
             run.last_message = message
             run.state.messages.append(message)
         closing: list[StepOutput[Node]] = []
-        if not quiet:
+        if not run.deps.quiet:
             closing.append(
                 ModelCallFinished(
                     **head,
-                    iteration=iteration,
+                    iteration=self._iteration,
                     usage=usage if usage is not None else Usage(),
-                    latency_s=time.perf_counter() - started_at,
+                    latency_s=time.perf_counter() - self._started_at,
                     finish_reason=fold.finish_reason,
                 )
             )
             if record:
                 closing.extend(ToolCallCompleted(**head, call=c) for c in message.tool_calls)
                 closing.append(MessageCompleted(**head, message=message))
-        if then is not None:
-            closing.append(Next(then(message)))
+        if self._then is not None:
+            closing.append(Next(self._then(message)))
         return closing
 
-    opening: list[AgentEvent] = run.phase_to("THINKING") if record else []
-    if not quiet:
-        opening.append(
-            ModelCallStarted(
-                **head,
-                iteration=iteration,
-                model=model.model_name,
-                messages=len(request.messages),
-                tools=[t.name for t in request.tools],
-            )
-        )
-
-    def step_down(error: Exception) -> Observable[StepOutput[Node]] | None:
+    def recover(self, error: Exception) -> Observable[StepOutput[Node]] | None:
         """The model rejected the forced tool choice (400): retry this turn one rung lower on the ladder."""
-        if again is None or not isinstance(error, ModelHTTPError) or error.status != 400:
+        retry, run, request = self._again, self._run, self._request
+        if retry is None or not isinstance(error, ModelHTTPError) or error.status != 400:
             return None
-        retry = again
         run.tool_choice_rung += 1
         lower = _output_tool_choice(run, len(request.tools))
         if lower == request.tool_choice:
             return None
         note = ErrorEvent(
-            **head, error_type=type(error).__name__, message=f"{error}; retrying with tool_choice={lower!r}"
+            **run.deps.head,
+            error_type=type(error).__name__,
+            message=f"{error}; retrying with tool_choice={lower!r}",
         )
         return reactivex.concat(sync_of(note), reactivex.defer(lambda _: retry()))
-
-    recover = step_down if request.tool_choice is not None else None
-
-    # Retries happen inside the model's stream; the budget's listener feeds them through on_item, so
-    # they surface as events in order, between the attempts, with no Subject in the hot path.
-    def retries(push: Callable[[ChatChunk | RetryAttempt], None]) -> Callable[[], None]:
-        return deps.budget.add_listener(push)
-
-    source: Observable[ChatChunk | RetryAttempt] = call(request)
-    return source.pipe(
-        frame_pushing(
-            on_item,
-            before=lambda: opening,
-            after=on_done,
-            recover=recover,
-            until=deps.control.on_interrupt,
-            inject=retries,
-        )
-    )
 
 
 _new = object.__new__

@@ -395,9 +395,10 @@ def _deps_of(caller: RuntimeContext) -> object:
     return run.deps if run is not None else None
 
 
-def tool_interceptors(middleware: Sequence[AnyMiddleware]) -> list[ToolInterceptor]:
-    """The ``tool_call`` hooks of ``middleware``, as executor interceptors (outermost first)."""
-    return [m.tool_call for m in middleware if isinstance(m, Middleware) and has_hooks([m], "tool_call")]
+def tool_interceptors(middleware: Sequence[AnyMiddleware]) -> tuple[ToolInterceptor, ...]:
+    """The ``tool_call`` hooks of ``middleware``, as executor interceptors (outermost first; a tuple: none
+    is the empty tuple, no list per run)."""
+    return tuple(m.tool_call for m in middleware if isinstance(m, Middleware) and has_hooks([m], "tool_call"))
 
 
 def tool_view(toolkit: Toolkit, caller: RuntimeContext, state: AgentState) -> ToolView:

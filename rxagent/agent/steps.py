@@ -47,13 +47,12 @@ agent's lifecycle around it (:mod:`rxagent.agent.lifecycle`):
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import replace
-from typing import TypeAlias
+from typing import TypeAlias, cast
 
 import reactivex
 from reactivex import Observable, abc
-from reactivex.disposable import Disposable
 from typing_extensions import TypeVar
 
 from rxagent.agent.decisions import after_tools, continue_reasoning
@@ -72,13 +71,12 @@ from rxagent.events import (
 )
 from rxagent.messages import Msg
 from rxagent.operators import (
-    Push,
+    Frame,
     Slot,
     Source,
+    StepLoop,
     frame,
-    frame_pushing,
     from_async_iterable,
-    run_steps,
     subscribe_to,
     sync_of,
 )
@@ -153,40 +151,84 @@ def run_loop(
         gate). re-subscribe: not supported — a ``RunState`` is one run; the agent builds one per
         subscription.
     """
-    upcoming: list[Node] = [first]
-    control = run.deps.control
-    opening = True  # until the first step starts: its StepStarted goes after the run's RunStarted
 
-    # Pushes each event on as it comes (no container per event: deltas pass here once per token).
-    def take_next(item: StepOutput[Node], emit: Callable[[AgentEvent], None]) -> None:
+    def subscribe(
+        observer: abc.ObserverBase[AgentEvent], scheduler: abc.SchedulerBase | None = None
+    ) -> abc.DisposableBase:
+        # Steps[_N] is a Steps[Node] the loop reads only by node type (the checker verified the table).
+        loop = _Loop(observer, scheduler, cast("Steps[Node]", steps), first, run, gate)
+        loop.advance()
+        return loop
+
+    return Source(subscribe)
+
+
+class _Loop(StepLoop[AgentEvent]):
+    """One run of :func:`run_loop`: a :class:`~rxagent.operators.StepLoop` that knows which node comes
+    next and how each step starts.
+
+    Its methods, not closures over the run: a run in flight keeps its loop alive, and the garbage collector
+    walks every object a run keeps (see ``rxagent/operators/_source.py``).
+    """
+
+    __slots__ = ("_control", "_gate", "_opening", "_run", "_steps", "upcoming")
+
+    def __init__(
+        self,
+        observer: abc.ObserverBase[AgentEvent],
+        scheduler: abc.SchedulerBase | None,
+        steps: Steps[Node],
+        first: Node,
+        run: RunState,
+        gate: StepGate | None,
+    ) -> None:
+        super().__init__(observer, scheduler)
+        self._steps = steps
+        self._run = run
+        self._gate = gate
+        self._control = run.deps.control
+        self._opening = True  # until the first step starts: its StepStarted goes after the run's RunStarted
+        self.upcoming: Node | None = first
+        """The node the step that ran last named (``None`` once taken, or when it named none)."""
+
+    def take_next(self, item: StepOutput[Node]) -> Iterable[AgentEvent]:
+        """A step's item: its ``Next`` names the node after it, anything else is an event of the run."""
         if type(item) is Next:  # the last one counts (a hook may run a step twice)
-            upcoming[:] = (item.node,)
-        else:
-            emit(item)  # type: ignore[arg-type] - every other item is an event
+            self.upcoming = item.node
+            return ()
+        return (item,)  # type: ignore[return-value] - every other item is an event
 
-    def reach(node: Node) -> Node:
+    def reach(self, node: Node) -> Node:
         """The node the run goes to: once interrupted, ``Interrupt`` instead of any but a closing node."""
-        if control.interrupted and not _closing(node):
+        if self._control.interrupted and not _closing(node):
             return Interrupt()
         return node
 
-    def next_step() -> Observable[AgentEvent] | None:
+    def recover(self, error: Exception) -> Observable[AgentEvent] | None:
+        """How a failing step ends the run (see :func:`recover`)."""
+        return recover(self._run, error)
+
+    def next_step(self) -> Observable[AgentEvent] | None:
+        """The next step's events, or ``None`` once the run has ended."""
+        run = self._run
         if run.ended:
             return None
-        if not upcoming:
-            if not control.interrupted:
+        upcoming, self.upcoming = self.upcoming, None
+        if upcoming is None:
+            if not self._control.interrupted:
                 raise RuntimeError("a step completed without naming the next node (emit Next(node) last)")
-            upcoming.append(Interrupt())  # the interrupt cut the step short
-        node = reach(upcoming.pop())
-        if gate is not None:
-            return _gated(gate, node, run, reach, start)
-        return start(node)
+            upcoming = Interrupt()  # the interrupt cut the step short
+        node = self.reach(upcoming)
+        if self._gate is not None:
+            return _gated(self._gate, node, run, self.reach, self.start)
+        return self.start(node)
 
-    def start(node: Node) -> Observable[AgentEvent]:
-        nonlocal opening
-        step = steps.get(type(node))
+    def start(self, node: Node) -> Observable[AgentEvent]:
+        """The step of ``node``: told, hooked in its cut point, framed by the loop's guarantees."""
+        run, control = self._run, self._control
+        step = self._steps.get(type(node))
         if step is None:
-            known = ", ".join(sorted(t.__name__ for t in steps))
+            known = ", ".join(sorted(t.__name__ for t in self._steps))
             raise KeyError(f"no step for node {type(node).__name__} (steps: {known})")
         # Told before the step is built: a step may build events (and count its turn) as it is built.
         told: tuple[AgentEvent, ...] = ()
@@ -196,22 +238,24 @@ def run_loop(
         closing = _closing(node) or isinstance(node, Finish)  # the closing steps always run to their end
         if not closing and control.inbox and node.cut_point == "reasoning":
             told += tuple(take_inbox(run))
-        hooked = None if closing else _hooked(step, node, run, take_next, upcoming)
+        hooked = None if closing else _hooked(step, node, run, self)
         source: Observable[StepOutput[Node]] = step(node, run) if hooked is None else hooked
-        each: Push[StepOutput[Node], AgentEvent] = take_next if hooked is None else _events_only
-        first, opening = opening, False
-        before = after = None
-        if told and first:  # the run's first step: told after its RunStarted, which opens a run's events
-            opened = _Opening(told, each)
-            each, after = opened.each, opened.rest
-        elif told:
-            before = told.__iter__  # called as the step is subscribed
-        # `until`: an interrupt cuts a step that does not end itself on interrupt. The steps that do (a
-        # model call keeps what streamed so far) act first: interrupt callbacks run innermost first.
+        first, self._opening = self._opening, False
+        # The run's first step is told after its RunStarted (which opens a run's events), any other as it
+        # is subscribed. `until`: an interrupt cuts a step that does not end itself on interrupt; the steps
+        # that do (a model call keeps what streamed so far) act first: interrupt callbacks run innermost
+        # first.
+        before = told.__iter__ if told and not first else None
+        opening = told if first else ()
         until = None if closing else control.on_interrupt
-        return source.pipe(frame_pushing(each, before=before, after=after, until=until))
+        loop = self if hooked is None else None  # a hooked step's Next was taken out already
 
-    return run_steps(next_step, lambda error: recover(run, error))
+        def subscribe(
+            observer: abc.ObserverBase[AgentEvent], scheduler: abc.SchedulerBase | None = None
+        ) -> abc.DisposableBase:
+            return _StepFrame(observer, scheduler, loop, opening).attach(source, before=before, until=until)
+
+        return Source(subscribe)
 
 
 def _closing(node: Node) -> bool:
@@ -219,36 +263,56 @@ def _closing(node: Node) -> bool:
     return isinstance(node, Interrupt) or (isinstance(node, Finish) and node.reason == "INTERRUPTED")
 
 
-def _events_only(item: StepOutput[Node], emit: Callable[[AgentEvent], None]) -> None:
-    emit(item)  # type: ignore[arg-type] - a hooked step's Next was taken out already
+class _StepFrame(Frame[StepOutput[Node], AgentEvent]):
+    """One step as the loop runs it: its ``Next`` taken out (it names the node after it), its other items
+    passed on as the run's events.
 
+    The run's first step's ``StepStarted`` (and messages delivered before it) is told right after the
+    step's ``RunStarted`` (a run's events begin with it), or before its first item if that is another.
+    """
 
-class _Opening:
-    """The run's first step's ``StepStarted`` (and messages delivered before it), told right after the
-    step's ``RunStarted`` (a run's events begin with it), or before its first item if that is another."""
+    __slots__ = ("_loop", "_told")
 
-    __slots__ = ("_each", "_told")
-
-    def __init__(self, told: tuple[AgentEvent, ...], each: Push[StepOutput[Node], AgentEvent]) -> None:
+    def __init__(
+        self,
+        observer: abc.ObserverBase[AgentEvent],
+        scheduler: abc.SchedulerBase | None,
+        loop: _Loop | None,
+        told: tuple[AgentEvent, ...],
+    ) -> None:
+        super().__init__(observer, scheduler)
+        self._loop = loop
+        """Takes the step's ``Next`` (``None``: a hooked step, whose ``Next`` was taken out already)."""
         self._told = told
-        self._each = each
+        """The first step's events, until told."""
 
-    def each(self, item: StepOutput[Node], emit: Callable[[AgentEvent], None]) -> None:
-        told, self._told = self._told, ()
+    def each(self, value: StepOutput[Node]) -> Iterable[AgentEvent]:
+        loop = self._loop
+        produced = (value,) if loop is None else loop.take_next(value)
+        told = self._told
         if not told:
-            self._each(item, emit)
-        elif type(item) is RunStarted:
-            self._each(item, emit)
+            return produced  # type: ignore[return-value] - every item but a Next is an event
+        self._told = ()
+        if type(value) is RunStarted:
             for event in told:  # built just before it: the step started as the run did
-                event.time = item.time
-                emit(event)
-        else:
-            for event in told:
-                emit(event)
-            self._each(item, emit)
+                event.time = value.time
+            return (*produced, *told)  # type: ignore[return-value] - as above
+        return (*told, *produced)  # type: ignore[return-value] - as above
 
-    def rest(self) -> tuple[AgentEvent, ...]:
-        """What is still untold when the step ends (a step that emitted nothing)."""
+    def on_next(self, value: StepOutput[Node]) -> None:
+        # Frame.on_next without a container per item once the first events are told: a model call's
+        # deltas pass here once per token.
+        if self._told:
+            super().on_next(value)
+        elif not (self.stopped or self.is_disposed):
+            loop = self._loop
+            if loop is not None and type(value) is Next:  # the last one counts (a hook may run a step twice)
+                loop.upcoming = value.node
+            else:
+                self._observer.on_next(value)  # type: ignore[arg-type] - every item but a Next is an event
+
+    def after(self) -> tuple[AgentEvent, ...]:
+        """What is still untold when the step ends (a first step that emitted nothing)."""
         told, self._told = self._told, ()
         return told
 
@@ -297,7 +361,7 @@ def _gated(
                 chosen.remove_done_callback(resolved)
 
             chosen.add_done_callback(resolved)
-            slot.current = Disposable(forget)
+            slot.current = Slot(forget)  # a loop-bound disposable that forgets the gate
 
         ask(node)
         return slot
@@ -305,13 +369,7 @@ def _gated(
     return Source(subscribe)
 
 
-def _hooked(
-    step: Step[Node, Node],
-    node: Node,
-    run: RunState,
-    take_next: Push[StepOutput[Node], AgentEvent],
-    upcoming: list[Node],
-) -> Observable[AgentEvent] | None:
+def _hooked(step: Step[Node, Node], node: Node, run: RunState, loop: _Loop) -> Observable[AgentEvent] | None:
     """``step`` on ``node``, its ``Next`` taken out, wrapped in the node's cut point; ``None`` when the
     node has no cut point or no middleware hooks it.
 
@@ -321,9 +379,11 @@ def _hooked(
     that produced no message (``Finish(NO_ANSWER)``), or a batch that ran nothing (the next turn).
     """
 
+    take_next = loop.take_next
+
     def then_default() -> Observable[AgentEvent]:
-        if not upcoming and not run.ended:
-            upcoming.append(
+        if loop.upcoming is None and not run.ended:
+            loop.upcoming = (
                 after_tools(run)
                 if isinstance(node, Act)
                 else Finish("NO_ANSWER", None, detail="the reasoning step produced no message")
@@ -339,7 +399,7 @@ def _hooked(
 
         def reason(turn: ReasoningStep) -> Observable[AgentEvent]:
             hooked = replace(node, summarising=turn.summarising) if isinstance(node, Reason) else node
-            return step(hooked, run).pipe(frame_pushing(take_next))
+            return step(hooked, run).pipe(frame(take_next))
 
         hooked = chain(middleware, "reasoning", run.ctx, reason)(
             ReasoningStep(run.iteration + 1, summarising)
@@ -350,7 +410,7 @@ def _hooked(
     act = node
 
     def acting(turn: ActingStep) -> Observable[AgentEvent]:
-        return step(replace(act, calls=turn.calls), run).pipe(frame_pushing(take_next))
+        return step(replace(act, calls=turn.calls), run).pipe(frame(take_next))
 
     hooked = chain(middleware, "acting", run.ctx, acting)(ActingStep(run.iteration, act.calls))
     return reactivex.concat(hooked, reactivex.defer(lambda _: then_default()))

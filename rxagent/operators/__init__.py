@@ -5,10 +5,13 @@ private module (``_fold_message.py``, ``_using_resource.py``, …), as ``reactiv
 operator is cold and re-subscribable (per-subscription state lives inside ``subscribe``), and every
 source is loop-bound: it subscribes inside a running asyncio loop and disposing it cancels its task.
 
-The plumbing for writing fast loop-bound sources is public too: :class:`Source` and :func:`subscribe_to`
-(direct subscription, see ``_source.py``), :func:`deferred`, :class:`Slot`, :func:`running_loop` and
-:func:`start_task`; so are the :class:`MessageFold` accumulator behind ``fold_message`` and the
-:class:`KeyedSerializer` that makes runs on one session take turns.
+The plumbing for writing fast loop-bound sources is public too: :class:`Source`, :func:`subscribe_to`,
+:func:`subscribe_sink` and :func:`subscribe_through` (direct subscription, see ``_source.py``),
+:func:`deferred`, :func:`running_loop` and :func:`start_task`; the subscription objects a hot path
+subclasses instead of passing closures (:class:`Sink`, :class:`Relay`, :class:`Frame` for ``frame``,
+:class:`StepLoop` for ``run_steps``); the loop-bound disposables (:class:`Slot`, :data:`NO_SUBSCRIPTION`);
+the :class:`MessageFold` accumulator behind ``fold_message``, and the :class:`KeyedSerializer` that makes
+runs on one session take turns.
 
 The operators that wait (``retry_backoff``, ``timeout_total``) take a ``clock``: the running loop's by
 default, a :class:`~rxagent.clock.VirtualClock` in tests, which then assert exact waits without sleeping.
@@ -17,23 +20,38 @@ such as :class:`TqdmProgress` (a notebook widget or a terminal bar; tqdm is the 
 
 To everyone else they are ordinary ``reactivex`` observables. Among themselves the hot ones (``frame``,
 ``run_steps``, ``sync_of``, ``from_async_iterable``, ``using_resource``, ``to_async_iterator``) subscribe
-directly, without
-reactivex's per-subscribe wrapping (see ``_source.py`` for the promises that makes safe), and they
-leave no reference cycles behind: a finished agent run is freed by reference counting alone.
+directly, without reactivex's per-subscribe wrapping (see ``_source.py`` for the promises that makes
+safe), and they leave no reference cycles behind: a finished agent run is freed by reference counting
+alone. Each subscription is one object with ``__slots__`` (no closures, no ``RLock``): a run in flight
+keeps a few dozen objects for the garbage collector to walk (``bench/turn_objects.py``), not a few
+hundred.
+
+**Threads.** No subscription takes a lock, so each is driven from one thread: the one it was subscribed
+on sends its source's signals and disposes it. The loop-bound operators — ``from_async_iterable``,
+``using_resource``, ``retry_backoff``, ``timeout_total``, ``to_async_iterator``, ``last_value``,
+``to_list`` and :class:`KeyedSerializer` — run on the event loop's thread only. The synchronous ones —
+``frame``, ``run_steps``, ``map_many``, ``map_concurrent``, ``sync_of``, ``fold_message``, ``do_finally``
+and ``deferred`` (and the :class:`Frame`, :class:`StepLoop` and :class:`Relay` bases) — may be used on
+any thread, one thread per subscription. To feed one from another thread (a worker, a UI callback), hop
+onto its thread first: ``loop.call_soon_threadsafe``, or reactivex's ``observe_on`` with an
+``AsyncIOThreadSafeScheduler``. What an agent offers other threads is elsewhere:
+``RunControl.interrupt`` and a tool's ``ToolContext.progress`` are safe from any thread.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Literal, TypeAlias, TypeVar
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine, Iterable
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar
 
 from reactivex import Observable
 
 from rxagent.clock import SYSTEM_CLOCK, Clock
+from rxagent.operators._awaitables import last_value as _last_value_impl
+from rxagent.operators._awaitables import to_list as _to_list_impl
 from rxagent.operators._do_finally import do_finally as _do_finally_impl
 from rxagent.operators._flow_control import BufferOverflowError
 from rxagent.operators._fold_message import MessageFold
-from rxagent.operators._frame import Push
+from rxagent.operators._frame import Frame, Push
 from rxagent.operators._frame import frame as _frame_impl
 from rxagent.operators._frame import frame_pushing as _frame_pushing_impl
 from rxagent.operators._from_async_iterable import SourceCancelledError, running_loop, start_task
@@ -48,10 +66,19 @@ from rxagent.operators._progress import (
     ProgressOption,
     TqdmProgress,
 )
+from rxagent.operators._run_steps import StepLoop
 from rxagent.operators._run_steps import run_steps as _run_steps_impl
 from rxagent.operators._serialize_on_key import KeyedSerializer, Turn
-from rxagent.operators._slot import Slot
-from rxagent.operators._source import Source, deferred, subscribe_to
+from rxagent.operators._slot import NO_SUBSCRIPTION, Slot
+from rxagent.operators._source import (
+    Relay,
+    Sink,
+    Source,
+    deferred,
+    subscribe_sink,
+    subscribe_through,
+    subscribe_to,
+)
 from rxagent.operators._sync_of import sync_of as _sync_of_impl
 from rxagent.operators._typing import Operator
 from rxagent.operators._using_resource import using_resource as _using_resource_impl
@@ -66,7 +93,9 @@ if TYPE_CHECKING:
     from rxagent.retry import RetryBudget, RetryPolicy
 
 __all__ = [
+    "NO_SUBSCRIPTION",
     "BufferOverflowError",
+    "Frame",
     "KeyedSerializer",
     "MessageFold",
     "Operator",
@@ -77,9 +106,12 @@ __all__ = [
     "ProgressFactory",
     "ProgressOption",
     "Push",
+    "Relay",
+    "Sink",
     "Slot",
     "Source",
     "SourceCancelledError",
+    "StepLoop",
     "TqdmProgress",
     "Turn",
     "deferred",
@@ -96,6 +128,8 @@ __all__ = [
     "run_steps",
     "running_loop",
     "start_task",
+    "subscribe_sink",
+    "subscribe_through",
     "subscribe_to",
     "sync_of",
     "timeout_total",
@@ -131,6 +165,7 @@ def fold_message(*, snapshots: bool = False) -> Operator[ChatChunk, Msg]:
         error: the upstream error passes through; no partial message is emitted.
         cancel: disposes upstream; emits nothing.
         re-subscribe: a fresh accumulator per subscription.
+        threads: any, one per subscription (see the module's **Threads**).
     """
     from rxagent.operators._fold_message import fold_message as impl
 
@@ -164,6 +199,10 @@ def frame(
     Lifecycle:
         complete: ``after()`` items, then complete. error: ``recover`` or fail. cancel: disposes the
         source (or the recovery stream) and unregisters ``until``. re-subscribe: ``before`` runs again.
+        threads: any, one per subscription (the source's signals, ``until`` and ``inject`` callbacks and
+        the dispose all on the thread it was subscribed on).
+
+    A hot path subclasses :class:`Frame` instead (its mapping as methods, one object per subscription).
     """
     return _frame_impl(each, before=before, after=after, recover=recover, until=until, inject=inject)
 
@@ -206,6 +245,7 @@ def sync_of(*items: _T) -> Observable[_T]:
 
     Lifecycle:
         complete: right after the items. cancel: nothing to release. re-subscribe: emits them again.
+        threads: any.
     """
     return _sync_of_impl(*items)
 
@@ -229,6 +269,10 @@ def run_steps(
     Lifecycle:
         complete: when ``next_step()`` returns ``None``. error: a step's error (unless recovered).
         cancel: disposes the current step; no further step starts. re-subscribe: ``next_step`` afresh.
+        threads: any, one per subscription (every step signals on the thread it was subscribed on).
+
+    A loop with state of its own subclasses :class:`StepLoop` instead (``next_step`` and ``recover`` as
+    methods).
     """
     return _run_steps_impl(next_step, recover)
 
@@ -247,6 +291,7 @@ def map_many(mapper: Callable[[_T], Iterable[_R]]) -> Operator[_T, _R]:
 
     Lifecycle:
         complete/error: passed through. cancel: disposes upstream. re-subscribe: stateless.
+        threads: any, one per subscription.
     """
     return _map_many_impl(mapper)
 
@@ -309,6 +354,8 @@ def map_concurrent(
         nothing shared). The progress display is made at subscription and closed exactly once, with
         its final counts, on complete, error or cancel (cancelled items no longer count as running); a
         display that raises is not called again and fails the stream with its error.
+        threads: any, one per subscription (the inner streams signal on the thread it was subscribed on;
+        the progress is drawn on the loop's next turn when a loop runs there).
 
     Example:
         >>> import asyncio, reactivex
@@ -331,6 +378,7 @@ def from_async_iterable(factory: Callable[[], AsyncIterator[_T]]) -> Observable[
         firing while the task waits at a slow consumer's flow gate, outside the iterator — is thrown into
         the iterator, so the stream ends with the iterator's own error (its timeout), else with
         ``SourceCancelledError``: never without a terminal signal.
+        threads: the event loop's only (subscribe and dispose on it; items come on it).
     """
     return _from_async_iterable_impl(factory)
 
@@ -379,6 +427,7 @@ def using_resource(
         while ``acquire`` is still running: acquire is cancelled; if it returns a resource anyway, that
         resource is released with ``cancelled``.
         re-subscribe: acquires a new resource.
+        threads: the event loop's only.
     """
     return _using_resource_impl(acquire, use, release)
 
@@ -389,6 +438,7 @@ def do_finally(action: Callable[[Outcome], None]) -> Operator[_T, _T]:
     Lifecycle:
         complete/error: ``action`` runs after the terminal signal has been passed downstream.
         cancel: ``action(Outcome.cancelled())`` runs on dispose. re-subscribe: once per subscription.
+        threads: any, one per subscription (``action`` runs on it).
     """
     return _do_finally_impl(action)
 
@@ -415,24 +465,32 @@ def to_async_iterator(
         disposes the subscription at once; leaving the ``async for`` early (``break``, an exception)
         disposes it when the abandoned async generator is finalized (on CPython, the loop's next turn;
         ``contextlib.aclosing`` makes it deterministic).
+        threads: the event loop's only: items must arrive on it.
     """
     from rxagent.operators._to_async_iterator import to_async_iterator as impl
 
     return impl(source, max_buffer=max_buffer, low_watermark=low_watermark, overflow=overflow)
 
 
-async def last_value(source: Observable[_T]) -> _T:
-    """Await the last item of ``source``; an empty source raises ``LookupError``. Cancelling disposes it."""
-    from rxagent.operators._awaitables import last_value as impl
+def last_value(source: Observable[_T]) -> Coroutine[Any, Any, _T]:
+    """Await the last item of ``source``; an empty source raises ``LookupError``. Cancelling disposes it.
 
-    return await impl(source)
+    A plain function returning the one coroutine that subscribes and waits (no coroutine of its own).
+
+    Lifecycle:
+        complete: returns the last item. error: raises it. cancel: cancelling the awaiting task disposes
+        the subscription. re-subscribe: each await subscribes afresh. threads: the event loop's only.
+    """
+    return _last_value_impl(source)
 
 
-async def to_list(source: Observable[_T]) -> list[_T]:
-    """Await all items of ``source`` as a list. Cancelling the awaiting task disposes the subscription."""
-    from rxagent.operators._awaitables import to_list as impl
+def to_list(source: Observable[_T]) -> Coroutine[Any, Any, list[_T]]:
+    """Await all items of ``source`` as a list. Cancelling the awaiting task disposes the subscription.
 
-    return await impl(source)
+    Lifecycle:
+        as :func:`last_value`'s, returning every item. threads: the event loop's only.
+    """
+    return _to_list_impl(source)
 
 
 def retry_backoff(
@@ -467,6 +525,7 @@ def retry_backoff(
         error: retried after a wait (a timer on ``clock``), or passed on as above.
         cancel: disposes the current attempt, or cancels the pending wait so no new attempt starts.
         re-subscribe: a fresh attempt count; the budget, being the run's, is shared.
+        threads: the event loop's only (the waits are timers on it).
 
     Example:
         >>> import asyncio, reactivex
@@ -522,6 +581,7 @@ def timeout_total(
         deadline: disposes upstream first (so its task and connection are released), then errors.
         cancel: cancels the timer and disposes upstream.
         re-subscribe: a new deadline per subscription.
+        threads: the event loop's only (the deadline is a timer on it).
 
     Example:
         >>> import asyncio, reactivex

@@ -6,11 +6,10 @@ import logging
 from collections.abc import Callable
 from typing import TypeVar
 
-import reactivex
 from reactivex import Observable, abc
-from reactivex import operators as ops
 
 from rxagent.operators._outcome import Outcome
+from rxagent.operators._source import Relay, Source
 from rxagent.operators._typing import Operator
 
 __all__ = ["do_finally"]
@@ -29,10 +28,9 @@ def do_finally(action: Callable[[Outcome], None]) -> Operator[_T, _T]:
         result:  ─ a ─ b ─|          ─ a ─ X            ─ a ─
         action:            completed         failed(X)          cancelled
 
-    Composed from reactivex's own operators: ``do_action`` records the terminal signal as it passes and
-    ``finally_action`` runs ``action`` when the subscription is torn down — which reactivex does right
-    after a terminal signal has been delivered downstream, and on dispose. ``defer`` gives each
-    subscription its own record. The teardown is disposed once, so ``action`` runs once.
+    Each subscription is one object (a :class:`~rxagent.operators.Relay`) that passes the signals on
+    and then runs ``action``: right after a terminal signal has been delivered downstream, or on the
+    first dispose before one.
 
     Args:
         action: told why the stream ended. It runs during teardown, where nobody can receive an
@@ -45,6 +43,7 @@ def do_finally(action: Callable[[Outcome], None]) -> Operator[_T, _T]:
         complete/error: ``action(completed)`` / ``action(failed(e))`` after the signal was passed on.
         cancel: ``action(cancelled())`` after upstream is disposed; a dispose after a terminal signal
         does not call it again. re-subscribe: once per subscription, with that subscription's outcome.
+        threads: any, one per subscription.
 
     Example:
         >>> import asyncio, reactivex
@@ -58,28 +57,55 @@ def do_finally(action: Callable[[Outcome], None]) -> Operator[_T, _T]:
     """
 
     def operator(source: Observable[_T]) -> Observable[_T]:
-        def with_outcome(_: abc.SchedulerBase) -> Observable[_T]:
-            outcome = Outcome.cancelled()  # until a terminal signal says otherwise
+        def subscribe(
+            observer: abc.ObserverBase[_T], scheduler: abc.SchedulerBase | None = None
+        ) -> abc.DisposableBase:
+            return _Finally(observer, action).attach(source, scheduler)
 
-            def on_error(error: Exception) -> None:
-                nonlocal outcome
-                outcome = Outcome.failed(error)
-
-            def on_completed() -> None:
-                nonlocal outcome
-                outcome = Outcome.completed()
-
-            def run_action() -> None:
-                try:
-                    action(outcome)
-                except Exception:
-                    _log.exception("do_finally: the action failed for outcome %s", outcome.kind)
-
-            return source.pipe(
-                ops.do_action(on_error=on_error, on_completed=on_completed),
-                ops.finally_action(run_action),
-            )
-
-        return reactivex.defer(with_outcome)
+        return Source(subscribe)
 
     return operator
+
+
+class _Finally(Relay[_T]):
+    """One subscription of :func:`do_finally` (one object with slots, not closures: see ``_source.py``)."""
+
+    __slots__ = ("_action",)
+
+    def __init__(self, observer: abc.ObserverBase[_T], action: Callable[[Outcome], None]) -> None:
+        super().__init__(observer)
+        self._action: Callable[[Outcome], None] | None = action
+
+    def _run(self, outcome: Outcome) -> None:
+        action, self._action = self._action, None  # once
+        if action is None:
+            return
+        try:
+            action(outcome)
+        except Exception:
+            _log.exception("do_finally: the action failed for outcome %s", outcome.kind)
+
+    def on_error(self, error: Exception) -> None:
+        if self.stopped or self.is_disposed:
+            return
+        try:
+            super().on_error(error)
+        finally:
+            self._run(Outcome.failed(error))
+
+    def on_completed(self) -> None:
+        if self.stopped or self.is_disposed:
+            return
+        try:
+            super().on_completed()
+        finally:
+            self._run(Outcome.completed())
+
+    def dispose(self) -> None:
+        if self.is_disposed:
+            return
+        super().dispose()
+        # After a terminal signal its outcome is the one told: a consumer that disposes as it receives the
+        # signal has not cancelled anything.
+        if not self.stopped:
+            self._run(Outcome.cancelled())

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from reactivex import Observable, abc
-from reactivex.disposable import Disposable
 
-from rxagent.operators._flow_control import current_gate
+from rxagent.operators._flow_control import FlowGate, current_gate
 from rxagent.operators._source import Source
 
 __all__ = ["SourceCancelledError", "from_async_batches", "from_async_iterable", "running_loop", "start_task"]
@@ -18,6 +18,10 @@ _T = TypeVar("_T")
 
 _running_tasks: set[asyncio.Task[None]] = set()
 """Strong references to the tasks rxagent starts: the loop itself keeps only weak ones."""
+# Every task's done callback: one bound method, run in one empty context (a callback added without a
+# context gets a copy of the current one: an object per task, for a call that reads no context variable).
+_forget = _running_tasks.discard
+_NO_CONTEXT = contextvars.Context()
 
 
 def running_loop(what: str) -> asyncio.AbstractEventLoop:
@@ -41,7 +45,7 @@ def start_task(
     """
     task = loop.create_task(coroutine, name=name)
     _running_tasks.add(task)
-    task.add_done_callback(_running_tasks.discard)
+    task.add_done_callback(_forget, context=_NO_CONTEXT)
     return task
 
 
@@ -76,6 +80,7 @@ def from_async_iterable(factory: Callable[[], AsyncIterator[_T]]) -> Observable[
         iterator's own ``asyncio.timeout`` firing while the task waits at the flow gate) is thrown into
         the iterator; the stream ends with what it raises (or :class:`SourceCancelledError`).
         re-subscribe: a new iterator from ``factory()``; nothing is shared between subscriptions.
+        threads: the event loop's only (the task runs on it; dispose on it).
 
     Example:
         >>> import asyncio, itertools
@@ -101,68 +106,86 @@ def _driven(factory: Callable[[], AsyncIterator[Any]], *, batched: bool) -> Obse
         observer: abc.ObserverBase[Any], scheduler: abc.SchedulerBase | None = None
     ) -> abc.DisposableBase:
         loop = running_loop("this rxagent source")
-        gate = current_gate.get()
-        disposed = False
+        driver = _Driver(observer, current_gate.get(), batched=batched)
+        driver.task = start_task(loop, driver.drive(factory), name="rxagent.from_async_iterable")
+        return driver
 
-        async def drive() -> None:
-            iterator: AsyncIterator[Any] | None = None
-            failure: Exception | None = None
-            try:
-                iterator = factory()
-                if batched:
-                    async for batch in iterator:
-                        if disposed:
-                            return
-                        for item in batch:
-                            observer.on_next(item)
-                            if disposed:
-                                return
-                            if gate is not None and not gate.is_open:
-                                await gate.wait_open()
-                else:
-                    async for item in iterator:
-                        if disposed:
-                            return
+    return Source(subscribe)
+
+
+class _Driver(abc.DisposableBase, Generic[_T]):
+    """One subscription of :func:`from_async_iterable`: the task's state, and the disposable its subscriber
+    holds (one object with slots, not closures: see ``_source.py``)."""
+
+    __slots__ = ("_batched", "_gate", "_observer", "disposed", "task")
+
+    def __init__(self, observer: abc.ObserverBase[_T], gate: FlowGate | None, *, batched: bool) -> None:
+        self._observer = observer
+        self._gate = gate
+        self._batched = batched
+        """Each item of the iterator is a batch whose items are emitted one by one."""
+        self.disposed = False
+        self.task: asyncio.Task[None] | None = None
+
+    async def drive(self, factory: Callable[[], AsyncIterator[Any]]) -> None:
+        """Pull the iterator ``factory()`` makes and emit its items, or its batches' items (the task's
+        body)."""
+        observer, gate = self._observer, self._gate
+        iterator: AsyncIterator[Any] | None = None
+        failure: Exception | None = None
+        try:
+            iterator = factory()
+            if self._batched:
+                async for batch in iterator:
+                    if self.disposed:
+                        return
+                    for item in batch:
                         observer.on_next(item)
-                        if disposed:
+                        if self.disposed:
                             return
                         if gate is not None and not gate.is_open:
                             await gate.wait_open()
-            except Exception as error:  # the iterator's (or a downstream on_next's) error ends the stream
-                failure = error
-            except asyncio.CancelledError:
-                if disposed:
-                    raise
-                # Not our dispose: a deadline the iterator set with `asyncio.timeout` (which targets this
-                # task) fired while the task waited here, at the gate, outside the iterator. Hand the
-                # cancellation to the iterator, where its deadline turns it into its timeout error.
-                failure = await _cancel_inside(iterator)
-            finally:
-                if iterator is not None:
-                    try:
-                        await _close(iterator)
-                    except Exception as error:  # a failing cleanup fails a stream that had not failed
-                        failure = failure or error
-            if disposed:
-                return
-            if failure is None:
-                observer.on_completed()
             else:
-                observer.on_error(failure)
+                async for item in iterator:
+                    if self.disposed:
+                        return
+                    observer.on_next(item)
+                    if self.disposed:
+                        return
+                    if gate is not None and not gate.is_open:
+                        await gate.wait_open()
+        except Exception as error:  # the iterator's (or a downstream on_next's) error ends the stream
+            failure = error
+        except asyncio.CancelledError:
+            if self.disposed:
+                raise
+            # Not our dispose: a deadline the iterator set with `asyncio.timeout` (which targets this
+            # task) fired while the task waited here, at the gate, outside the iterator. Hand the
+            # cancellation to the iterator, where its deadline turns it into its timeout error.
+            failure = await _cancel_inside(iterator)
+        finally:
+            if iterator is not None:
+                try:
+                    await _close(iterator)
+                except Exception as error:  # a failing cleanup fails a stream that had not failed
+                    failure = failure or error
+        if self.disposed:
+            return
+        if failure is None:
+            observer.on_completed()
+        else:
+            observer.on_error(failure)
 
-        task = start_task(loop, drive(), name="rxagent.from_async_iterable")
-
-        def dispose() -> None:
-            nonlocal disposed
-            disposed = True
-            # Disposed from inside on_next (downstream `take`): the task sees the flag and returns
-            # by itself; cancelling it would interrupt the iterator's own cleanup in `aclose()`.
-            if asyncio.current_task() is not task:
-                task.cancel()
-
-        return Disposable(dispose)
-
-    return Source(subscribe)
+    def dispose(self) -> None:
+        """Stop the source: cancel its task (its iterator's ``aclose()`` runs); idempotent."""
+        if self.disposed:
+            return
+        self.disposed = True
+        task = self.task
+        # Disposed from inside on_next (downstream `take`): the task sees the flag and returns by
+        # itself; cancelling it would interrupt the iterator's own cleanup in `aclose()`.
+        if task is not None and asyncio.current_task() is not task:
+            task.cancel()
 
 
 class SourceCancelledError(RuntimeError):

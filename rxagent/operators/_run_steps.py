@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import TypeVar
 
 from reactivex import Observable, abc
 
-from rxagent.operators._slot import Slot
-from rxagent.operators._source import Source, subscribe_to
+from rxagent.operators._source import Sink, Source, subscribe_sink
 
-__all__ = ["run_steps"]
+__all__ = ["StepLoop", "run_steps"]
 
 _T = TypeVar("_T")
 
@@ -33,69 +32,88 @@ def run_steps(
         error: a step's error (unless recovered), or ``next_step`` raising, ends the stream.
         cancel: disposes the current step; no further step is started.
         re-subscribe: calls ``next_step`` afresh (make it per-subscription to stay cold).
+        threads: any, one per subscription.
     """
 
     def subscribe(
         observer: abc.ObserverBase[_T], scheduler: abc.SchedulerBase | None = None
     ) -> abc.DisposableBase:
-        loop = _StepLoop(observer, scheduler, next_step, recover)
+        loop = _Steps(observer, scheduler, next_step, recover)
         loop.advance()
-        return loop.current
+        return loop
 
     return Source(subscribe)
 
 
-class _StepLoop(Generic[_T]):
-    """One subscription of :func:`run_steps`.
+class StepLoop(Sink[_T], abc.DisposableBase):
+    """One subscription of a loop of steps (:func:`~rxagent.operators.run_steps`): the observer of every
+    step, and the disposable its subscriber holds.
+
+    :func:`run_steps` takes the next step and the recovery as callbacks; a subclass defines them as the
+    methods :meth:`next_step` and :meth:`recover`, with the loop's own state in its slots (the agent's
+    run loop does). Build one in a subscribe function, call :meth:`advance` to start the first step, and
+    return it.
 
     A class rather than closures that call each other: ``advance`` and ``on_error`` as closures would
     reference themselves through their cells, a cycle that leaves every finished loop (and the whole run
-    it references) to the garbage collector. Here the only cycle runs through :attr:`current` (the
-    step's subscription holds the bound methods) and is cut when the loop ends.
+    it references) to the garbage collector. Here the only cycle runs through :attr:`current` (the step's
+    subscription holds this loop, its observer) and is cut when the step or the loop ends. The loop is
+    the observer of each step in turn (:attr:`stopped` is the current step's), so a step costs its own
+    subscription and nothing here.
+
+    Lifecycle: as :func:`~rxagent.operators.run_steps`'s. Use it on one thread at a time, the one its
+    steps signal on (the event loop's, for rxagent's sources).
     """
 
     __slots__ = (
         "_again",
         "_ended",
-        "_next_step",
         "_observer",
-        "_recover",
         "_recovering",
         "_recovery",
         "_running",
         "_scheduler",
         "current",
+        "is_disposed",
     )
 
-    def __init__(
-        self,
-        observer: abc.ObserverBase[_T],
-        scheduler: abc.SchedulerBase | None,
-        next_step: Callable[[], Observable[_T] | None],
-        recover: Callable[[Exception], Observable[_T] | None] | None,
-    ) -> None:
+    def __init__(self, observer: abc.ObserverBase[_T], scheduler: abc.SchedulerBase | None) -> None:
+        super().__init__()
         self._observer = observer
         self._scheduler = scheduler
-        self._next_step = next_step
-        self._recover = recover
         self._running = False
         self._again = False
         self._ended = False
         self._recovering = False
         self._recovery: Observable[_T] | None = None
-        self.current = Slot()
+        self.is_disposed = False
+        self.current: abc.DisposableBase | None = None
+        """The current step's subscription."""
 
-    def on_next(self, item: _T) -> None:
-        if not self.current.is_disposed:  # a step subscribed directly may outlive a downstream `take`
-            self._observer.on_next(item)
+    def next_step(self) -> Observable[_T] | None:
+        """The next step, or ``None`` when the loop is done."""
+        raise NotImplementedError
+
+    def recover(self, error: Exception) -> Observable[_T] | None:
+        """One final step that replaces a failing step (default ``None``: the error stands)."""
+        del error
+        return None
+
+    def on_next(self, value: _T) -> None:
+        if not self.is_disposed:  # a step subscribed directly may outlive a downstream `take`
+            self._observer.on_next(value)
+
+    def on_completed(self) -> None:
+        self.stopped = True
+        self.advance()
 
     def on_error(self, error: Exception) -> None:
-        if self._ended or self.current.is_disposed:
+        self.stopped = True
+        if self._ended or self.is_disposed:
             return
-        recover = self._recover
-        if recover is not None and not self._recovering:
+        if not self._recovering:
             try:
-                replacement = recover(error)
+                replacement = self.recover(error)
             except Exception as failure:
                 self._fail(failure)
                 return
@@ -107,8 +125,20 @@ class _StepLoop(Generic[_T]):
 
     def _fail(self, error: Exception) -> None:
         self._ended = True
-        self.current.release()
+        self._release()
         self._observer.on_error(error)
+
+    def _release(self) -> None:
+        """Dispose the current step's subscription (the step has ended) and hold none."""
+        current, self.current = self.current, None
+        if current is not None:
+            current.dispose()
+
+    def dispose(self) -> None:
+        """Dispose the current step; no further step starts. Idempotent."""
+        if not self.is_disposed:
+            self.is_disposed = True
+            self._release()
 
     def advance(self) -> None:
         if self._ended:
@@ -117,25 +147,50 @@ class _StepLoop(Generic[_T]):
         if self._running:  # a step completed during its own subscription: the loop below picks it up
             return
         self._running = True
-        current = self.current
         try:
-            while self._again and not current.is_disposed:
+            while self._again and not self.is_disposed:
                 self._again = False
                 if self._recovering:
                     step, self._recovery = self._recovery, None
                 else:
                     try:
-                        step = self._next_step()
+                        step = self.next_step()
                     except Exception as error:
                         self.on_error(error)  # a recovery step sets `_again`: the loop goes on with it
                         continue
-                current.release()  # the step before has ended
+                self._release()  # the step before has ended
                 if step is None:
                     self._ended = True
                     self._observer.on_completed()
                     return
-                current.current = subscribe_to(
-                    step, self.on_next, self.on_error, self.advance, self._scheduler
-                )
+                self.stopped = False
+                subscription = subscribe_sink(step, self, self._scheduler)
+                if self.is_disposed or self._ended:  # disposed, or failed, while the step subscribed
+                    subscription.dispose()
+                else:
+                    self.current = subscription
         finally:
             self._running = False
+
+
+class _Steps(StepLoop[_T]):
+    """One subscription of :func:`run_steps`: a :class:`StepLoop` whose steps come from its callbacks."""
+
+    __slots__ = ("_next", "_recover")
+
+    def __init__(
+        self,
+        observer: abc.ObserverBase[_T],
+        scheduler: abc.SchedulerBase | None,
+        next_step: Callable[[], Observable[_T] | None],
+        recover: Callable[[Exception], Observable[_T] | None] | None,
+    ) -> None:
+        super().__init__(observer, scheduler)
+        self._next = next_step
+        self._recover = recover
+
+    def next_step(self) -> Observable[_T] | None:
+        return self._next()
+
+    def recover(self, error: Exception) -> Observable[_T] | None:
+        return None if self._recover is None else self._recover(error)

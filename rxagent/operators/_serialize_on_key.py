@@ -138,7 +138,7 @@ class KeyedSerializer:
 
         Lifecycle:
             complete/error/cancel: the key is released (exactly once). Disposed while waiting: the wait
-            is cancelled and the queue moves on.
+            is cancelled and the queue moves on. threads: the event loop's only.
         """
 
         def operator(source: Observable[_T]) -> Observable[_T]:

@@ -1,4 +1,4 @@
-"""A one-subscription holder for rxagent's own operators, lighter than reactivex's disposables."""
+"""The loop-bound disposables of rxagent's own operators, lighter than reactivex's."""
 
 from __future__ import annotations
 
@@ -6,16 +6,19 @@ from collections.abc import Callable
 
 from reactivex import abc
 
-__all__ = ["Slot"]
+__all__ = ["NO_SUBSCRIPTION", "Slot"]
 
 
 class Slot(abc.DisposableBase):
     """Holds the current inner subscription of an operator; disposing it disposes that and runs a hook.
 
-    reactivex's ``SingleAssignmentDisposable``, ``SerialDisposable`` and ``CompositeDisposable`` each take
-    an ``RLock`` and a few calls per operation; an operator that frames every agent step needs one holder
-    per subscription, and rxagent's operators run on the event loop's thread (their sources are
-    loop-bound), so a plain object does.
+    The loop-bound disposable: reactivex's ``Disposable``, ``SingleAssignmentDisposable``,
+    ``SerialDisposable`` and ``CompositeDisposable`` each take an ``RLock`` (an object the garbage collector
+    tracks) and a few calls per operation, so that they may be disposed from any thread. rxagent's
+    operators run on one thread, the event loop's (their sources are loop-bound), so a plain object does:
+    ``Slot(action)`` is ``Disposable(action)`` (``dispose`` is idempotent: ``action`` runs once), and
+    :attr:`current` is a serial or single-assignment holder. Dispose it on the thread its operator runs
+    on; from another thread, go through the loop (``loop.call_soon_threadsafe(slot.dispose)``).
 
     Assigning :attr:`current` disposes the subscription it replaces; assigning after :meth:`dispose`
     disposes the new one at once. :meth:`release` lets go of the current subscription (disposing it)
@@ -59,3 +62,15 @@ class Slot(abc.DisposableBase):
         hook, self._on_dispose = self._on_dispose, None
         if hook is not None:
             hook()
+
+
+class _NoSubscription(abc.DisposableBase):
+    __slots__ = ()
+
+    def dispose(self) -> None:
+        """Nothing to dispose."""
+
+
+NO_SUBSCRIPTION: abc.DisposableBase = _NoSubscription()
+"""What a subscription that holds nothing returns (``reactivex.disposable.Disposable()``, without an
+``RLock`` per subscription): a source that ended inside ``subscribe``, say. One shared object."""

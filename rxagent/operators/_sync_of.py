@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import TypeVar
 
 from reactivex import Observable, abc
-from reactivex.disposable import Disposable
 
+from rxagent.operators._slot import NO_SUBSCRIPTION
 from rxagent.operators._source import Source
 
 __all__ = ["sync_of"]
@@ -23,6 +23,6 @@ def sync_of(*items: _T) -> Observable[_T]:
         for item in items:
             observer.on_next(item)
         observer.on_completed()
-        return Disposable()
+        return NO_SUBSCRIPTION
 
     return Source(subscribe)

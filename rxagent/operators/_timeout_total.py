@@ -7,10 +7,10 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from reactivex import Observable, abc
-from reactivex.disposable import Disposable, SingleAssignmentDisposable
 
-from rxagent.clock import SYSTEM_CLOCK, Clock
+from rxagent.clock import SYSTEM_CLOCK, Clock, Timer
 from rxagent.operators._from_async_iterable import running_loop
+from rxagent.operators._source import Relay, Source
 from rxagent.operators._typing import Operator
 
 __all__ = ["timeout_total"]
@@ -38,49 +38,36 @@ def timeout_total(
             observer: abc.ObserverBase[_T], scheduler: abc.SchedulerBase | None = None
         ) -> abc.DisposableBase:
             running_loop("timeout_total")  # loop-bound like every rxagent source: fail clearly outside one
-            finished = False
-            upstream = SingleAssignmentDisposable()
+            bounded = _Bounded(observer, make_error)
+            bounded.deadline = clock.call_later(seconds, bounded.expire)
+            return bounded.attach(source, scheduler)
 
-            def on_deadline() -> None:
-                nonlocal finished
-                if finished:
-                    return
-                finished = True
-                upstream.dispose()
-                observer.on_error(make_error())
-
-            deadline = clock.call_later(seconds, on_deadline)
-
-            def on_next(value: _T) -> None:
-                if not finished:
-                    observer.on_next(value)
-
-            def on_error(exception: Exception) -> None:
-                nonlocal finished
-                if finished:
-                    return
-                finished = True
-                deadline.cancel()
-                observer.on_error(exception)
-
-            def on_completed() -> None:
-                nonlocal finished
-                if finished:
-                    return
-                finished = True
-                deadline.cancel()
-                observer.on_completed()
-
-            upstream.disposable = source.subscribe(on_next, on_error, on_completed, scheduler=scheduler)
-
-            def dispose() -> None:
-                nonlocal finished
-                finished = True
-                deadline.cancel()
-                upstream.dispose()
-
-            return Disposable(dispose)
-
-        return Observable(subscribe)
+        return Source(subscribe)
 
     return operator
+
+
+class _Bounded(Relay[_T]):
+    """One subscription of :func:`timeout_total` (one object with slots, not closures: see ``_source.py``)."""
+
+    __slots__ = ("_make_error", "deadline")
+
+    def __init__(self, observer: abc.ObserverBase[_T], make_error: Callable[[], Exception]) -> None:
+        super().__init__(observer)
+        self._make_error = make_error
+        self.deadline: Timer | None = None
+
+    def expire(self) -> None:
+        """The deadline: dispose upstream first (its task and connection are released), then fail."""
+        if self.stopped or self.is_disposed:
+            return
+        self.stopped = True
+        self.deadline = None
+        self._let_go()
+        self._observer.on_error(self._make_error())
+
+    def _let_go(self) -> None:
+        deadline, self.deadline = self.deadline, None
+        if deadline is not None:
+            deadline.cancel()
+        super()._let_go()

@@ -7,13 +7,12 @@ from collections import deque
 from collections.abc import AsyncGenerator
 from typing import TypeVar, get_args
 
-from reactivex import Observable
-from reactivex.disposable import SingleAssignmentDisposable
-from reactivex.scheduler.eventloop import AsyncIOScheduler
+from reactivex import Observable, abc
 
 from rxagent.operators import OverflowPolicy
+from rxagent.operators._awaitables import scheduler_of as _scheduler_of
 from rxagent.operators._flow_control import BufferOverflowError, FlowGate, current_gate
-from rxagent.operators._source import subscribe_to
+from rxagent.operators._source import Sink, subscribe_sink
 
 __all__ = ["BufferOverflowError", "to_async_iterator"]
 
@@ -82,6 +81,7 @@ def to_async_iterator(
         ``StopAsyncIteration``. error: buffered items, then the error is raised. cancel: ``aclose()``,
         a cancelled consumer, or an abandoned generator disposes the subscription and opens the gate.
         re-subscribe: every call makes an independent iterator with its own subscription.
+        threads: the event loop's only: items must arrive on it.
 
     Example:
         >>> import asyncio
@@ -110,70 +110,107 @@ async def _iterate(
     source: Observable[_T], max_buffer: int, low_watermark: int, overflow: OverflowPolicy
 ) -> AsyncGenerator[_T, None]:
     loop = asyncio.get_running_loop()
-    buffer: deque[_T] = deque(maxlen=max_buffer if overflow == "drop_oldest" else None)
-    gate = FlowGate() if overflow == "block" else None
-    # The slack takes bursts a source cannot pause inside (a run's closing events come together) while
-    # still bounding memory when a source cannot pause at all.
-    hard_cap = max_buffer + max(max_buffer, _BURST) if overflow == "block" else max_buffer
-    subscription = SingleAssignmentDisposable()
-    ended = False
-    failure: Exception | None = None
-    waiter: asyncio.Future[None] | None = None
-
-    def wake() -> None:
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    def end(error: Exception | None) -> None:
-        nonlocal ended, failure
-        if not ended:
-            ended, failure = True, error
-            wake()
-
-    def on_next(item: _T) -> None:
-        if ended:
-            return
-        if overflow != "drop_oldest" and len(buffer) >= hard_cap:
-            buffer.clear()
-            end(BufferOverflowError(_overflow_message(overflow, max_buffer, hard_cap)))
-            subscription.dispose()
-            return
-        buffer.append(item)
-        if gate is not None and len(buffer) >= max_buffer:
-            gate.close()
-        if waiter is not None and not waiter.done():  # `wake()`, inline: this runs once per item
-            waiter.set_result(None)
-
+    sink = _Buffer[_T](max_buffer, overflow)
+    buffer, gate = sink.buffer, sink.gate
     try:
         token = current_gate.set(gate)  # None shields the sources from an enclosing consumer's gate
         try:
-            # Directly for rxagent's own sources (no reactivex observer wrapped around every item); the
-            # `finally` below disposes the subscription once the source has ended, as `subscribe_to` asks.
-            subscription.disposable = subscribe_to(
-                source, on_next, end, lambda: end(None), AsyncIOScheduler(loop)
-            )
+            subscription = subscribe_sink(source, sink, _scheduler_of(loop))
         finally:
             current_gate.reset(token)
+        if sink.stopped:  # it ended (or overflowed) while it subscribed
+            subscription.dispose()
+        else:
+            sink.subscription = subscription
+        del source  # the observable is not kept while the iteration goes on
         while True:
             if buffer:
                 item = buffer.popleft()
                 if gate is not None and not gate.is_open and len(buffer) <= low_watermark:
                     gate.open()
                 yield item
-            elif ended:
-                if failure is not None:
-                    raise failure
+            elif sink.stopped:
+                if sink.failure is not None:
+                    raise sink.failure
                 return
             else:
-                waiter = loop.create_future()
+                waiter = sink.waiter = loop.create_future()
                 try:
                     await waiter
                 finally:
-                    waiter = None
+                    sink.waiter = None
     finally:
-        subscription.dispose()
+        sink.let_go()
         if gate is not None:
             gate.open()  # never leave a producer that did not hear the dispose parked on the gate
+
+
+class _Buffer(Sink[_T]):
+    """The observer of an iterated observable: buffers its items and wakes the iteration (one object with
+    slots, not closures: see ``_source.py``)."""
+
+    __slots__ = (
+        "_hard_cap",
+        "_max_buffer",
+        "_overflow",
+        "buffer",
+        "failure",
+        "gate",
+        "subscription",
+        "waiter",
+    )
+
+    def __init__(self, max_buffer: int, overflow: OverflowPolicy) -> None:
+        super().__init__()
+        self._max_buffer = max_buffer
+        self._overflow: OverflowPolicy = overflow
+        self.buffer: deque[_T] = deque(maxlen=max_buffer if overflow == "drop_oldest" else None)
+        self.gate = FlowGate() if overflow == "block" else None
+        # The slack takes bursts a source cannot pause inside (a run's closing events come together) while
+        # still bounding memory when a source cannot pause at all.
+        self._hard_cap = max_buffer + max(max_buffer, _BURST) if overflow == "block" else max_buffer
+        self.failure: Exception | None = None
+        self.waiter: asyncio.Future[None] | None = None
+        self.subscription: abc.DisposableBase | None = None
+
+    def _wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _end(self, error: Exception | None) -> None:
+        if not self.stopped:
+            self.stopped, self.failure = True, error
+            self._wake()
+
+    def on_next(self, value: _T) -> None:
+        if self.stopped:
+            return
+        buffer = self.buffer
+        if self._overflow != "drop_oldest" and len(buffer) >= self._hard_cap:
+            buffer.clear()
+            self._end(
+                BufferOverflowError(_overflow_message(self._overflow, self._max_buffer, self._hard_cap))
+            )
+            self.let_go()
+            return
+        buffer.append(value)
+        if self.gate is not None and len(buffer) >= self._max_buffer:
+            self.gate.close()
+        self._wake()
+
+    def on_error(self, error: Exception) -> None:
+        self._end(error)
+
+    def on_completed(self) -> None:
+        self._end(None)
+
+    def let_go(self) -> None:
+        """Dispose the subscription (an overflow, or the iteration ended); later calls do nothing."""
+        self.stopped = True
+        subscription, self.subscription = self.subscription, None
+        if subscription is not None:
+            subscription.dispose()
 
 
 _POLICIES: tuple[OverflowPolicy, ...] = get_args(OverflowPolicy)

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Literal, TypeAlias, TypeVar
+from typing import Generic, Literal, TypeAlias, TypeVar, cast
 
 import reactivex
 from reactivex import Observable, abc
-from reactivex.disposable import Disposable, SingleAssignmentDisposable
 
 from rxagent.operators._from_async_iterable import running_loop, start_task
 from rxagent.operators._outcome import Outcome
-from rxagent.operators._source import Source, subscribe_to
+from rxagent.operators._source import Sink, Source, subscribe_sink
 
 __all__ = ["using_resource"]
 
@@ -62,6 +62,7 @@ def using_resource(
         warnings on the ``rxagent`` logger. While a completed/failed release is running, it finishes
         and the terminal signal is dropped. Nothing is emitted after dispose.
         re-subscribe: acquires a new resource; nothing is shared between subscriptions.
+        threads: the event loop's only.
 
     Example:
         >>> import asyncio, reactivex
@@ -81,111 +82,160 @@ def using_resource(
     def subscribe(
         observer: abc.ObserverBase[_T], scheduler: abc.SchedulerBase | None = None
     ) -> abc.DisposableBase:
-        loop = running_loop("using_resource")
-        inner = SingleAssignmentDisposable()
-        phase: _Phase = "acquiring"
-        disposed = False
-        held: list[_R] = []  # the acquired resource, once there is one
-
-        def release_cancelled(resource: _R) -> None:
-            try:
-                pending = release(resource, Outcome.cancelled())
-            except Exception:
-                _log.warning("using_resource: release(%r, cancelled) failed", resource, exc_info=True)
-                return
-            if pending is not None:
-                start_task(loop, _await_logged(pending, resource), name="rxagent.using_resource.release")
-
-        def release_then_forward(resource: _R, error: Exception | None) -> None:
-            nonlocal phase
-            phase = "releasing"
-            inner.dispose()  # the stream has ended: let go of it (a Source is subscribed directly)
-            outcome = Outcome.completed() if error is None else Outcome.failed(error)
-            try:
-                pending = release(resource, outcome)
-            except Exception as release_error:
-                forward(error, release_error)
-                return
-            if pending is None:
-                forward(error, None)
-                return
-
-            async def await_release(pending: Awaitable[None]) -> None:
-                try:
-                    await pending
-                except Exception as release_error:
-                    forward(error, release_error)
-                else:
-                    forward(error, None)
-
-            start_task(loop, await_release(pending), name="rxagent.using_resource.release")
-
-        def forward(error: Exception | None, release_error: Exception | None) -> None:
-            nonlocal phase
-            phase = "done"
-            if disposed:
-                if release_error is not None:
-                    _log.warning("using_resource: release failed after dispose", exc_info=release_error)
-            elif error is not None:
-                if release_error is not None:
-                    _attach(error, release_error)
-                observer.on_error(error)
-            elif release_error is not None:
-                observer.on_error(release_error)
-            else:
-                observer.on_completed()
-
-        def on_next(item: _T) -> None:
-            if phase == "using":
-                observer.on_next(item)
-
-        def on_error(error: Exception) -> None:
-            if phase == "using":
-                release_then_forward(held[0], error)
-
-        def on_completed() -> None:
-            if phase == "using":
-                release_then_forward(held[0], None)
-
-        async def open_resource() -> None:
-            nonlocal phase
-            try:
-                resource = await acquire()
-            except Exception as error:
-                phase = "done"
-                if not disposed:
-                    observer.on_error(error)
-                return
-            if disposed:  # acquire outlived its cancellation and returned anyway
-                phase = "done"
-                release_cancelled(resource)
-                return
-            held.append(resource)
-            phase = "using"
-            try:
-                stream = use(resource)
-            except Exception as error:  # released as failed through the same path as a stream error
-                stream = reactivex.throw(error)
-            inner.disposable = subscribe_to(stream, on_next, on_error, on_completed, scheduler)
-
-        task = start_task(loop, open_resource(), name="rxagent.using_resource.acquire")
-
-        def dispose() -> None:
-            nonlocal disposed, phase
-            if disposed:
-                return
-            disposed = True
-            if phase == "acquiring":
-                task.cancel()
-            elif phase == "using":
-                phase = "done"
-                inner.dispose()
-                loop.call_soon(release_cancelled, held[0])
-            # "releasing": the completed/failed release is already running and stays the only one.
-
-        return Disposable(dispose)
+        using = _Using(observer, scheduler, running_loop("using_resource"), release)
+        using.task = start_task(using.loop, using.open(acquire, use), name="rxagent.using_resource.acquire")
+        return using
 
     return Source(subscribe)
+
+
+class _Using(Sink[_T], abc.DisposableBase, Generic[_T, _R]):
+    """One subscription of :func:`using_resource`: the observer of ``use(resource)``, and the disposable its
+    subscriber holds (one object with slots, not closures: see ``_source.py``).
+
+    It moves through four phases — acquiring, using, releasing, done — and the phase decides what
+    dispose does, which is what makes release happen exactly once whatever the order of terminal signal
+    and dispose.
+    """
+
+    __slots__ = (
+        "_disposed",
+        "_inner",
+        "_observer",
+        "_phase",
+        "_release",
+        "_resource",
+        "_scheduler",
+        "loop",
+        "task",
+    )
+
+    def __init__(
+        self,
+        observer: abc.ObserverBase[_T],
+        scheduler: abc.SchedulerBase | None,
+        loop: asyncio.AbstractEventLoop,
+        release: Callable[[_R, Outcome], Awaitable[None] | None],
+    ) -> None:
+        super().__init__()
+        self._observer = observer
+        self._scheduler = scheduler
+        self.loop = loop
+        self._release = release
+        self._phase: _Phase = "acquiring"
+        self._disposed = False
+        self._resource: _R | None = None
+        self._inner: abc.DisposableBase | None = None
+        self.task: asyncio.Task[None] | None = None
+        """The acquiring task, until it has acquired."""
+
+    async def open(self, acquire: Callable[[], Awaitable[_R]], use: Callable[[_R], Observable[_T]]) -> None:
+        """Acquire the resource and subscribe to ``use(resource)`` (the acquiring task's body; ``acquire`` and
+        ``use`` are let go of when it returns, not kept for the whole stream)."""
+        try:
+            resource = await acquire()
+        except Exception as error:
+            self._phase = "done"
+            self.task = None
+            if not self._disposed:
+                self._observer.on_error(error)
+            return
+        self.task = None
+        if self._disposed:  # acquire outlived its cancellation and returned anyway
+            self._phase = "done"
+            self._release_cancelled(resource)
+            return
+        self._resource = resource
+        self._phase = "using"
+        try:
+            stream = use(resource)
+        except Exception as error:  # released as failed through the same path as a stream error
+            stream = reactivex.throw(error)
+        inner = subscribe_sink(stream, self, self._scheduler)
+        if self._phase == "using" and not self._disposed:
+            self._inner = inner
+        else:  # it ended (or was disposed) while it subscribed
+            inner.dispose()
+
+    def on_next(self, value: _T) -> None:
+        if self._phase == "using":
+            self._observer.on_next(value)
+
+    def on_error(self, error: Exception) -> None:
+        if self._phase == "using":
+            self.stopped = True
+            self._release_then_forward(error)
+
+    def on_completed(self) -> None:
+        if self._phase == "using":
+            self.stopped = True
+            self._release_then_forward(None)
+
+    def _release_then_forward(self, error: Exception | None) -> None:
+        self._phase = "releasing"
+        inner, self._inner = self._inner, None
+        if inner is not None:  # the stream has ended: let go of it (a Source is subscribed directly)
+            inner.dispose()
+        resource, self._resource = self._resource, None
+        outcome = Outcome.completed() if error is None else Outcome.failed(error)
+        try:
+            pending = self._release(cast("_R", resource), outcome)  # held while using
+        except Exception as release_error:
+            self._forward(error, release_error)
+            return
+        if pending is None:
+            self._forward(error, None)
+            return
+        start_task(self.loop, self._await_release(pending, error), name="rxagent.using_resource.release")
+
+    async def _await_release(self, pending: Awaitable[None], error: Exception | None) -> None:
+        try:
+            await pending
+        except Exception as release_error:
+            self._forward(error, release_error)
+        else:
+            self._forward(error, None)
+
+    def _forward(self, error: Exception | None, release_error: Exception | None) -> None:
+        self._phase = "done"
+        observer = self._observer
+        if self._disposed:
+            if release_error is not None:
+                _log.warning("using_resource: release failed after dispose", exc_info=release_error)
+        elif error is not None:
+            if release_error is not None:
+                _attach(error, release_error)
+            observer.on_error(error)
+        elif release_error is not None:
+            observer.on_error(release_error)
+        else:
+            observer.on_completed()
+
+    def _release_cancelled(self, resource: _R) -> None:
+        try:
+            pending = self._release(resource, Outcome.cancelled())
+        except Exception:
+            _log.warning("using_resource: release(%r, cancelled) failed", resource, exc_info=True)
+            return
+        if pending is not None:
+            start_task(self.loop, _await_logged(pending, resource), name="rxagent.using_resource.release")
+
+    def dispose(self) -> None:
+        """Cancel the acquire, or dispose the stream and release with ``cancelled``; idempotent."""
+        if self._disposed:
+            return
+        self._disposed = True
+        if self._phase == "acquiring":
+            if self.task is not None:
+                self.task.cancel()
+        elif self._phase == "using":
+            self._phase = "done"
+            inner, self._inner = self._inner, None
+            if inner is not None:
+                inner.dispose()
+            resource, self._resource = self._resource, None
+            self.loop.call_soon(self._release_cancelled, cast("_R", resource))
+        # "releasing": the completed/failed release is already running and stays the only one.
 
 
 async def _await_logged(pending: Awaitable[None], resource: object) -> None:

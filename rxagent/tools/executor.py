@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeAlias, runtime_checkable
@@ -38,13 +38,12 @@ import reactivex
 from pydantic import BaseModel
 from reactivex import Observable, abc
 from reactivex import operators as ops
-from reactivex.disposable import Disposable
 
 from rxagent.clock import SYSTEM_CLOCK, Clock
 from rxagent.context import RuntimeContext
 from rxagent.events import AgentEvent
 from rxagent.messages import TextBlock, ToolResultBlock, ToolResultStatus, ToolUseBlock
-from rxagent.operators import Source, deferred, frame, run_steps, running_loop, start_task, sync_of
+from rxagent.operators import Frame, Source, run_steps, running_loop, start_task, sync_of
 from rxagent.tools._tool import ProgressUpdate, Tool, ToolContext, ToolSystemError
 from rxagent.tools.arguments import ArgumentProblem, ToolArgumentError, parse_arguments
 from rxagent.tools.events import (
@@ -198,61 +197,59 @@ class ToolExecutor:
         """
         runtime = context or RuntimeContext()
         batch = tuple(calls)
+        approved_ids = frozenset(approved)
 
-        def per_subscription() -> Observable[ToolEvent]:
-            results: dict[int, ToolResultBlock] = {}
-            waiting: dict[int, ToolPermissionRequired | ToolCallSuspended] = {}
-            direct: list[bool] = []
-            position = {id(call): index for index, call in enumerate(batch)}
+        def subscribe(
+            observer: abc.ObserverBase[ToolEvent], scheduler: abc.SchedulerBase | None = None
+        ) -> abc.DisposableBase:
+            stages, direct = self._stages(batch, view, runtime, approved_ids)
+            running = _Batch(observer, scheduler, batch, direct)
+            if len(stages) == 1:  # the usual batch: no loop of stages to run it
+                source = stages[0]()
+            else:
+                stages.reverse()  # last first: each stage is let go of as it starts
+                running.stages = stages
+                source = run_steps(running.next_stage)
+            return running.attach(source)
 
-            def record(event: ToolEvent) -> tuple[ToolEvent]:
-                if isinstance(event, ToolCallSettled):
-                    results[position.get(id(event.call), len(batch))] = event.result
-                elif isinstance(event, ToolPermissionRequired | ToolCallSuspended):
-                    waiting[position.get(id(event.call), len(batch))] = event
-                return (event,)
+        return Source(subscribe)
 
-            # Stages are built lazily, when run_steps starts them: a call starts (and its arguments are
-            # prepared) only once the calls before its stage have finished.
-            stages: list[Callable[[], Observable[ToolEvent]]] = []
-            group: list[Callable[[], Observable[ToolEvent]]] = []
+    def _stages(
+        self,
+        batch: tuple[ToolUseBlock, ...],
+        view: ToolView,
+        runtime: RuntimeContext,
+        approved: frozenset[str],
+    ) -> tuple[list[Callable[[], Observable[ToolEvent]]], bool]:
+        """The batch's stages in order, each started lazily (by run_steps: a call starts, and its arguments
+        are prepared, only once the calls before its stage have finished); and whether every call's tool
+        returns its result directly."""
+        stages: list[Callable[[], Observable[ToolEvent]]] = []
+        group: list[Callable[[], Observable[ToolEvent]]] = []
 
-            def flush() -> None:
-                if group:
-                    members = tuple(group)
-                    stages.append(lambda: self._together([start() for start in members]))
-                    group.clear()
+        def flush() -> None:
+            if group:
+                members = tuple(group)
+                stages.append(lambda: self._together([start() for start in members]))
+                group.clear()
 
-            for index, call in enumerate(batch):
-                planned = self._plan(index, call, view, runtime, call.id in approved)
-                if isinstance(planned, _Runnable):
-                    tool = planned.invocation.tool
-                    direct.append(tool.traits.return_direct)
-                    start = functools.partial(self._run, planned.invocation, runtime)
-                    if self.parallel and tool.traits.concurrency_safe:
-                        group.append(start)
-                        continue
-                    flush()
-                    stages.append(start)
-                else:
-                    direct.append(False)
-                    group.append(functools.partial(sync_of, planned))
-            flush()
-            remaining = iter(stages)
-
-            def next_stage() -> Observable[ToolEvent] | None:
-                start = next(remaining, None)
-                return start() if start is not None else None
-
-            def finished() -> tuple[ToolBatchFinished]:
-                ordered = tuple(results[i] for i in sorted(results))
-                all_direct = bool(direct) and all(direct) and not waiting
-                all_direct = all_direct and all(r.status == "ok" for r in ordered)
-                return (ToolBatchFinished(ordered, tuple(waiting[i] for i in sorted(waiting)), all_direct),)
-
-            return run_steps(next_stage).pipe(frame(record, after=finished))
-
-        return deferred(per_subscription)
+        direct = bool(batch)
+        for index, call in enumerate(batch):
+            planned = self._plan(index, call, view, runtime, call.id in approved)
+            if isinstance(planned, _Runnable):
+                tool = planned.invocation.tool
+                direct = direct and tool.traits.return_direct
+                start = functools.partial(self._run, planned.invocation, runtime)
+                if self.parallel and tool.traits.concurrency_safe:
+                    group.append(start)
+                    continue
+                flush()
+                stages.append(start)
+            else:
+                direct = False
+                group.append(functools.partial(sync_of, planned))
+        flush()
+        return stages, direct
 
     def _together(self, streams: list[Observable[ToolEvent]]) -> Observable[ToolEvent]:
         if len(streams) == 1:
@@ -340,13 +337,6 @@ class ToolExecutor:
         self, invocation: ToolInvocation, runtime: RuntimeContext, checked: Mapping[str, Any]
     ) -> Observable[ToolEvent]:
         call, tool = invocation.call, invocation.tool
-        clock = self.clock
-
-        def finished(
-            text: str, status: ToolResultStatus, started: float, value: Any = None, error: str | None = None
-        ) -> ToolCallSettled:
-            return ToolCallSettled(call, result_of(call, text, status), clock.now() - started, value, error)
-
         if invocation.arguments is not checked:
             final = {**invocation.arguments, **invocation.presets}
             decision = self.permissions.decide(tool, final, runtime)
@@ -355,112 +345,230 @@ class ToolExecutor:
                     f"Permission {decision.decision} for tool '{tool.name}' after its arguments were "
                     f"rewritten: {decision.reason}"
                 )
-                return sync_of(finished(text, "denied", clock.now()))
+                return sync_of(_settled(call, text, "denied", 0.0))
         try:
             values = tool.prepare(invocation.arguments, invocation.presets)
         except ToolArgumentError as error:
-            return sync_of(finished(str(error), "error", clock.now(), error=type(error).__name__))
+            return sync_of(_settled(call, str(error), "error", 0.0, error=type(error).__name__))
         except Exception as error:
             # e.g. a schema whose $ref cannot be resolved: this call fails, not the whole batch
             kind = type(error).__name__
             text = f"Error: the arguments of tool '{tool.name}' could not be checked: {kind}: {error}"
-            return sync_of(finished(text, "error", clock.now(), error=kind))
+            return sync_of(_settled(call, text, "error", 0.0, error=kind))
         timeout = tool.traits.timeout if tool.traits.timeout is not None else self.default_timeout
-        pool = self.thread_pool
-        journal = self.journal
 
         def subscribe(
             observer: abc.ObserverBase[ToolEvent], scheduler: abc.SchedulerBase | None = None
         ) -> abc.DisposableBase:
-            loop = running_loop("a tool call")
-            done = False
-            disposed = False
-
-            def emit_progress(update: ProgressUpdate) -> None:
-                if not done:
-                    observer.on_next(ToolCallProgress(call, update))
-
-            def emit_nested(event: AgentEvent) -> None:
-                if not done:
-                    observer.on_next(ToolCallNested(call, event))
-
-            tool_context = ToolContext(call.id, tool.name, runtime, emit_progress, emit_nested)
+            running = _ToolCall(self, observer, call, tool, runtime)
             observer.on_next(ToolBodyStarted(call, values))
-            started = clock.now()
+            body = running.body(values, timeout, self.clock.now())
+            running.task = start_task(running.loop, body, f"rxagent.tool:{tool.name}")
+            return running
 
-            async def body() -> None:
-                nonlocal done
-                if journal is not None:
-                    try:
-                        await journal.dispatched(call)
-                    except Exception as error:  # unrecorded, it must not run: a crash would forget it
-                        done = True
-                        why = f"the call of '{tool.name}' could not be recorded before it ran: {error}"
-                        observer.on_error(_unrecorded(why, error))
-                        return
+        return Source(subscribe)
+
+
+class _Batch(Frame[ToolEvent, ToolEvent]):
+    """One subscription of :meth:`ToolExecutor.execute`: its stages' events as they pass, and the batch's
+    end with the results in the order of the calls.
+
+    A :class:`~rxagent.operators.Frame` with methods, not ``frame`` with closures: a run waiting for its
+    tools keeps it alive, and the garbage collector walks every object a run keeps (see
+    ``rxagent/operators/_source.py``).
+    """
+
+    __slots__ = ("_batch", "_direct", "_results", "_waiting", "stages")
+
+    def __init__(
+        self,
+        observer: abc.ObserverBase[ToolEvent],
+        scheduler: abc.SchedulerBase | None,
+        batch: tuple[ToolUseBlock, ...],
+        direct: bool,
+    ) -> None:
+        super().__init__(observer, scheduler)
+        self._batch = batch
+        self._results: dict[int, ToolResultBlock] | None = None
+        self._waiting: dict[int, ToolPermissionRequired | ToolCallSuspended] | None = None
+        self._direct = direct
+        """Every call's tool returns its result directly (unless a result says otherwise)."""
+        self.stages: list[Callable[[], Observable[ToolEvent]]] | None = None
+        """The stages not started yet, last first (a batch of several stages)."""
+
+    def next_stage(self) -> Observable[ToolEvent] | None:
+        """The next stage's events, or ``None`` after the last."""
+        stages = self.stages
+        return stages.pop()() if stages else None
+
+    def _index_of(self, call: ToolUseBlock) -> int:
+        for index, planned in enumerate(self._batch):
+            if planned is call:
+                return index
+        return len(self._batch)
+
+    def each(self, value: ToolEvent) -> tuple[ToolEvent]:
+        """Note each call's result, or that it waits, as it passes."""
+        if isinstance(value, ToolCallSettled):
+            if self._results is None:
+                self._results = {}
+            self._results[self._index_of(value.call)] = value.result
+        elif isinstance(value, ToolPermissionRequired | ToolCallSuspended):
+            if self._waiting is None:
+                self._waiting = {}
+            self._waiting[self._index_of(value.call)] = value
+        return (value,)
+
+    def after(self) -> tuple[ToolBatchFinished]:
+        """The batch's end: the results in the order of the calls, and the calls that wait."""
+        results, waiting = self._results or {}, self._waiting or {}
+        ordered = tuple(results[i] for i in sorted(results))
+        all_direct = self._direct and not waiting and all(r.status == "ok" for r in ordered)
+        return (ToolBatchFinished(ordered, tuple(waiting[i] for i in sorted(waiting)), all_direct),)
+
+
+def _settled(
+    call: ToolUseBlock,
+    text: str,
+    status: ToolResultStatus,
+    duration: float,
+    value: Any = None,
+    error: str | None = None,
+) -> ToolCallSettled:
+    return ToolCallSettled(call, result_of(call, text, status), duration, value, error)
+
+
+class _ToolCall(abc.DisposableBase):
+    """One subscription of a tool call: the task that runs the body, and the disposable its subscriber
+    holds (one object with slots, not closures: see ``rxagent/operators/_source.py``)."""
+
+    __slots__ = ("_call", "_context", "_executor", "_observer", "_tool", "disposed", "done", "loop", "task")
+
+    def __init__(
+        self,
+        executor: ToolExecutor,
+        observer: abc.ObserverBase[ToolEvent],
+        call: ToolUseBlock,
+        tool: Tool,
+        runtime: RuntimeContext,
+    ) -> None:
+        self.loop = running_loop("a tool call")
+        self._executor = executor
+        self._observer = observer
+        self._call = call
+        self._tool = tool
+        self.done = False
+        """The call has sent its result (or failed): progress and nested events are not heard any more."""
+        self.disposed = False
+        self.task: asyncio.Task[None] | None = None
+        self._context: ToolContext | None = ToolContext(
+            call.id, tool.name, runtime, self.emit_progress, self.emit_nested
+        )
+
+    def emit_progress(self, update: ProgressUpdate) -> None:
+        """A progress update of the running tool, as an event of the call."""
+        if not self.done:
+            self._observer.on_next(ToolCallProgress(self._call, update))
+
+    def emit_nested(self, event: AgentEvent) -> None:
+        """An event of a run nested in the call (an agent used as a tool), as an event of the call."""
+        if not self.done:
+            self._observer.on_next(ToolCallNested(self._call, event))
+
+    async def body(self, values: Mapping[str, Any], limit: float | None, started: float) -> None:
+        """Record the call, run the tool (at most ``limit`` seconds), record its result, emit it (the task's
+        body)."""
+        try:
+            call, tool, observer = self._call, self._tool, self._observer
+            clock, journal = self._executor.clock, self._executor.journal
+            tool_context = self._context
+            assert tool_context is not None  # until the body ends
+            if journal is not None:
                 try:
-                    async with clock.timeout(timeout) as deadline:
+                    await journal.dispatched(call)
+                except Exception as error:  # unrecorded, it must not run: a crash would forget it
+                    self.done = True
+                    why = f"the call of '{tool.name}' could not be recorded before it ran: {error}"
+                    observer.on_error(_unrecorded(why, error))
+                    return
+            try:
+                if limit is None:  # no deadline to keep: the body runs as it is
+                    try:
+                        value = await self._invoke(values, tool_context)
+                    except TimeoutError:
+                        raise _ToolRaisedTimeout() from None
+                else:
+                    async with clock.timeout(limit) as deadline:
                         try:
-                            if tool.is_async:
-                                value = await tool.invoke(values, tool_context)
-                            else:
-                                # The worker thread runs in a copy of this task's context (as
-                                # asyncio.to_thread does), so the run's log ids and span reach the tool.
-                                context = contextvars.copy_context()
-                                work = functools.partial(tool.invoke, values, tool_context)
-                                value = await loop.run_in_executor(pool, context.run, work)
+                            value = await self._invoke(values, tool_context)
                         except TimeoutError:
                             if deadline.expired():
                                 raise
                             raise _ToolRaisedTimeout() from None
-                except ToolSystemError as error:
-                    done = True
-                    observer.on_error(error)
-                    return
-                except TimeoutError:
-                    tool_context.cancel()
-                    text = f"Tool '{tool.name}' timed out after {timeout:g} s."
-                    event = finished(text, "error", started, error="TimeoutError")
-                except _ToolRaisedTimeout:
-                    text = f"Error: tool '{tool.name}' raised TimeoutError"
-                    event = finished(text, "error", started, error="TimeoutError")
-                except asyncio.CancelledError:
-                    raise
-                except Exception as error:
-                    kind = type(error).__name__
-                    event = finished(f"Error: {kind}: {error}", "error", started, error=kind)
-                else:
-                    kind = None
-                    try:
-                        text, status = _output_text(value)
-                    except Exception as error:  # a result that cannot be turned into text is the tool's error
-                        text, status = f"Error: the tool's result could not be encoded: {error}", "error"
-                        kind = type(error).__name__
-                    event = finished(text, status, started, value, kind)
-                if journal is not None:
-                    try:
-                        await journal.finished(event.result)
-                    except Exception as error:
-                        done = True
-                        why = f"the result of '{tool.name}' could not be recorded: {error}"
-                        observer.on_error(_unrecorded(why, error))
-                        return
-                done = True
-                observer.on_next(event)
-                if not disposed:  # a downstream `take` may have ended the call at its result
-                    observer.on_completed()
-
-            task = start_task(loop, body(), f"rxagent.tool:{tool.name}")
-
-            def dispose() -> None:
-                nonlocal done, disposed
-                done = disposed = True
+            except ToolSystemError as error:
+                self.done = True
+                observer.on_error(error)
+                return
+            except TimeoutError:
                 tool_context.cancel()
-                task.cancel()
+                text = f"Tool '{tool.name}' timed out after {limit:g} s."
+                event = _settled(call, text, "error", clock.now() - started, error="TimeoutError")
+            except _ToolRaisedTimeout:
+                text = f"Error: tool '{tool.name}' raised TimeoutError"
+                event = _settled(call, text, "error", clock.now() - started, error="TimeoutError")
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:
+                kind = type(error).__name__
+                event = _settled(call, f"Error: {kind}: {error}", "error", clock.now() - started, error=kind)
+            else:
+                kind = None
+                try:
+                    text, status = _output_text(value)
+                except Exception as error:  # a result that cannot be turned into text is the tool's error
+                    text, status = f"Error: the tool's result could not be encoded: {error}", "error"
+                    kind = type(error).__name__
+                event = _settled(call, text, status, clock.now() - started, value, kind)
+            if journal is not None:
+                try:
+                    await journal.finished(event.result)
+                except Exception as error:
+                    self.done = True
+                    why = f"the result of '{tool.name}' could not be recorded: {error}"
+                    observer.on_error(_unrecorded(why, error))
+                    return
+            self.done = True
+            observer.on_next(event)
+            if not self.disposed:  # a downstream `take` may have ended the call at its result
+                observer.on_completed()
+        finally:
+            # The tool's context calls back into this object: cut that cycle once the call has ended, so
+            # reference counting frees the call.
+            self._context = None
 
-            return Disposable(dispose)
+    def _invoke(self, values: Mapping[str, Any], tool_context: ToolContext) -> Awaitable[Any]:
+        # A plain function returning what to await (not a coroutine of its own, kept while the tool runs).
+        tool = self._tool
+        if tool.is_async:
+            running: Awaitable[Any] = tool.invoke(values, tool_context)
+            return running
+        # The worker thread runs in a copy of this task's context (as asyncio.to_thread does), so the
+        # run's log ids and span reach the tool.
+        context = contextvars.copy_context()
+        work = functools.partial(tool.invoke, values, tool_context)
+        return self.loop.run_in_executor(self._executor.thread_pool, context.run, work)
 
-        return Source(subscribe)
+    def dispose(self) -> None:
+        """Cancel the call: its task is cancelled (an async tool's ``finally`` runs; a sync tool's result
+        is discarded), and its context says so. Idempotent."""
+        if self.disposed:
+            return
+        self.done = self.disposed = True
+        if self._context is not None:
+            self._context.cancel()
+        if self.task is not None:
+            self.task.cancel()
+        self._context = None  # the cycle the body's end cuts, cut here for a body that never started
 
 
 class ToolRecordingError(ToolSystemError):

@@ -96,6 +96,8 @@ class Toolkit(Displayable):
         """Argument text longer than this is refused before parsing (a model stuck in a loop can write
         megabytes); the call gets an error result."""
         self._closers: list[Callable[[], Any]] = []
+        self._shared_schemas: tuple[tuple[Any, ...], tuple[ToolSchema, ...]] | None = None
+        """The schemas the views of the current snapshot share (see :meth:`ToolView.schemas`)."""
         for item in tools:
             self.register(item)
 
@@ -342,19 +344,26 @@ class ToolView:
         """The schemas to send to the model now (presets removed).
 
         The same tuple object comes back while nothing it depends on changed (the toolkit's snapshot,
-        this view's groups and presets), so a model client can cache its wire form by identity.
+        this view's allow-list, groups and presets), so a model client can cache its wire form by
+        identity. Views that see the same (every run of an agent without a tool scope, usually) share one
+        tuple, kept by the toolkit: a run's view keeps none of its own.
         """
         key = (  # schemas depend on which parameters are preset, never on the preset values
             self._entries(),
+            self.allow,
             frozenset(self.active_groups),
             frozenset((name, frozenset(values)) for name, values in self.presets.items()),
             frozenset(self.shared_presets),
         )
-        cached = self._schemas_cache
-        if cached is not None and cached[0][0] is key[0] and cached[0][1:] == key[1:]:
-            return cached[1]
+        shared = self.toolkit._shared_schemas  # pyright: ignore[reportPrivateUsage]
+        for cached in (shared, self._schemas_cache):
+            if cached is not None and cached[0][0] is key[0] and cached[0][1:] == key[1:]:
+                return cached[1]
         schemas = tuple(resolved.tool.schema(resolved.hidden) for resolved in self.tools())
-        self._schemas_cache = (key, schemas)
+        if shared is None or shared[0][0] is not key[0]:  # none yet, or of an older snapshot: share these
+            self.toolkit._shared_schemas = (key, schemas)  # pyright: ignore[reportPrivateUsage]
+        else:
+            self._schemas_cache = (key, schemas)
         return schemas
 
     def resolve(self, name: str) -> ResolvedTool | Unavailable:

@@ -1,4 +1,7 @@
-"""frame: items before, a mapping of each item, items after, in one subscription; recover, until, inject."""
+"""frame: items before, a mapping of each item, items after, in one subscription; recover, until, inject.
+
+The same contract for a :class:`Frame` subclass, whose mapping is its methods.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +11,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import reactivex
+from reactivex import Observable, abc
 from reactivex.subject import Subject
 
-from rxagent.operators import Outcome, frame, frame_pushing, from_async_iterable, sync_of
+from rxagent.operators import Frame, Outcome, Source, frame, frame_pushing, from_async_iterable, sync_of
 from tests.streams import Counter, FrameHooks, expect
 
 
@@ -199,6 +203,64 @@ async def test_frame_pushing_cancel_disposes_upstream_and_unregisters_hooks() ->
     seen.dispose()
     await counter.closed.wait()
     assert counter.closes == 1
+
+
+class Tally(Frame[int, int]):
+    """A frame with methods: each item doubled, the count of items after them, a recovery stream."""
+
+    __slots__ = ("seen",)
+
+    def __init__(self, observer: abc.ObserverBase[int], scheduler: abc.SchedulerBase | None) -> None:
+        super().__init__(observer, scheduler)
+        self.seen = 0  # per subscription, in the frame's own slots
+
+    def each(self, value: int) -> tuple[int]:
+        self.seen += 1
+        return (value * 2,)
+
+    def after(self) -> tuple[int]:
+        return (100 + self.seen,)
+
+    def recover(self, error: Exception) -> Observable[int] | None:
+        return sync_of(-1) if isinstance(error, KeyError) else None
+
+
+def tallied(source: Observable[int], hooks: FrameHooks | None = None) -> Observable[int]:
+    def subscribe(
+        observer: abc.ObserverBase[int], scheduler: abc.SchedulerBase | None = None
+    ) -> Frame[int, int]:
+        framed = Tally(observer, scheduler)
+        if hooks is None:
+            return framed.attach(source, before=lambda: (7,))
+        return framed.attach(source, until=hooks.until, inject=hooks.inject)
+
+    return Source(subscribe)
+
+
+async def test_a_frame_subclass_completes_with_its_after() -> None:
+    seen = await expect(tallied(from_async_iterable(Counter(3))))
+    assert seen.items == [7, 0, 2, 4, 103]
+    assert seen.outcome == Outcome.completed()
+
+
+async def test_a_frame_subclass_errors_or_recovers() -> None:
+    boom = ValueError("boom")
+    failed = await expect(tallied(reactivex.concat(sync_of(1), reactivex.throw(boom))))
+    assert failed.items == [7, 2]
+    assert failed.error is boom
+    recovered = await expect(tallied(reactivex.concat(sync_of(1), reactivex.throw(KeyError("k")))))
+    assert recovered.items == [7, 2, -1]
+    assert recovered.outcome == Outcome.completed()
+
+
+async def test_a_frame_subclass_cancel_disposes_upstream_and_unregisters_hooks() -> None:
+    counter = Counter()
+    hooks = FrameHooks()
+    seen = expect(tallied(from_async_iterable(counter), hooks))
+    await counter.until_pulled(2)
+    assert sorted(hooks.registered) == ["inject", "until"]
+    seen.dispose()
+    await counter.closed.wait()
     assert hooks.registered == []
     assert seen.outcome is None
 
@@ -241,3 +303,34 @@ async def test_a_finished_frame_pushing_is_freed_without_the_garbage_collector()
         assert seen.items == [0, 1, 2, 9]
         del marker, push, seen
         assert alive() is None
+
+
+async def test_a_frame_subclass_resubscribe_is_cold() -> None:
+    source = tallied(from_async_iterable(Counter(2)))
+    first = await expect(source)
+    second = await expect(source)
+    assert first.items == second.items == [7, 0, 2, 102]  # each subscription counts from zero
+
+
+async def test_a_frame_is_the_callback_its_until_hook_gets() -> None:
+    # Calling the frame ends it as a completion: the hook needs no bound method or closure of its own.
+    counter = Counter()
+    stops: list[Callable[[], None]] = []
+
+    def until(stop: Callable[[], None]) -> Callable[[], None]:
+        stops.append(stop)
+        return lambda: None
+
+    def subscribe(
+        observer: abc.ObserverBase[int], scheduler: abc.SchedulerBase | None = None
+    ) -> Frame[int, int]:
+        return Tally(observer, scheduler).attach(from_async_iterable(counter), until=until)
+
+    seen = expect(Source(subscribe))
+    await counter.until_pulled(2)
+    assert isinstance(stops[0], Tally)
+    stops[0]()
+    await seen
+    assert seen.items[-1] == 100 + len(seen.items) - 1
+    assert seen.outcome == Outcome.completed()
+    await counter.closed.wait()

@@ -1,4 +1,5 @@
-"""run_steps: a loop of observables at constant depth, with recovery, cancel and cold re-subscription."""
+"""run_steps: a loop of observables at constant depth, with recovery, cancel and cold re-subscription; the
+same for a :class:`StepLoop` subclass, whose steps come from its methods."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ import weakref
 from collections.abc import Callable, Iterator
 
 import reactivex
-from reactivex import Observable
+from reactivex import Observable, abc
 
-from rxagent.operators import Outcome, from_async_iterable, run_steps, sync_of
+from rxagent.operators import Outcome, Source, StepLoop, from_async_iterable, run_steps, sync_of
 from tests.streams import Counter, expect
 
 
@@ -133,3 +134,92 @@ async def test_a_finished_loop_is_freed_without_the_garbage_collector() -> None:
         assert alive() is None
     finally:
         gc.enable()
+
+
+class Countdown(StepLoop[int]):
+    """A loop with state of its own: steps of ``n``, ``n - 1``, … items, then a recovery step on failure."""
+
+    __slots__ = ("left", "started")
+
+    def __init__(self, observer: abc.ObserverBase[int], scheduler: abc.SchedulerBase | None, n: int) -> None:
+        super().__init__(observer, scheduler)
+        self.left = n  # per subscription, in the loop's own slots
+        self.started: list[Observable[int]] = []
+
+    def next_step(self) -> Observable[int] | None:
+        if self.left == 0:
+            return None
+        self.left -= 1
+        step = sync_of(*range(self.left + 1)) if self.left != 99 else reactivex.throw(KeyError("k"))
+        self.started.append(step)
+        return step
+
+    def recover(self, error: Exception) -> Observable[int] | None:
+        return sync_of(-1) if isinstance(error, KeyError) else None
+
+
+def countdown(n: int, loops: list[Countdown] | None = None) -> Observable[int]:
+    def subscribe(observer: abc.ObserverBase[int], scheduler: abc.SchedulerBase | None = None) -> Countdown:
+        loop = Countdown(observer, scheduler, n)
+        if loops is not None:
+            loops.append(loop)
+        loop.advance()
+        return loop
+
+    return Source(subscribe)
+
+
+async def test_a_step_loop_subclass_completes_and_recovers() -> None:
+    seen = await expect(countdown(3))
+    assert seen.items == [0, 1, 2, 0, 1, 0]
+    assert seen.outcome == Outcome.completed()
+    recovered = await expect(countdown(100))  # its first step fails; the recovery step is the last
+    assert recovered.items == [-1]
+    assert recovered.outcome == Outcome.completed()
+
+
+async def test_a_step_loop_subclass_errors_and_cancel_disposes_its_step() -> None:
+    boom = ValueError("boom")
+
+    class Failing(Countdown):
+        __slots__ = ()
+
+        def next_step(self) -> Observable[int] | None:
+            return reactivex.throw(boom)
+
+    def failing(observer: abc.ObserverBase[int], scheduler: abc.SchedulerBase | None = None) -> Failing:
+        loop = Failing(observer, scheduler, 1)
+        loop.advance()
+        return loop
+
+    assert (await expect(Source(failing))).error is boom
+
+    counter = Counter()
+
+    class Endless(Countdown):
+        __slots__ = ()
+
+        def next_step(self) -> Observable[int] | None:
+            return from_async_iterable(counter)
+
+    def endless(observer: abc.ObserverBase[int], scheduler: abc.SchedulerBase | None = None) -> Endless:
+        loop = Endless(observer, scheduler, 1)
+        loop.advance()
+        return loop
+
+    seen = expect(Source(endless))
+    await counter.until_pulled(2)
+    seen.dispose()
+    await counter.closed.wait()
+    assert counter.starts == 1  # no further step started
+    assert seen.outcome is None
+
+
+async def test_a_step_loop_subclass_resubscribe_is_cold() -> None:
+    loops: list[Countdown] = []
+    source = countdown(2, loops)
+    first = await expect(source)
+    second = await expect(source)
+    assert first.items == second.items == [0, 1, 0]
+    assert loops[0] is not loops[1]
+    assert [len(loop.started) for loop in loops] == [2, 2]

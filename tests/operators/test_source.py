@@ -6,11 +6,22 @@ from typing import Any
 
 import pytest
 import reactivex
-from reactivex import Observable, abc
+from reactivex import Observable, Observer, abc
 from reactivex import operators as ops
 from reactivex.disposable import Disposable
 
-from rxagent.operators import Outcome, frame, from_async_iterable, run_steps, sync_of
+from rxagent.operators import (
+    NO_SUBSCRIPTION,
+    Outcome,
+    Relay,
+    Slot,
+    frame,
+    from_async_iterable,
+    run_steps,
+    subscribe_sink,
+    subscribe_through,
+    sync_of,
+)
 from rxagent.operators._source import Source, deferred, subscribe_to
 from tests.streams import Counter, expect
 
@@ -127,3 +138,105 @@ def test_a_consumer_failing_after_the_end_is_not_swallowed() -> None:
         with pytest.raises(RuntimeError, match="consumer bug"):
             chain.subscribe(on_error=errors.append, on_completed=broken)
         assert errors == []
+
+
+class Evens(Relay[int]):
+    """A relay that passes even numbers only."""
+
+    __slots__ = ()
+
+    def on_next(self, value: int) -> None:
+        if value % 2 == 0:
+            super().on_next(value)
+
+
+def evens(source: Observable[int]) -> Observable[int]:
+    return Source(lambda observer, scheduler=None: Evens(observer).attach(source, scheduler))
+
+
+async def test_a_relay_passes_signals_on_and_lets_go_of_its_source() -> None:
+    seen = await expect(evens(from_async_iterable(Counter(5))))
+    assert seen.items == [0, 2, 4]
+    assert seen.outcome == Outcome.completed()
+    boom = ValueError("boom")
+    assert (await expect(evens(reactivex.throw(boom)))).error is boom
+    counter = Counter()
+    running = expect(evens(from_async_iterable(counter)))
+    await counter.until_pulled(3)
+    running.dispose()
+    await counter.closed.wait()
+    assert running.outcome is None
+    first, second = await expect(evens(sync_of(1, 2))), await expect(evens(sync_of(1, 2)))
+    assert first.items == second.items == [2]
+
+
+async def test_subscribe_sink_hands_the_sink_itself_to_a_source_and_reports_a_failing_subscribe() -> None:
+    observers: list[object] = []
+
+    def subscribe(observer: abc.ObserverBase[int], scheduler: abc.SchedulerBase | None = None) -> Disposable:
+        observers.append(observer)
+        raise RuntimeError("no loop")
+
+    errors: list[Exception] = []
+
+    class Collect(Relay[int]):
+        __slots__ = ()
+
+        def on_error(self, error: Exception) -> None:
+            errors.append(error)
+
+    sink = Collect(Observer[int]())  # its observer is never reached here
+    subscription = subscribe_sink(Source(subscribe), sink)
+    assert observers == [sink]  # no wrapper in between
+    assert [type(error) for error in errors] == [RuntimeError]
+    assert subscription is NO_SUBSCRIPTION
+    NO_SUBSCRIPTION.dispose()  # nothing to dispose, any number of times
+
+
+def test_subscribe_through_passes_the_subscribers_own_observer() -> None:
+    seen: list[object] = []
+
+    def inner(observer: abc.ObserverBase[int], scheduler: abc.SchedulerBase | None = None) -> Disposable:
+        seen.append(observer)
+        observer.on_next(1)
+        observer.on_completed()
+        return Disposable()
+
+    def outer(
+        observer: abc.ObserverBase[int], scheduler: abc.SchedulerBase | None = None
+    ) -> abc.DisposableBase:
+        seen.append(observer)
+        return subscribe_through(Source(inner), observer, scheduler)
+
+    log, callbacks = record()
+    subscribe_to(Source(outer), **callbacks)
+    assert log == [1, "completed"]
+    assert seen[0] is seen[1]  # the same observer: the outer stream adds no link
+
+
+def test_a_slot_runs_its_action_once_and_disposes_what_it_holds() -> None:
+    actions: list[str] = []
+    disposed: list[str] = []
+    slot = Slot(lambda: actions.append("action"))
+    slot.current = Disposable(lambda: disposed.append("first"))
+    slot.current = Disposable(lambda: disposed.append("second"))  # replacing disposes the one before
+    assert disposed == ["first"]
+    slot.dispose()
+    slot.dispose()
+    assert disposed == ["first", "second"]
+    assert actions == ["action"]
+    slot.current = Disposable(lambda: disposed.append("late"))  # after dispose: disposed at once
+    assert disposed == ["first", "second", "late"]
+
+
+async def test_a_source_makes_its_lock_only_for_the_reactivex_operators_that_ask() -> None:
+    # No RLock per observable (several per agent step); take_while synchronises on its source's lock.
+    source = from_async_iterable(Counter(5))
+    assert isinstance(source, Source)
+    assert source._lock is None  # pyright: ignore[reportPrivateUsage]
+    seen = await expect(source.pipe(ops.take_while(lambda item: item < 3)))
+    assert seen.items == [0, 1, 2]
+    assert seen.outcome == Outcome.completed()
+    made = source._lock  # pyright: ignore[reportPrivateUsage]
+    assert made is not None  # take_while asked for it
+    assert source.lock is made

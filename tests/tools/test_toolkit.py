@@ -75,6 +75,27 @@ def test_groups_are_activated_per_view_never_on_the_shared_toolkit() -> None:
         bob.activate_group("nope")
 
 
+def test_views_that_see_the_same_share_one_schemas_tuple_and_others_get_their_own() -> None:
+    # Every run has its own view: the usual ones share the toolkit's tuple (nothing kept per run, and a
+    # model client caching the wire form by identity hits it across runs).
+    toolkit = kit()
+    first, second = toolkit.view(), toolkit.view()
+    assert first.schemas() is second.schemas() is first.schemas()
+    narrowed = toolkit.view(allow=["distance"], active_groups=["geo"])
+    assert names(narrowed.schemas()) == ["distance"]
+    assert narrowed.schemas() is narrowed.schemas()
+    preset = toolkit.view(presets={"search": {"limit": 3}})
+    assert set(preset.schemas()[0].parameters["properties"]) == {"query"}  # type: ignore[arg-type]
+    assert names(first.schemas()) == ["search"]  # the narrowed views did not take the shared tuple
+    alice = toolkit.view()
+    alice.activate_group("geo")
+    assert names(alice.schemas()) == ["search", "distance", "route"]
+    assert names(second.schemas()) == ["search"]
+    toolkit.register(tool(name="extra")(lambda: "x"))  # a new snapshot: computed afresh, then shared
+    assert names(first.schemas()) == names(second.schemas()) == ["search", "extra"]
+    assert first.schemas() is second.schemas()
+
+
 def test_groups_active_by_default() -> None:
     toolkit = Toolkit()
     toolkit.create_group("geo", active_by_default=True)
