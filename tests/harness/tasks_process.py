@@ -1,10 +1,11 @@
-"""A process whose background task is in flight when the test kills it (test_tasks.py).
+"""A process whose background tasks are in flight when the test kills it (test_tasks.py).
 
 Run as ``python tasks_process.py DB``: the parent agent of :mod:`tests.harness.task_agents`, on the SQLite
-file ``DB``, starts a ``researcher`` task and answers. The task looks the Eiffel tower up (a tool round,
-so its session's log holds its run), then its next model call holds forever. Once the parent's run has
-ended and the task holds there, the process prints one JSON line, ``{"task_id": …, "session_id": …,
-"answer": …}`` (the parent's answer), and waits to be killed.
+file ``DB``, with one task at a time, starts a ``researcher`` task in one run and a second in another run.
+The first looks the Eiffel tower up (a tool round, so its session's log holds its run), then its next
+model call holds forever; the second waits in line. Once both runs have ended and the first task holds,
+the process prints one JSON line, ``{"running": …, "queued": …, "answers": […]}`` (the two task ids and
+the parent's answers), and waits to be killed.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from tests.harness.task_agents import build, call
 
 CTX = RuntimeContext(user_id="ada", session_id="trip")
 QUESTION = "How tall is the Eiffel tower, and who built it?"
+SECOND = "Who designed its lifts?"
 
 
 async def main(path: str) -> None:
@@ -42,16 +44,18 @@ async def main(path: str) -> None:
         [
             call("start_task", agent="researcher", instructions=QUESTION),
             ScriptedResponse("It runs in the background."),
+            call("start_task", agent="researcher", instructions=SECOND),
+            ScriptedResponse("That one waits its turn."),
         ]
     )
-    agent, tasks = build(parent, FunctionModel(researcher), store=path)
-    result = await agent.call("Find out about the Eiffel tower, in the background.", CTX)
+    agent, tasks = build(parent, FunctionModel(researcher), store=path, max_tasks=1)
+    first = await agent.call("Find out about the Eiffel tower, in the background.", CTX)
+    second = await agent.call("And about its lifts.", CTX)
     await holding.wait()
-    (info,) = await tasks.list(CTX)
-    print(
-        json.dumps({"task_id": info.task_id, "session_id": info.session_id, "answer": result.text}),
-        flush=True,
-    )
+    running, queued = await tasks.list(CTX)
+    assert (running.status, queued.status) == ("running", "queued")
+    said = {"running": running.task_id, "queued": queued.task_id, "answers": [first.text, second.text]}
+    print(json.dumps(said), flush=True)
     await asyncio.Event().wait()
 
 

@@ -14,7 +14,8 @@ until the test answers it, so what runs when is the test's choice, never a matte
   cancels it;
 - a task in flight when its process is SIGKILLed (a real SQLite file) is ``interrupted`` after restart,
   and a new process's run resumes it through ``resume_task``: its session goes on from what its log kept,
-  and it finishes;
+  and it finishes; a task that waited in line then is interrupted too, and once cancelled and resumed it
+  starts from its instructions (its session kept nothing) and finishes;
 - its usage appears in the result of the parent run that collects it, once, whether that run started it
   or a later one did after the task ended;
 - its events carry the parent's trace id and the starting run as ``parent_run_id``; the parent's log
@@ -377,15 +378,15 @@ async def test_a_task_in_flight_when_its_process_is_killed_is_interrupted_and_fi
     child = await ChildProcess.start(Path(__file__).with_name("tasks_process.py"), str(database))
     try:
         said = await child.answer(within=60)
-        assert said["answer"] == "It runs in the background."
-        await child.kill()  # SIGKILL, while the task's model call holds
+        assert said["answers"] == ["It runs in the background.", "That one waits its turn."]
+        await child.kill()  # SIGKILL, while the first task's model call holds and the second waits
     finally:
         await child.close()
-    task_id, session_id = said["task_id"], said["session_id"]
+    task_id, queued_id = said["running"], said["queued"]
 
     # A new process, as it were: a new agent and host over the same file.
     researcher = Gated()
-    question = "How tall is the Eiffel tower, and who built it?"
+    question, second = "How tall is the Eiffel tower, and who built it?", "Who designed its lifts?"
     researcher.answer(question, ScriptedResponse("330 m, by Gustave Eiffel's company.", usage=used(100)))
     parent = steps(
         call("task_status", task_id=task_id),
@@ -393,33 +394,50 @@ async def test_a_task_in_flight_when_its_process_is_killed_is_interrupted_and_fi
         call("task_result", task_id=task_id, wait=WAIT),
         lambda request: ScriptedResponse(f"Found: {last_tool_text(request)}"),
     )
-    agent, tasks = build(parent, researcher.model, store=str(database))
-    info = await tasks.get(ADA, task_id)
-    assert info.status == "interrupted"
-    assert info.session_id == session_id
-    assert [kind for kind, _ in await task_facts(agent)] == ["task_started"]  # started, and no end
+    agent, tasks = build(parent, researcher.model, store=str(database), max_tasks=1)
+    assert [(i.task_id, i.status) for i in await tasks.list(ADA)] == [
+        (task_id, "interrupted"),
+        (queued_id, "interrupted"),  # it waited in line: it stopped with its process too
+    ]
+    assert [kind for kind, _ in await task_facts(agent)] == ["task_started", "task_started"]  # and no end
 
     events = await to_list(agent.stream_events("What became of the task?", ADA))
     told = [e.result.text for e in events if isinstance(e, ToolResult)]
-    assert "was interrupted: the process running it stopped before it finished" in told[0]
+    assert "was interrupted: the process running it stopped before it finished." in told[0]
     assert told[1].startswith(f"Task {task_id} resumed (attempt 1)")
     assert told[2] == "330 m, by Gustave Eiffel's company."
     assert events[-1].text == "Found: 330 m, by Gustave Eiffel's company."  # type: ignore[union-attr]
-
     # The resumed run went on from its log: the lookup's result was in its request, not run again.
     (request,) = researcher.requests
     assert [r.text for m in request.messages for r in m.tool_results] == [lookup("Eiffel tower")]
-    await tasks.aclose()
-    assert [(kind, data["attempt"]) for kind, data in await task_facts(agent)] == [
-        ("task_started", 0),
-        ("task_resumed", 1),
-        ("task_collected", 1),
-        ("task_finished", 1),
-    ]
-    (turn,) = turns_of(await agent.store.read(("ada", session_id)))
+    (turn,) = turns_of(await agent.store.read(("ada", f"trip/tasks/{task_id}")))
     assert [(run.outcome, run.error) for run in turn.runs] == [
         ("failed", "the run ended with no record of how (its process stopped)"),
         ("finished", None),
+    ]
+
+    # The one that waited in line: cancelled by the application, then resumed from its instructions (its
+    # session kept nothing), and it finishes too.
+    cancelled = await tasks.cancel(ADA, queued_id)
+    assert (cancelled.status, cancelled.error) == (
+        "cancelled",
+        "cancelled on request, after it was interrupted",
+    )
+    researcher.answer(second, "Otis.")
+    await tasks.resume(ADA, queued_id)
+    assert (await tasks.result(ADA, queued_id, wait=WAIT)).answer == "Otis."
+    assert [m.text for m in researcher.requests[-1].messages if m.role == "user"] == [second]
+
+    await tasks.aclose()
+    assert [(kind, data["task_id"], data["attempt"]) for kind, data in await task_facts(agent)] == [
+        ("task_started", task_id, 0),
+        ("task_started", queued_id, 0),
+        ("task_resumed", task_id, 1),
+        ("task_collected", task_id, 1),
+        ("task_finished", task_id, 1),
+        ("task_cancelled", queued_id, 0),
+        ("task_resumed", queued_id, 1),
+        ("task_finished", queued_id, 1),
     ]
     assert (await tasks.get(ADA, task_id)).status == "finished"
     await agent.aclose()
