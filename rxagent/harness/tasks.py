@@ -62,7 +62,9 @@ first served (``task_status`` gives the place).
 **Subagents and their tools** are the user's (:class:`Subagent`): each names the parent's tools it may use,
 and gets no tool its parent lacks unless the user grants it (``grant=``); :meth:`~BackgroundTasks.attach`
 refuses a subagent that names a tool its parent does not have, naming it. No subagent gets the task tools
-(a task does not start tasks).
+(a task does not start tasks). Subagents pass the parent's permission gate: a call that asks a person ends
+its task ``failed``, the call waiting in the task's session (answer it there, through
+``tasks.agents[name].session(info.context)``).
 
 Example:
     >>> tasks = BackgroundTasks([Subagent("researcher", "Finds facts.", tools=["search"])])  # doctest: +SKIP

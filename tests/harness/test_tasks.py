@@ -44,7 +44,7 @@ from rxagent import ScriptedModel, ScriptedResponse, Usage
 from rxagent.agent import Agent
 from rxagent.clock import VirtualClock
 from rxagent.context import RuntimeContext, ToolScope
-from rxagent.events import AgentEvent, ToolResult
+from rxagent.events import AgentEvent, AgentResult, ToolResult
 from rxagent.harness import BackgroundTasks, Subagent, TaskError, compose_parts
 from rxagent.harness.tasks import MAX_WAIT
 from rxagent.model.types import ChatRequest
@@ -406,7 +406,8 @@ async def test_a_task_in_flight_when_its_process_is_killed_is_interrupted_and_fi
     assert "was interrupted: the process running it stopped before it finished." in told[0]
     assert told[1].startswith(f"Task {task_id} resumed (attempt 1)")
     assert told[2] == "330 m, by Gustave Eiffel's company."
-    assert events[-1].text == "Found: 330 m, by Gustave Eiffel's company."  # type: ignore[union-attr]
+    assert isinstance(events[-1], AgentResult)
+    assert events[-1].text == "Found: 330 m, by Gustave Eiffel's company."
     # The resumed run went on from its log: the lookup's result was in its request, not run again.
     (request,) = researcher.requests
     assert [r.text for m in request.messages for r in m.tool_results] == [lookup("Eiffel tower")]
