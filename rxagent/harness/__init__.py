@@ -5,5 +5,7 @@ stays with the inner :class:`~rxagent.agent.Agent`.
 """
 
 from rxagent.harness._part import HarnessPart, compose_parts
+from rxagent.harness.tasks import BackgroundTasks, Subagent, TaskError, TaskInfo, TaskStatus
 
 __all__ = ["HarnessPart", "compose_parts"]
+__all__ += ["BackgroundTasks", "Subagent", "TaskError", "TaskInfo", "TaskStatus"]

@@ -27,6 +27,15 @@ kind                 payload                                            projecti
 ``reconciled``       ``call_id``, ``outcome``, ``output``               an uncertain call's outcome, settled
 ``steer``            ``message``                                        (a message delivered mid-run)
 ``event``            an :class:`~rxagent.events.AgentEvent` as JSON     (what a run emitted, when recorded)
+``task_started``     ``task_id``, ``attempt``, ``agent``,               (a background task accepted: see
+                     ``instructions``, ``session_id``, ``call_id``      :mod:`rxagent.harness.tasks`)
+``task_resumed``     ``task_id``, ``attempt``                           (it runs again, on its session)
+``task_finished``    ``task_id``, ``attempt``, ``run_id``, ``answer``,  (it answered)
+                     ``usage``
+``task_failed``      ``task_id``, ``attempt``, ``run_id``, ``error``,   (it failed)
+                     ``usage``
+``task_cancelled``   ``task_id``, ``attempt``, ``run_id``, ``why``      (it was cancelled)
+``task_collected``   ``task_id``, ``attempt``, ``run_id``               (a run counted its usage)
 ===================  =================================================  ======================================
 
 A **checkpoint** is the projection at a sequence number, whole (:class:`Checkpoint`). Stores keep them
@@ -67,6 +76,12 @@ FactKind: TypeAlias = Literal[
     "reconciled",
     "steer",
     "event",
+    "task_started",
+    "task_resumed",
+    "task_finished",
+    "task_failed",
+    "task_cancelled",
+    "task_collected",
 ]
 """The kinds of facts (see the module's table)."""
 

@@ -229,6 +229,29 @@ class Toolkit(Displayable):
         entry = self._entries.get(name)
         return entry.tool if entry is not None else None
 
+    def select(self, names: Iterable[str]) -> Toolkit:
+        """A new toolkit of the tools named, as this one registers them now (the same tool objects, their
+        registration presets and whether they are enabled) and the groups they belong to: a snapshot,
+        which later changes to either toolkit leave alone. Closers stay with this toolkit.
+
+        A preset hides a value from the model (a tenant id, say): a toolkit made of some of these tools
+        keeps it hidden, which registering the bare tool objects again would not.
+
+        Raises:
+            KeyError: a name this toolkit has no tool of (named in the message).
+        """
+        entries: dict[str, _Entry] = {}
+        for name in names:
+            entry = self._entries.get(name)
+            if entry is None:
+                raise KeyError(f"no tool named {name!r} in this toolkit")
+            entries[name] = entry
+        chosen = Toolkit(max_argument_chars=self.max_argument_chars)
+        chosen._entries = MappingProxyType(entries)
+        used = {group for entry in entries.values() for group in entry.tool.traits.groups}
+        chosen._groups = MappingProxyType({k: v for k, v in self._groups.items() if k in used})
+        return chosen
+
     def view(
         self,
         *,

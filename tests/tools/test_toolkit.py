@@ -200,3 +200,20 @@ def test_schemas_are_the_same_tuple_until_something_they_depend_on_changes() -> 
     assert "a" not in preset[1].parameters["properties"]  # type: ignore[operator]
     toolkit.disable("route")
     assert [s.name for s in view.schemas()] == ["search", "distance"]
+
+
+def test_select_keeps_the_chosen_tools_presets_state_and_groups_as_a_snapshot() -> None:
+    toolkit = kit()
+    toolkit.disable("distance")
+    chosen = toolkit.select(["search", "distance"])
+    assert chosen.names == ("search", "distance")
+    assert sorted(chosen.groups) == ["geo"]  # route's "travel" is not a group of the chosen tools
+    resolved = chosen.view().resolve("search")
+    assert not isinstance(resolved, Unavailable)
+    assert dict(resolved.presets) == {"tenant": "acme"}  # the preset stays hidden
+    assert isinstance(chosen.view(active_groups=["geo"]).resolve("distance"), Unavailable)  # still disabled
+    toolkit.enable("distance")
+    toolkit.unregister("search")
+    assert chosen.names == ("search", "distance")  # a snapshot: later changes leave it alone
+    with pytest.raises(KeyError, match="no tool named 'nope'"):
+        toolkit.select(["route", "nope"])
