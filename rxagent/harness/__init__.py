@@ -5,5 +5,18 @@ stays with the inner :class:`~rxagent.agent.Agent`.
 """
 
 from rxagent.harness._part import HarnessPart, compose_parts
+from rxagent.harness.files import FileLimits, FileTools, atomic_write, files_part
+from rxagent.harness.workspace import Mount, PathRefused, Workspace, WorkspacePath
 
-__all__ = ["HarnessPart", "compose_parts"]
+__all__ = [
+    "FileLimits",
+    "FileTools",
+    "HarnessPart",
+    "Mount",
+    "PathRefused",
+    "Workspace",
+    "WorkspacePath",
+    "atomic_write",
+    "compose_parts",
+    "files_part",
+]
