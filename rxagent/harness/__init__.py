@@ -6,17 +6,23 @@ stays with the inner :class:`~rxagent.agent.Agent`.
 
 from rxagent.harness._part import HarnessPart, compose_parts
 from rxagent.harness.files import FileLimits, FileTools, atomic_write, files_part
+from rxagent.harness.harness import Harness
+from rxagent.harness.shell import Shell, ShellUnavailableError, shell_part
 from rxagent.harness.workspace import Mount, PathRefused, Workspace, WorkspacePath
 
 __all__ = [
     "FileLimits",
     "FileTools",
+    "Harness",
     "HarnessPart",
     "Mount",
     "PathRefused",
+    "Shell",
+    "ShellUnavailableError",
     "Workspace",
     "WorkspacePath",
     "atomic_write",
     "compose_parts",
     "files_part",
+    "shell_part",
 ]
