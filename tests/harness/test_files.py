@@ -234,6 +234,8 @@ async def test_searches_refuse_a_bad_pattern(files: FileTools, context: ToolCont
         ("write", {"path": "a.txt"}, "content: is required but missing"),
         ("edit", {"path": "a.txt", "old_text": ["x"], "new_text": "y"}, "old_text: ['x'] is not of type"),
         ("grep", {"pattern": "x", "ignore_case": "maybe"}, "ignore_case: 'maybe' is not of type 'boolean'"),
+        ("list", {"path": {"folder": "docs"}}, "path: {'folder': 'docs'} is not of type 'string'"),
+        ("glob", {"path": "docs"}, "pattern: is required but missing"),
     ],
 )
 def test_wrong_argument_types_are_refused_with_what_to_fix(
