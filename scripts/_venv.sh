@@ -164,30 +164,34 @@ if _rxagent_wants_llama && [ ! -f "$checked" ]; then
   touch "$checked"
 fi
 
-_rxagent_install_chromium() {
-  # The dashboard's browser tests drive Debian's Chromium with Playwright (the `test` extra); Playwright's
-  # own browser download (`playwright install`) is not used. Installed once, when missing; a failure is
-  # reported here and the browser tests then say why they cannot run (CI fails them; never a silent skip).
-  local chromium="${RXAGENT_CHROMIUM:-/usr/bin/chromium}" sudo="" started
-  [ -x "$chromium" ] && return 0
+_rxagent_install_test_programs() {
+  # What the `test` extras' tests drive besides Python, from Debian: Chromium for the dashboard's browser
+  # tests (with Playwright; Playwright's own browser download is not used) and bubblewrap for the shell
+  # tool's sandbox tests. Installed once, when missing, in one apt-get run; a failure is reported here and
+  # those tests then say why they cannot run (CI fails them; never a silent skip).
+  local chromium="${RXAGENT_CHROMIUM:-/usr/bin/chromium}" bwrap="${RXAGENT_BWRAP:-/usr/bin/bwrap}"
+  local missing=() sudo="" started
+  [ -x "$chromium" ] || missing+=(chromium)
+  [ -x "$bwrap" ] || missing+=(bubblewrap)
+  [ "${#missing[@]}" -eq 0 ] && return 0
   if [ "$(id -u)" -ne 0 ]; then
     if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
       sudo="sudo -n"
     else
-      echo "the browser tests need Chromium at $chromium: install it as root (apt-get install chromium)" >&2
+      echo "the browser and sandbox tests need ${missing[*]}: install as root (apt-get install ${missing[*]})" >&2
       return 0
     fi
   fi
   started=$(date +%s)
-  echo "installing chromium (apt) for the dashboard's browser tests" >&2
+  echo "installing ${missing[*]} (apt) for the browser and sandbox tests" >&2
   if $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null 2>&1 &&
-    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium \
-      >.venv/chromium-install.log 2>&1; then
-    echo "chromium installed in $(($(date +%s) - started)) s" >&2
+    $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" \
+      >.venv/apt-install.log 2>&1; then
+    echo "${missing[*]} installed in $(($(date +%s) - started)) s" >&2
   else
-    tail -n 20 .venv/chromium-install.log >&2 2>/dev/null || true
-    echo "could not install chromium (see .venv/chromium-install.log): the browser tests cannot run" >&2
+    tail -n 20 .venv/apt-install.log >&2 2>/dev/null || true
+    echo "could not install ${missing[*]} (see .venv/apt-install.log): the tests that need it cannot run" >&2
   fi
 }
 
-case ",$extras," in *,test,*) _rxagent_install_chromium ;; esac
+case ",$extras," in *,test,*) _rxagent_install_test_programs ;; esac

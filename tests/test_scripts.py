@@ -164,8 +164,8 @@ def executable(path: Path, text: str) -> None:
 class Project:
     """A scratch copy of the set-up: ``pyproject.toml``, ``scripts/`` and a stand-in ``.venv``.
 
-    ``.venv/bin/rxagent`` is the real command line of this checkout (``python -m rxagent``); Chromium, which
-    the ``test`` extras want, is a stand-in too, so the set-up never reaches for apt.
+    ``.venv/bin/rxagent`` is the real command line of this checkout (``python -m rxagent``); Chromium and
+    bubblewrap, which the ``test`` extras want, are stand-ins too, so the set-up never reaches for apt.
     """
 
     def __init__(self, root: Path) -> None:
@@ -180,6 +180,8 @@ class Project:
         )
         self.chromium = root / "stand-ins" / "chromium"
         executable(self.chromium, "#!/bin/sh\nexit 0\n")
+        self.bwrap = root / "stand-ins" / "bwrap"
+        executable(self.bwrap, "#!/bin/sh\nexit 0\n")
         self.log = root / "calls.log"
         self.log.touch()
         self.release_fifo = root / "release"
@@ -202,6 +204,7 @@ class Project:
             RELEASE=str(self.release_fifo),
             RXAGENT_PROGRESS_EVERY="0.1",
             RXAGENT_CHROMIUM=str(self.chromium),
+            RXAGENT_BWRAP=str(self.bwrap),
             PYTHONPATH=str(ROOT),
             **env,
         )
@@ -432,6 +435,20 @@ def test_once_installed_the_set_up_is_silent_and_calls_nothing(project: Project)
     for extras in ("test", "local"):  # the test extras include the local ones
         assert project.set_up(extras).finish() == (0, "", "")
     assert project.calls() == calls
+
+
+def test_the_test_set_up_installs_the_missing_test_programs_with_apt(project: Project) -> None:
+    # Chromium (the browser tests) is there, bubblewrap (the sandbox tests) is not; the set-up runs as root.
+    executable(project.root / "stand-ins" / "apt-get", '#!/bin/sh\necho "apt-get $*" >> "$LOG"\n')
+    executable(project.root / "stand-ins" / "id", "#!/bin/sh\necho 0\n")
+    project.bwrap.unlink()
+
+    code, _, said = project.set_up("test", CACHED_WHEEL="1").finish()
+
+    assert code == 0, said
+    assert "installing bubblewrap (apt) for the browser and sandbox tests\n" in said
+    apt = [call for call in project.calls() if call.startswith("apt-get")]
+    assert apt == ["apt-get update -qq", "apt-get install -y -qq --no-install-recommends bubblewrap"]
 
 
 def test_an_install_never_checked_is_checked_once(project: Project) -> None:
