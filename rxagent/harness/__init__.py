@@ -5,5 +5,10 @@ stays with the inner :class:`~rxagent.agent.Agent`.
 """
 
 from rxagent.harness._part import HarnessPart, compose_parts
+from rxagent.harness.todos import todos_part
 
-__all__ = ["HarnessPart", "compose_parts"]
+__all__ = [
+    "HarnessPart",
+    "compose_parts",
+    "todos_part",
+]
