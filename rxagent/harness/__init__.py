@@ -5,10 +5,16 @@ stays with the inner :class:`~rxagent.agent.Agent`.
 """
 
 from rxagent.harness._part import HarnessPart, compose_parts
+from rxagent.harness.skills import Skill, SkillError, SkillSet, load_skills, skills_part
 from rxagent.harness.todos import todos_part
 
 __all__ = [
     "HarnessPart",
+    "Skill",
+    "SkillError",
+    "SkillSet",
     "compose_parts",
+    "load_skills",
+    "skills_part",
     "todos_part",
 ]
