@@ -60,7 +60,7 @@ from reactivex import Observable
 from reactivex import operators as ops
 
 from rxagent.agent.middleware import Middleware, ReasoningStep
-from rxagent.context import RunContext, RuntimeContext
+from rxagent.context import RunContext
 from rxagent.events import AgentEvent, ContextOverflowRetry
 from rxagent.harness._part import HarnessPart
 from rxagent.memory import (
@@ -96,8 +96,9 @@ EVICTED_POINTER = (
 """What replaces an evicted result in the request (``{name}``, ``{tokens}``, ``{path}``, ``{lines}``,
 ``{preview}`` are filled in)."""
 
-WorkspaceFolder = Callable[[RuntimeContext], Path]
-"""``folder(ctx) -> Path``: the folder of the run's workspace, where evicted results are written."""
+WorkspaceFolder = Callable[[RunContext], Path]
+"""``folder(ctx) -> Path``: the folder of the run's workspace, where evicted results are written (a
+function of a :class:`~rxagent.context.RuntimeContext` fits too)."""
 
 _PREVIEW_LINE_CHARS = 200
 _CALLS_KEPT = 64
