@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Annotated, Generic, Literal, TypeAlias
 
-from pydantic import Field, JsonValue, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError
 from typing_extensions import TypeVar
 
@@ -43,6 +43,7 @@ __all__ = [
     "AgentEvent",
     "AgentResult",
     "ContextCompressed",
+    "ContextOverflowRetry",
     "ErrorEvent",
     "EventHeader",
     "MemoriesRecalled",
@@ -60,6 +61,9 @@ __all__ = [
     "StepStarted",
     "TextDelta",
     "ThinkingDelta",
+    "TodoItem",
+    "TodoStatus",
+    "TodosUpdated",
     "ToolCallArgumentsDelta",
     "ToolCallCompleted",
     "ToolCallStarted",
@@ -408,6 +412,54 @@ class MemoriesRecalled(EventHeader):
     tokens: int
 
 
+TodoStatus: TypeAlias = Literal["pending", "in_progress", "completed"]
+"""Where an item of an agent's todo list stands."""
+
+
+class TodoItem(BaseModel):
+    """An item of a todo list: what is to be done, and where it stands."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    content: str = Field(min_length=1, max_length=500, description="what is to be done, in a line")
+    status: TodoStatus = Field(default="pending", description="pending, in_progress or completed")
+
+
+@dataclass(slots=True, kw_only=True)
+class TodosUpdated(EventHeader):
+    """The agent rewrote its todo list (the harness's ``write_todos``); ``todos`` is the whole list now.
+
+    The list is kept in the session (it survives a restart); open items are recalled to the model in each
+    request, never stored in the conversation.
+    """
+
+    type: Literal["todos_updated"] = "todos_updated"
+    todos: list[TodoItem]
+
+
+@dataclass(slots=True, kw_only=True)
+class ContextOverflowRetry(EventHeader):
+    """A request overflowed the context budget, so the budget compresses it and tries once more.
+
+    The harness's context budget emits it before the one retry it allows per model call: the request did
+    not fit the budget by its own count (``cause="budget"``), or the model server refused it as too long
+    (``cause="provider"``). A second overflow of the same call fails the run with
+    :class:`~rxagent.memory.ContextBudgetExceeded`.
+
+    Attributes:
+        cause: ``budget`` or ``provider``.
+        tokens: the overflowing request's tokens, as the budget counts them.
+        allowed: the tokens the retried request may have.
+        detail: what overflowed: the budget's breakdown, or the server's message.
+    """
+
+    type: Literal["context_overflow_retry"] = "context_overflow_retry"
+    cause: Literal["budget", "provider"]
+    tokens: int
+    allowed: int
+    detail: str
+
+
 @dataclass(slots=True)
 class UsageTotals:
     """Token usage of a whole run, added up over its model calls and those of the runs nested in it.
@@ -512,7 +564,9 @@ AgentEvent: TypeAlias = Annotated[
     | ToolResultsEvicted
     | ContextCompressed
     | MemoriesRecalled
-    | AgentResult,
+    | AgentResult
+    | TodosUpdated
+    | ContextOverflowRetry,
     Field(discriminator="type"),
 ]
 """Any agent event, discriminated by ``type``."""

@@ -17,6 +17,10 @@ cut point      input                       output
 ``tool_call``  ``ToolInvocation``          the tool events of one call
 =============  ==========================  ==========================================================
 
+A hook's failure fails the run (an ``ErrorEvent``, the ``ERROR`` result, then the error), and the run
+keeps what it did, its input included; an error whose ``rolls_back`` attribute is true (see
+:func:`rolls_back`) drops first what the run changed that the session's log does not have yet.
+
 Every hook's ``ctx`` is the run's :class:`~rxagent.context.RunContext`: the caller's context plus the
 run id and the session state (``ctx.state``), where middleware may keep data between runs.
 
@@ -60,6 +64,7 @@ __all__ = [
     "chain",
     "has_hooks",
     "insert",
+    "rolls_back",
     "watches_events",
 ]
 
@@ -76,6 +81,17 @@ class StopRun(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+def rolls_back(error: BaseException) -> bool:
+    """Whether a run failing with ``error`` keeps nothing half-done: its ``rolls_back`` attribute is true.
+
+    Such a run drops the changes to the session's state that its log does not have yet (its input, a
+    summary its context budget wrote) before it records how it ended, so the session is as the log had it;
+    what was recorded (a tool call that ran) stays. The harness's context budget fails runs this way
+    (:class:`~rxagent.memory.ContextBudgetExceeded` with ``rolls_back`` set).
+    """
+    return getattr(error, "rolls_back", False) is True
 
 
 @dataclass(frozen=True, slots=True)

@@ -284,6 +284,16 @@ class RunState:
             self.state.pending = []
         return told if self.state.pending else told + self.close_tool_batch()
 
+    def roll_back(self) -> None:
+        """Drop what this run changed in the state that its recorder has not recorded yet: the session goes
+        back to what its log has. A run failing with an error that
+        :func:`~rxagent.agent.middleware.rolls_back` does this before it is saved. Without a recorder
+        nothing is recorded, and nothing is dropped."""
+        recorder = self.deps.recorder
+        if recorder is not None:
+            recorder.discard_unrecorded()
+        self.last_message = None
+
     def note(self, kind: FactKind, data: dict[str, JsonValue]) -> None:
         """Note a fact for the session's log (written with the next flush; nothing without a recorder)."""
         recorder = self.deps.recorder

@@ -56,7 +56,7 @@ from reactivex import Observable, abc
 from typing_extensions import TypeVar
 
 from rxagent.agent.decisions import after_tools, continue_reasoning
-from rxagent.agent.middleware import ActingStep, ReasoningStep, StopRun, chain, has_hooks
+from rxagent.agent.middleware import ActingStep, ReasoningStep, StopRun, chain, has_hooks, rolls_back
 from rxagent.agent.nodes import Act, Finish, Interrupt, Next, Node, Reason, Reprompt, Step, StepOutput, Steps
 from rxagent.agent.run import RunState
 from rxagent.events import (
@@ -432,11 +432,14 @@ def take_inbox(run: RunState) -> list[AgentEvent]:
 
 def recover(run: RunState, error: Exception) -> Observable[AgentEvent] | None:
     """How a failing step ends the run: a middleware's ``StopRun`` with reason ``STOPPED``; any other error
-    with an ``ErrorEvent`` and reason ``ERROR``, then the error itself. ``None`` once the result is out."""
+    with an ``ErrorEvent`` and reason ``ERROR``, then the error itself (an error that ``rolls_back`` first
+    drops what the run changed that the log does not have). ``None`` once the result is out."""
     if run.ended:
         return None
     if isinstance(error, StopRun):
         return finish(run, Finish("STOPPED", run.last_message, detail=error.reason))
+    if rolls_back(error):
+        run.roll_back()
     run.settle("The run failed before this call finished.", "error", answer_waiting=False)
     kind = type(error).__name__
     report = ErrorEvent(**run.head, error_type=kind, message=str(error))

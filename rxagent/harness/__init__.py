@@ -5,14 +5,19 @@ stays with the inner :class:`~rxagent.agent.Agent`.
 """
 
 from rxagent.harness._part import HarnessPart, compose_parts
+from rxagent.harness.budget import ContextBudget, ContextBudgetExceeded, budget_part
 from rxagent.harness.files import FileLimits, FileTools, atomic_write, files_part
 from rxagent.harness.harness import Harness
 from rxagent.harness.shell import Shell, ShellUnavailableError, shell_part
+from rxagent.harness.skills import Skill, SkillError, SkillSet, load_skills, skills_part
 from rxagent.harness.tasks import BackgroundTasks, Subagent, TaskError, TaskInfo, TaskStatus
+from rxagent.harness.todos import todos_part
 from rxagent.harness.workspace import Mount, PathRefused, Workspace, WorkspacePath
 
 __all__ = [
     "BackgroundTasks",
+    "ContextBudget",
+    "ContextBudgetExceeded",
     "FileLimits",
     "FileTools",
     "Harness",
@@ -21,6 +26,9 @@ __all__ = [
     "PathRefused",
     "Shell",
     "ShellUnavailableError",
+    "Skill",
+    "SkillError",
+    "SkillSet",
     "Subagent",
     "TaskError",
     "TaskInfo",
@@ -28,7 +36,11 @@ __all__ = [
     "Workspace",
     "WorkspacePath",
     "atomic_write",
+    "budget_part",
     "compose_parts",
     "files_part",
+    "load_skills",
     "shell_part",
+    "skills_part",
+    "todos_part",
 ]

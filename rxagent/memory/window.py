@@ -116,7 +116,12 @@ class ContextBudgetExceeded(Exception):
         allowed: ``max_context_tokens`` minus the reply reserve.
         breakdown: ``needed`` by part: ``system``, ``tools``, ``response_format``, ``reply_priming``,
             ``summary``, ``memories``, ``history``.
+        rolls_back: the run this error fails drops what it changed that its session's log does not have yet
+            (see :func:`~rxagent.agent.middleware.rolls_back`); ``False`` here, so a run stopped by a
+            :class:`ContextWindow` keeps its input. The harness's context budget sets it.
     """
+
+    rolls_back: bool = False
 
     def __init__(
         self,
@@ -126,14 +131,17 @@ class ContextBudgetExceeded(Exception):
         *,
         max_context_tokens: int,
         reserve: int,
+        note: str | None = None,
     ) -> None:
         parts = ", ".join(f"{name} {tokens:,}" for name, tokens in breakdown.items())
+        closing = note or (
+            "Everything that may be evicted or compressed already was; the system part, the tool schemas and "
+            "the latest exchange are sent whole: shorten them, send fewer tools, or raise max_context_tokens."
+        )
         super().__init__(
             f"context budget exceeded: the request needs {needed:,} tokens but {allowed:,} are allowed "
             f"(max_context_tokens {max_context_tokens:,} minus {reserve:,} reserved for the reply). "
-            f"Breakdown: {parts}. Everything that may be evicted or compressed already was; the system "
-            "part, the tool schemas and the latest exchange are sent whole: shorten them, send fewer tools, "
-            "or raise max_context_tokens."
+            f"Breakdown: {parts}. {closing}"
         )
         self.needed = needed
         self.allowed = allowed
@@ -374,8 +382,23 @@ class ContextWindow:
 
     # ---- assembly -------------------------------------------------------------------------------------
 
-    async def assemble(self, request: ChatRequest, ctx: RunContext) -> Assembly:
+    async def assemble(
+        self,
+        request: ChatRequest,
+        ctx: RunContext,
+        *,
+        fit: bool = True,
+        max_context_tokens: int | None = None,
+    ) -> Assembly:
         """Fit ``request`` to the budget for the session of ``ctx`` (its ``state`` keeps the decisions).
+
+        Args:
+            request: the request as the agent built it.
+            ctx: the run's context; its ``state`` keeps the window's decisions.
+            fit: ``False`` only applies the decisions already taken (the summary, earlier evictions) and
+                counts: nothing more is evicted or compressed, and a request over the budget raises (what
+                the harness's context budget tries first, before it compresses).
+            max_context_tokens: the context size for this request only (default: the window's own).
 
         Returns:
             The request to send, the events describing what changed, and the token counts.
@@ -390,8 +413,9 @@ class ContextWindow:
         self._sync(session, messages, lead, end)
         count = self.counter.count_message
         reserve = max(self.reply_reserve, request.max_tokens or 0)
+        limit = self.max_context_tokens if max_context_tokens is None else max_context_tokens
         budget = _Budget(
-            allowed=max(0, self.max_context_tokens - reserve),
+            allowed=max(0, limit - reserve),
             system=sum(count(m) for m in messages[:lead]) + sum(count(m) for m in messages[end:]),
             tools=self.counter.count_tools(request.tools),
             response_format=response_format_tokens(self.counter, request.response_format),
@@ -399,7 +423,7 @@ class ContextWindow:
         events: list[AgentEvent] = []
         header = _Header(run_id=ctx.run_id, session_id=ctx.session_id, trace_id=ctx.trace_id, seq=0)
         try:
-            if budget.total(session) > budget.allowed:
+            if fit and budget.total(session) > budget.allowed:
                 await self._fit(session, budget, ctx, header, events)
         finally:
             # Kept even when a later step failed: an eviction or a summary is not redone next time.
@@ -412,8 +436,9 @@ class ContextWindow:
                 tokens,
                 budget.allowed,
                 budget.breakdown(session),
-                max_context_tokens=self.max_context_tokens,
+                max_context_tokens=limit,
                 reserve=reserve,
+                note=None if fit else "Nothing was evicted or compressed (fit=False).",
             )
         sent: list[Msg] = list(messages[:lead])
         if session.summary_msg is not None:

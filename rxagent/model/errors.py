@@ -8,6 +8,7 @@ through an error message, a traceback or a repr; a URL in a message is shown thr
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from rxagent.redaction import mask_url
@@ -22,6 +23,14 @@ __all__ = [
 ]
 
 RETRYABLE_STATUSES = frozenset({408, 409, 429}) | frozenset(range(500, 600))
+
+_CONTEXT_OVERFLOW = re.compile(
+    r"context_length_exceeded|maximum context length|context window|context size|exceeds? the context"
+    r"|prompt is too long|too many (input )?tokens|input is too long",
+    re.IGNORECASE,
+)
+"""How servers word a request longer than the model's context: OpenAI's error code and message, vLLM's
+and llama.cpp's (``exceeds the available context size``), Anthropic's ``prompt is too long``."""
 
 
 class ModelError(Exception):
@@ -48,6 +57,12 @@ class ModelHTTPError(ModelError):
         self.body = snippet
         self.retry_after = retry_after
         self.retryable = status in RETRYABLE_STATUSES
+
+    @property
+    def context_overflow(self) -> bool:
+        """The server refused the request as longer than the model's context (a 400 or 413 whose body says
+        so, as OpenAI's ``context_length_exceeded`` does): sending less may succeed where a retry cannot."""
+        return self.status in (400, 413) and _CONTEXT_OVERFLOW.search(self.body) is not None
 
 
 class ModelConnectionError(ModelError):

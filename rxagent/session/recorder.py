@@ -346,6 +346,17 @@ class Recorder:
         for call_id in sent.answered:  # a result in the log settles a dispatched call
             projection.uncertain.pop(call_id, None)
 
+    def discard_unrecorded(self) -> None:
+        """Put the state back to what was last recorded: the changes since the recorder last looked at it
+        (messages added or replaced, pending calls, partial results, extras, groups) are dropped, and the
+        state is what the log has, with what is queued for it.
+
+        What a run calls when it fails in a way that must keep nothing half-done (a request that cannot
+        fit its context budget): the run's input, say, is not kept unless it was recorded already (a tool
+        call's flush, or a background flush, records everything before it, and that stays).
+        """
+        self._snapshot.restore(self.projection.state)
+
     # ---- the executor's journal -----------------------------------------------------------------------
 
     async def dispatched(self, call: ToolUseBlock) -> None:
@@ -422,6 +433,15 @@ class _Snapshot:
             _encode_extras(state.extras),
             None if state.active_groups is None else list(state.active_groups),
         )
+
+    def restore(self, state: AgentState) -> None:
+        """Make ``state`` what this snapshot recorded (its messages, ending with its tail, and the rest)."""
+        kept = max(0, self.length - len(self.tail))
+        state.messages[:] = [*state.messages[:kept], *self.tail]
+        state.pending = list(self.pending)
+        state.partial_results = list(self.partial)
+        state.extras = json.loads(self.extras)
+        state.active_groups = None if self.groups is None else list(self.groups)
 
     def changes(self, projection: Projection, run_id: str | None) -> tuple[list[Fact], _Snapshot, set[str]]:
         """The facts that bring the log from this snapshot to the state now, the next snapshot, and the

@@ -141,6 +141,37 @@ async def test_compression_comes_after_eviction_and_only_when_eviction_is_not_en
     assert_pairs_intact(assembly.request.messages)
 
 
+async def test_fit_false_applies_the_kept_summary_and_counts_but_compresses_nothing() -> None:
+    state = AgentState(messages=[t for i in range(1, 8) for t in turn(i, size=300)])
+    window = ContextWindow(
+        max_context_tokens=2_000, reply_reserve=200, recent_turns=1, evict_over_tokens=10_000
+    )
+    with pytest.raises(ContextBudgetExceeded, match=r"Nothing was evicted or compressed \(fit=False\)"):
+        await window.assemble(request_for(state), context(state), fit=False)
+    assert state.extras == {}  # nothing decided
+    fitted = await window.assemble(request_for(state), context(state))  # now it compresses
+    assert [type(e) for e in fitted.events] == [ContextCompressed]
+    again = await window.assemble(request_for(state), context(state), fit=False)
+    assert again.events == ()
+    assert again.request.messages == fitted.request.messages  # the kept summary applies
+    assert again.tokens == fitted.tokens <= 1_800
+
+
+async def test_a_smaller_context_for_one_request_compresses_further() -> None:
+    state = AgentState(messages=[t for i in range(1, 8) for t in turn(i, size=300)])
+    window = ContextWindow(
+        max_context_tokens=6_000, reply_reserve=200, recent_turns=1, evict_over_tokens=10_000
+    )
+    roomy = await window.assemble(request_for(state), context(state))
+    assert roomy.events == ()
+    tight = await window.assemble(request_for(state), context(state), max_context_tokens=1_200)
+    assert [type(e) for e in tight.events] == [ContextCompressed]
+    assert tight.allowed == 1_000
+    assert tight.tokens == counted(tight.request) <= 1_000
+    with pytest.raises(ContextBudgetExceeded, match="max_context_tokens 100 minus 200"):
+        await window.assemble(request_for(state), context(state), max_context_tokens=100)
+
+
 async def test_the_recent_turns_are_kept_in_full_while_older_ones_give_way() -> None:
     state = AgentState(messages=[t for i in range(1, 9) for t in turn(i, size=400)])
     window = ContextWindow(max_context_tokens=2_500, reply_reserve=200, recent_turns=2)

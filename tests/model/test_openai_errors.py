@@ -400,3 +400,29 @@ async def test_an_invalid_http_response_is_a_connection_error() -> None:
     assert "invalid HTTP response" in str(error)
     assert error.__cause__ is None  # aiohttp's ClientResponseError holds the request headers
     assert error.__context__ is None
+
+
+CONTEXT_OVERFLOWS = {
+    "openai": '{"error": {"message": "This model\'s maximum context length is 8192 tokens.", '
+    '"code": "context_length_exceeded"}}',
+    "llama.cpp": '{"error": {"code": 400, "message": "the request exceeds the available context size"}}',
+    "anthropic": '{"type": "error", "error": {"type": "invalid_request_error", '
+    '"message": "prompt is too long"}}',
+}
+
+
+@pytest.mark.parametrize("server_name", sorted(CONTEXT_OVERFLOWS))
+async def test_a_request_too_long_for_the_model_is_told_apart(server: OpenAIServer, server_name: str) -> None:
+    server.script(Reply.error(400, CONTEXT_OVERFLOWS[server_name]))
+    async with make_model(server) as model:
+        seen = await expect(model.stream(ask()))
+    assert isinstance(seen.error, ModelHTTPError)
+    assert seen.error.context_overflow
+    assert not seen.error.retryable  # the same request fails the same way: sending less is the cure
+    assert len(server.requests) == 1
+
+
+def test_other_refusals_are_not_context_overflows() -> None:
+    assert not ModelHTTPError(400, '{"error": {"message": "bad tool schema"}}').context_overflow
+    assert not ModelHTTPError(500, "maximum context length is 8192 tokens").context_overflow  # a server fault
+    assert ModelHTTPError(413, "input is too long for this model").context_overflow

@@ -8,6 +8,7 @@ from typing import Any
 
 from ag_ui.core import (
     BaseEvent,
+    CustomEvent,
     EventType,
     RunErrorEvent,
     RunFinishedEvent,
@@ -20,12 +21,15 @@ from rxagent.chunks import Usage
 from rxagent.events import (
     AgentEvent,
     AgentResult,
+    ContextOverflowRetry,
     ModelCallFinished,
     ModelCallStarted,
     RunStarted,
     StepStarted,
     TextDelta,
     ThinkingDelta,
+    TodoItem,
+    TodosUpdated,
     ToolCallArgumentsDelta,
     ToolCallCompleted,
     ToolCallStarted,
@@ -175,3 +179,13 @@ def test_a_node_named_like_an_open_step_is_not_told_rather_than_reopened() -> No
         ended("MODEL_STOP"),
     )
     assert steps_of(out) == [("start", "model call 1"), ("end", "model call 1")]
+
+
+def test_the_harness_events_reach_ag_ui_as_custom_events() -> None:
+    todos = TodosUpdated(**HEAD, todos=[TodoItem(content="Read", status="in_progress")])
+    retry = ContextOverflowRetry(**HEAD, cause="provider", tokens=900, allowed=675, detail="HTTP 400")
+    out = translate(started(), todos, retry, ended("MODEL_STOP"))
+    custom = [e for e in out if isinstance(e, CustomEvent)]
+    assert [e.name for e in custom] == ["rxagent.todos_updated", "rxagent.context_overflow_retry"]
+    assert custom[0].value["todos"] == [{"content": "Read", "status": "in_progress"}]
+    assert custom[1].value["allowed"] == 675
