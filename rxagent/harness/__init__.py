@@ -7,7 +7,7 @@ stays with the inner :class:`~rxagent.agent.Agent`.
 from rxagent.harness._part import HarnessPart, compose_parts
 from rxagent.harness.budget import ContextBudget, ContextBudgetExceeded, budget_part
 from rxagent.harness.files import FileLimits, FileTools, atomic_write, files_part
-from rxagent.harness.harness import Harness
+from rxagent.harness.harness import Harness, HarnessAgent
 from rxagent.harness.shell import Shell, ShellUnavailableError, shell_part
 from rxagent.harness.skills import Skill, SkillError, SkillSet, load_skills, skills_part
 from rxagent.harness.tasks import BackgroundTasks, Subagent, TaskError, TaskInfo, TaskStatus
@@ -21,6 +21,7 @@ __all__ = [
     "FileLimits",
     "FileTools",
     "Harness",
+    "HarnessAgent",
     "HarnessPart",
     "Mount",
     "PathRefused",

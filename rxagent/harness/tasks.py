@@ -102,6 +102,7 @@ from rxagent.agent.sessions import session_key
 from rxagent.clock import Clock
 from rxagent.context import RunContext, RuntimeContext, ToolScope, run_context_of
 from rxagent.events import AgentEvent, AgentResult, UsageTotals
+from rxagent.harness._ids import task_session_id
 from rxagent.harness._part import HarnessPart
 from rxagent.messages import new_id
 from rxagent.model.types import ChatModel
@@ -735,7 +736,7 @@ class BackgroundTasks:
             agent,
             instructions,
             key,
-            f"{key[1]}/tasks/{task_id}",
+            task_session_id(key[1], task_id),
             call_id,
             run.run_id if run is not None else None,
         )

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Literal
 
 from rxagent.context import RunContext, RuntimeContext, run_context_of
+from rxagent.harness._ids import parent_session_of
 from rxagent.state import DEFAULT_SESSION
 from rxagent.tools import ToolContext
 
@@ -140,7 +141,8 @@ class Workspace:
         :class:`~rxagent.tools.ToolContext`, or a caller's plain context (then nothing is recorded). A
         session that recorded a folder keeps it, whatever this workspace's root is now; otherwise the
         folder is :attr:`root` (shared) or ``root/<session>-<hash>`` (per session: the session id made
-        safe for a file name, and a hash of the user and session ids, so two sessions never share one).
+        safe for a file name, and a hash of the user and session ids, so two sessions never share one; a
+        background task's session works in the folder of the session that started it).
 
         Call it on the event loop's thread: recording writes the session's state, which the run's
         recorder reads there.
@@ -158,7 +160,9 @@ class Workspace:
     def _folder_of(self, ctx: RuntimeContext) -> Path:
         if not self.per_session:
             return self.root
-        session = ctx.session_id or DEFAULT_SESSION
+        # A background task works in the folder of the session that started it (its files are the
+        # parent's to read back), not in one of its own.
+        session = parent_session_of(ctx.session_id or DEFAULT_SESSION)
         key = f"{ctx.user_id or ''}\x00{session}".encode()
         readable = _UNSAFE_NAME.sub("_", session).strip("._")[:48] or "session"
         return self.root / f"{readable}-{hashlib.sha256(key).hexdigest()[:10]}"

@@ -303,7 +303,7 @@ async def test_unsandboxed_it_still_runs_in_the_workspace(
 def test_bad_settings_are_refused(workspace: Workspace) -> None:
     with pytest.raises(ValueError, match="timeout must be positive"):
         Shell(timeout=0)
-    with pytest.raises(ValueError, match="runs in a workspace"):
+    with pytest.raises(ValueError, match="the shell needs a workspace"):
         Harness(shell=True)
     tool = _shell_tool(workspace, Shell(bwrap=NO_BWRAP, unsandboxed=True))
     with pytest.raises(ToolArgumentError, match="command"):
