@@ -487,6 +487,9 @@ class StreamParser:
 
     __slots__ = ("_names", "_redact", "_usage", "done", "finished")
 
+    ending = "[DONE] or a finish reason"
+    """What a stream must end with (one that does not is an error naming this)."""
+
     def __init__(self, redact: Callable[[str], str] = str) -> None:
         self._redact = redact
         self._usage: Usage | None = None
@@ -539,6 +542,18 @@ class StreamParser:
         except ModelError as error:
             return error
         return None
+
+    def feed_tail(self, tail: SSEEvent) -> ChatChunk | None:
+        """The chunk of the event the body ended in without its closing blank line (``[DONE]`` too).
+
+        Raises:
+            MalformedStreamError: the event is cut off (not JSON).
+            ModelError: the event is an ``{"error": …}`` object.
+        """
+        if tail.data == "[DONE]":
+            self.done = True
+            return None
+        return self.feed(tail)
 
     def _reread(self, event: SSEEvent) -> ChatChunk | None:
         # What msgspec refused, read the slow way: the standard library accepts a little more (a lone
