@@ -108,7 +108,7 @@ class ChatChunk:
     thinking_signature: str | None = None
     """The signature that closes the thinking streamed since the previous one (Anthropic's
     ``signature_delta``): the fold makes that thinking one :class:`~rxagent.messages.ThinkingBlock`
-    carrying it, which the provider requires back unchanged."""
+    carrying it, which the provider requires back unchanged (``""`` closes the block without one)."""
     redacted_thinking: str | None = None
     """A whole reasoning block the provider withheld, as the opaque data it sent instead (Anthropic's
     ``redacted_thinking``): the fold keeps it, in its place among the thinking blocks, to be sent back."""

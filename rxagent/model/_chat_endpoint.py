@@ -3,7 +3,7 @@
 :class:`ChatEndpoint` is the base of :class:`~rxagent.model.openai.OpenAIChatModel` and
 :class:`~rxagent.model.anthropic.AnthropicModel`. A client adds only its wire format: how a request is
 encoded (:meth:`ChatEndpoint.encode_request`), how a streamed response's events become chunks (a
-:class:`ChunkParser` per attempt) and how a whole response does (:meth:`ChatEndpoint._completion_chunks`).
+:class:`ChunkParser` per attempt) and how a whole response does (:meth:`ChatEndpoint._response_chunks`).
 Everything else exists once, here:
 
 * **The call** (:meth:`ChatEndpoint.stream`): a cold observable, ``from_async_batches`` over one async
@@ -27,11 +27,13 @@ cancels its task, which closes the response and returns the connection to the po
 
 from __future__ import annotations
 
+import json
 import math
+from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Iterable, Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 import aiohttp
 from pydantic import SecretStr
@@ -53,6 +55,8 @@ from rxagent.operators import from_async_batches
 from rxagent.retry import RetryBudget, RetryExhausted, RetryPolicy, is_retryable, plan_retry
 
 __all__ = ["ChatEndpoint", "ChunkParser", "parse_retry_after"]
+
+_NOT_JSON = object()
 
 
 def parse_retry_after(value: str | None, *, now: datetime | None = None) -> float | None:
@@ -126,7 +130,7 @@ class ChunkParser(Protocol):
         ...
 
 
-class ChatEndpoint(HttpEndpoint):
+class ChatEndpoint(HttpEndpoint, ABC):
     """A chat model served over HTTP with SSE streaming; subclasses add a wire format (see the module).
 
     Args:
@@ -175,22 +179,32 @@ class ChatEndpoint(HttpEndpoint):
 
     # ---- what a wire format adds ----------------------------------------------------------------------
 
+    @abstractmethod
     def encode_request(self, request: ChatRequest) -> bytes:
         """The JSON body this model sends for ``request`` (for inspection and tests; ``stream`` uses it)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _new_parser(self) -> ChunkParser:
         """The parser of one streamed attempt."""
-        raise NotImplementedError
 
-    def _completion_chunks(self, payload: bytes) -> list[ChatChunk]:
-        """The chunks of a whole (not streamed) response body.
+    @abstractmethod
+    def _response_chunks(self, decoded: Any) -> list[ChatChunk]:
+        """The chunks of a whole (not streamed) response, decoded from its JSON body.
 
         Raises:
             MalformedStreamError: the body is not a response of the wire format.
             ModelError: the body is an error the server reported.
         """
-        raise NotImplementedError
+
+    def _completion_chunks(self, payload: bytes) -> list[ChatChunk]:
+        try:
+            decoded = json.loads(payload)
+        except ValueError:
+            decoded = _NOT_JSON  # raised below: the decode error holds the body, which may quote the key
+        if decoded is _NOT_JSON:
+            text = self._redact(payload[:200].decode("utf-8", "replace"))
+            raise MalformedStreamError("the response body is not JSON", data=text)
+        return self._response_chunks(decoded)
 
     # ---- the ChatModel protocol ---------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import cast
+from typing import Any, cast
 
 from pydantic import SecretStr
 
@@ -33,13 +33,11 @@ from rxagent.model._openai_wire import (
     encode_body,
     tool_to_wire,
 )
-from rxagent.model.errors import MalformedStreamError, ModelError
+from rxagent.model.errors import ModelError
 from rxagent.model.types import ChatChunk, ChatRequest, ModelCapabilities, ToolSchema
 from rxagent.retry import RetryPolicy
 
 __all__ = ["OpenAIChatModel", "Timeouts", "list_models", "parse_retry_after"]
-
-_NOT_JSON = object()
 
 
 class OpenAIChatModel(ChatEndpoint):
@@ -133,14 +131,7 @@ class OpenAIChatModel(ChatEndpoint):
     def _new_parser(self) -> StreamParser:
         return StreamParser(self._redact)
 
-    def _completion_chunks(self, payload: bytes) -> list[ChatChunk]:
-        try:
-            decoded = json.loads(payload)
-        except ValueError:
-            decoded = _NOT_JSON  # raised below: the decode error holds the body, which may quote the key
-        if decoded is _NOT_JSON:
-            text = self._redact(payload[:200].decode("utf-8", "replace"))
-            raise MalformedStreamError("the response body is not JSON", data=text)
+    def _response_chunks(self, decoded: Any) -> list[ChatChunk]:
         return chunks_from_completion(decoded, self._redact)
 
 

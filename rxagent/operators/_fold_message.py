@@ -163,9 +163,10 @@ class MessageFold:
             # A withheld block after unsigned thinking closes that thinking first, to keep the order.
             thinking = mend_surrogates("".join(self._thinking))
             self._thinking = []
-            self._thoughts.append(
-                ThinkingBlock.model_construct(thinking=thinking, signature=signature, redacted_data=None)
+            closed = ThinkingBlock.model_construct(
+                thinking=thinking, signature=signature or None, redacted_data=None
             )
+            self._thoughts.append(closed)
         if redacted is not None:
             self._thoughts.append(
                 ThinkingBlock.model_construct(thinking="", signature=None, redacted_data=redacted)
