@@ -180,6 +180,7 @@ def _turn(user: bool, content: list[bytes]) -> bytes:
 def _turns(encoded: Sequence[_Encoded], mark: bytes | None) -> list[bytes]:
     """The ``messages`` array's items: consecutive messages of one wire role merged into one turn, the last
     turn's last markable block marked with ``mark`` (``None``: no mark)."""
+    encoded = [message for message in encoded if message.results or message.others]  # sent nothing: gone
     turns: list[bytes] = []
     start = 0
     count = len(encoded)
@@ -193,8 +194,7 @@ def _turns(encoded: Sequence[_Encoded], mark: bytes | None) -> list[bytes]:
         others = [block for message in group for block in message.others]
         if mark is not None and end == count:
             _mark_last(group, results, others, mark)
-        if results or others:
-            turns.append(_turn(user, results + others))
+        turns.append(_turn(user, results + others))
         start = end
     return turns
 
