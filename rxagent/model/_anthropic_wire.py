@@ -625,6 +625,8 @@ class StreamParser:
             return None
         if kind == "error":
             raise _stream_error(wire.error, self._redact)
+        if kind is None:
+            raise TypeError("an event without its type")
         return None  # ping, and event types added later: the API asks clients to skip what they don't know
 
     def _started(self, wire: _Event, raw: str | dict[str, Any]) -> ChatChunk | None:

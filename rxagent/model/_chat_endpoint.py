@@ -226,13 +226,13 @@ class ChatEndpoint(HttpEndpoint, ABC):
 
         Returns:
             An observable of :class:`ChatChunk`: text/thinking/tool-call deltas, a chunk with the finish
-            reason, then one with the usage; it errors with a :class:`ModelError`, or with
-            :class:`~rxagent.retry.RetryExhausted` when a retryable error could not be retried.
+            reason, then one with the usage; it errors with a :class:`ModelError`, with
+            :class:`~rxagent.retry.RetryExhausted` when a retryable error could not be retried, or with
+            ``ValueError``, before anything is sent, when the request asks for something the wire format
+            cannot say (the message says what).
 
         Raises:
             RuntimeError: the model was closed.
-            ValueError: the request asks for something the wire format cannot say (the message says what);
-                raised here, before anything is sent.
 
         Lifecycle:
             complete: after the stream's end marker (or the end of a body that carried a finish reason,

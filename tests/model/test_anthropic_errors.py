@@ -242,6 +242,7 @@ async def test_malformed_json_in_a_data_line_is_an_error_naming_the_line(anthrop
             "text_delta without its text",
         ),
         ('["not", "an", "object"]', "not a JSON object"),
+        ('{"index": 0, "delta": {"type": "text_delta", "text": "x"}}', "an event without its type"),
     ],
 )
 async def test_an_event_of_the_wrong_shape_is_malformed(

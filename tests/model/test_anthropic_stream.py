@@ -7,6 +7,7 @@ writes, ``ping`` events between any two, CRLF line ends, a last event without it
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 
@@ -15,7 +16,7 @@ import reactivex
 
 from rxagent.clock import VirtualClock
 from rxagent.messages import Msg, TextBlock, ThinkingBlock, ToolUseBlock
-from rxagent.model import ChatChunk, ToolCallDelta, Usage
+from rxagent.model import ChatChunk, ChatModel, ToolCallDelta, Usage, provider_of
 from rxagent.operators import fold_message
 from tests.model.anthropic_server import (
     API_KEY,
@@ -33,7 +34,7 @@ from tests.model.anthropic_server import (
     thinking_block,
     tool_block,
 )
-from tests.model.openai_server import Pause, Reply
+from tests.model.openai_server import Pause, Reply, Stall
 from tests.streams import expect
 
 
@@ -377,3 +378,31 @@ async def test_a_whole_message_is_read_when_streaming_is_off(anthropic: Anthropi
     )
     assert Usage.from_json(message.metadata["usage"]) == Usage(130, 12, 100, 0, 0)
     assert message.metadata["finish_reason"] == "tool_calls"
+
+
+# ---- lifecycle ---------------------------------------------------------------------------------------
+
+
+async def test_the_model_is_a_chat_model_and_the_stream_is_cold(anthropic: AnthropicServer) -> None:
+    anthropic.script(reply(text_block(0, "one")), reply(text_block(0, "two")))
+    async with make_model(anthropic) as model:
+        assert isinstance(model, ChatModel)
+        assert (model.model_name, provider_of(model)) == ("claude-test", "anthropic")
+        answer = model.stream(ask()).pipe(fold_message())
+        await asyncio.sleep(0)
+        assert anthropic.requests == []  # nothing is sent before a subscription
+        first: Msg = await answer
+        second: Msg = await answer
+    assert (first.text, second.text) == ("one", "two")
+    assert anthropic.requests[0].body == anthropic.requests[1].body  # the body is encoded once, reused
+
+
+async def test_dispose_mid_stream_closes_the_response(anthropic: AnthropicServer) -> None:
+    anthropic.script(Reply.sse(message_start(), *text_block(0, "a")[:2], Stall()))
+    async with make_model(anthropic) as model:
+        seen = expect(model.stream(ask()))
+        await asyncio.wait_for(anthropic.stalled.wait(), 5)
+        seen.dispose()
+        await asyncio.wait_for(anthropic.disconnected.wait(), 5)
+    assert [c.text for c in seen.items] == ["a"]
+    assert seen.outcome is None  # a cancel ends the stream silently
