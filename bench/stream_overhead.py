@@ -1,18 +1,25 @@
-"""Client CPU per streamed text delta: rxagent's OpenAI client vs. a hand-written aiohttp + json.loads loop.
+"""Client CPU per streamed text delta: rxagent's OpenAI client vs. a hand-written aiohttp + json.loads loop,
+or (``--provider anthropic``) rxagent's Anthropic client vs. its OpenAI client.
 
-A loopback server in a separate process streams 20 000 OpenAI-style text deltas (one ``write`` per event,
-as a real server emits tokens), then a finish chunk, a usage chunk and ``[DONE]``. In this process, with
-``time.process_time`` around each run, alternating:
+A loopback server in a separate process streams 20 000 text deltas (one ``write`` per event, as a real
+server emits tokens): OpenAI-style chunks then a finish chunk, a usage chunk and ``[DONE]`` on
+``/v1/chat/completions``; Anthropic Messages events (``event:`` and ``data:`` lines, ``message_start``, a text
+block of ``text_delta`` events, ``message_delta``, ``message_stop``) on ``/v1/messages``. In this process,
+with ``time.process_time`` around each run, alternating:
 
 (a) raw: ``async for line in response.content``, ``json.loads`` of each ``data:`` line, the text
     appended to a list and joined;
 (b) rxagent: ``OpenAIChatModel.stream(request).pipe(fold_message())`` awaited to the final ``Msg``.
 
-Prints the medians in µs per delta and, as the last line, ``ratio: X`` (rxagent ÷ raw).
+With ``--provider anthropic``, (a) is (b) and (b) is ``AnthropicModel.stream(request).pipe(fold_message())``
+on the same loopback setup.
 
-Run: ``.venv/bin/python bench/stream_overhead.py [--deltas N] [--repeats N] [--pace-us µs]``. With
-``--pace-us`` the server pauses between events, so most reads carry a single event (a model generating
-tokens slower than the network); the default streams flat out.
+Prints the medians in µs per delta and, as the last line, ``ratio: X`` (rxagent ÷ raw, or Anthropic ÷
+OpenAI).
+
+Run: ``.venv/bin/python bench/stream_overhead.py [--provider openai|anthropic] [--deltas N] [--repeats N]
+[--pace-us µs]``. With ``--pace-us`` the server pauses between events, so most reads carry a single event (a
+model generating tokens slower than the network); the default streams flat out.
 """
 
 from __future__ import annotations
@@ -29,8 +36,9 @@ from _loopback import spawned_server, write_sse
 from aiohttp import web
 
 from rxagent.messages import Msg
+from rxagent.model.anthropic import AnthropicModel
 from rxagent.model.openai import OpenAIChatModel
-from rxagent.model.types import ChatRequest
+from rxagent.model.types import ChatModel, ChatRequest
 from rxagent.operators import fold_message
 
 __all__ = ["main"]
@@ -66,15 +74,52 @@ def _events(deltas: int) -> list[bytes]:
     return events
 
 
+def _anthropic_event(kind: str, payload: dict[str, object]) -> bytes:
+    data = json.dumps({"type": kind, **payload}, separators=(",", ":")).encode()
+    return b"event: " + kind.encode() + b"\ndata: " + data + b"\n\n"
+
+
+def _anthropic_events(deltas: int) -> list[bytes]:
+    message = {
+        "id": "msg_bench",
+        "type": "message",
+        "role": "assistant",
+        "content": [],
+        "model": "bench",
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 10, "output_tokens": 1},
+    }
+    delta = _anthropic_event(
+        "content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": DELTA_TEXT}}
+    )
+    return [
+        _anthropic_event("message_start", {"message": message}),
+        _anthropic_event("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}}),
+        *([delta] * deltas),
+        _anthropic_event("content_block_stop", {"index": 0}),
+        _anthropic_event(
+            "message_delta",
+            {"delta": {"stop_reason": "end_turn", "stop_sequence": None}, "usage": {"output_tokens": deltas}},
+        ),
+        _anthropic_event("message_stop", {}),
+    ]
+
+
 def serve(deltas: int, pace: float) -> None:
     """The server process: prints its port on stdout, serves until stdin closes."""
     events = _events(deltas)
+    anthropic = _anthropic_events(deltas)
 
     async def completions(request: web.Request) -> web.StreamResponse:
         await request.read()
         return await write_sse(request, events, pace)
 
-    serve_completions(completions)
+    async def messages(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        return await write_sse(request, anthropic, pace)
+
+    serve_completions(completions, messages)
 
 
 async def raw_run(session: aiohttp.ClientSession, url: str) -> str:
@@ -95,8 +140,8 @@ async def raw_run(session: aiohttp.ClientSession, url: str) -> str:
     return "".join(parts)
 
 
-async def rxagent_run(model: OpenAIChatModel, request: ChatRequest) -> str:
-    """(b) rxagent's client folded to the final message."""
+async def rxagent_run(model: ChatModel, request: ChatRequest) -> str:
+    """(b) an rxagent client folded to the final message."""
     message: Msg = await model.stream(request).pipe(fold_message())
     return message.text
 
@@ -124,9 +169,42 @@ async def measure(port: int, deltas: int, repeats: int) -> tuple[list[float], li
     return raw_times, rx_times
 
 
+async def measure_providers(port: int, deltas: int, repeats: int) -> tuple[list[float], list[float]]:
+    """``--provider anthropic``: the OpenAI client's runs and the Anthropic client's, alternating."""
+    base_url = f"http://127.0.0.1:{port}/v1"
+    expected = DELTA_TEXT * deltas
+    request = ChatRequest((Msg.user("hi"),))
+    openai_times: list[float] = []
+    anthropic_times: list[float] = []
+    async with (
+        OpenAIChatModel("bench", base_url=base_url, api_key_env=None) as openai,
+        AnthropicModel("bench", base_url=base_url, api_key_env=None) as anthropic,
+    ):
+        # Warm-up: connections, imports, caches.
+        assert await rxagent_run(openai, request) == expected
+        assert await rxagent_run(anthropic, request) == expected
+        for _ in range(repeats):
+            for model, times in ((openai, openai_times), (anthropic, anthropic_times)):
+                start = time.process_time()
+                text = await rxagent_run(model, request)
+                times.append(time.process_time() - start)
+                assert text == expected
+    return openai_times, anthropic_times
+
+
+def _runs(times: list[float]) -> str:
+    return ", ".join(f"{t:.3f}" for t in times)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description="Client CPU per streamed text delta, rxagent vs raw aiohttp."
+    )
+    parser.add_argument(
+        "--provider",
+        choices=("openai", "anthropic"),
+        default="openai",
+        help="openai: rxagent's OpenAI client vs raw aiohttp; anthropic: its Anthropic client vs OpenAI's",
     )
     parser.add_argument("--deltas", type=int, default=20_000)
     parser.add_argument("--repeats", type=int, default=7)
@@ -142,7 +220,21 @@ def main() -> None:
         serve(args.deltas, args.pace_us / 1e6)
         return
     with spawned_server(__file__, ["--deltas", str(args.deltas), "--pace-us", str(args.pace_us)]) as port:
-        raw_times, rx_times = asyncio.run(measure(port, args.deltas, args.repeats))
+        if args.provider == "anthropic":
+            openai_times, anthropic_times = asyncio.run(measure_providers(port, args.deltas, args.repeats))
+        else:
+            raw_times, rx_times = asyncio.run(measure(port, args.deltas, args.repeats))
+    if args.provider == "anthropic":
+        openai = statistics.median(openai_times) / args.deltas * 1e6
+        anthropic = statistics.median(anthropic_times) / args.deltas * 1e6
+        print(
+            f"deltas per run: {args.deltas}, repeats: {args.repeats}, server pace: {args.pace_us:g} µs "
+            "(alternating runs, medians of client CPU)"
+        )
+        print(f"OpenAI client + fold:    {openai:.2f} µs/delta  (runs: {_runs(openai_times)} s)")
+        print(f"Anthropic client + fold: {anthropic:.2f} µs/delta  (runs: {_runs(anthropic_times)} s)")
+        print(f"ratio: {anthropic / openai:.2f}")
+        return
     raw = statistics.median(raw_times) / args.deltas * 1e6
     rx = statistics.median(rx_times) / args.deltas * 1e6
     print(

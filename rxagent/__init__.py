@@ -46,6 +46,7 @@ if TYPE_CHECKING:
         RunControl,
         ToolDecision,
     )
+    from rxagent.model.anthropic import AnthropicModel
     from rxagent.model.llama_cpp import LlamaCppModel
     from rxagent.model.openai import OpenAIChatModel, Timeouts
     from rxagent.model.scripted import FunctionModel, ScriptedModel, ScriptedResponse, ScriptedToolCall
@@ -59,6 +60,7 @@ __all__ = [
     "AgentEvent",
     "AgentOptions",
     "AgentResult",
+    "AnthropicModel",
     "ChatChunk",
     "ChatModel",
     "ChatRequest",
@@ -103,6 +105,7 @@ _LAZY = {
     "Toolkit": "rxagent.tools",
     "tool": "rxagent.tools",
     "ChatModel": "rxagent.model",
+    "AnthropicModel": "rxagent.model",
     "LlamaCppModel": "rxagent.model",
     "OpenAIChatModel": "rxagent.model",
     "Timeouts": "rxagent.model",

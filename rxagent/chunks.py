@@ -21,12 +21,19 @@ FinishReason: TypeAlias = Literal["stop", "tool_calls", "length", "content_filte
 
 @dataclass(slots=True)
 class Usage:
-    """Token usage of one model call (or, added up with ``+``, of several)."""
+    """Token usage of one model call (or, added up with ``+``, of several).
+
+    ``input_tokens`` counts every input token, those read from and written to the provider's prompt
+    cache included: ``cache_read_tokens`` and ``cache_write_tokens`` say how many of them were (OpenAI
+    counts cached tokens inside its prompt tokens; Anthropic counts them apart, and its client adds them
+    in). ``reasoning_tokens`` are part of ``output_tokens`` likewise.
+    """
 
     input_tokens: int = 0
     output_tokens: int = 0
     cache_read_tokens: int = 0
     reasoning_tokens: int = 0
+    cache_write_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -39,6 +46,7 @@ class Usage:
             self.output_tokens + other.output_tokens,
             self.cache_read_tokens + other.cache_read_tokens,
             self.reasoning_tokens + other.reasoning_tokens,
+            self.cache_write_tokens + other.cache_write_tokens,
         )
 
     @classmethod
@@ -51,13 +59,20 @@ class Usage:
         return cls(**counts)
 
     def to_json(self) -> dict[str, JsonValue]:
-        """The usage as a JSON object (as stored in ``Msg.metadata["usage"]``)."""
-        return {
+        """The usage as a JSON object (as stored in ``Msg.metadata["usage"]``).
+
+        ``cache_write_tokens`` is written only when there are some, so the records of providers that never
+        report it stay as they were before it existed.
+        """
+        written: dict[str, JsonValue] = {
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
             "cache_read_tokens": self.cache_read_tokens,
             "reasoning_tokens": self.reasoning_tokens,
         }
+        if self.cache_write_tokens:
+            written["cache_write_tokens"] = self.cache_write_tokens
+        return written
 
 
 @dataclass(slots=True)
@@ -90,6 +105,15 @@ class ChatChunk:
     raw: Mapping[str, Any] | None = None
     """The provider's decoded chunk, for fields rxagent does not model: a read-only mapping, which a model
     may decode only when it is first read (``dict(chunk.raw)`` gives a plain dictionary)."""
+    thinking_signature: str | None = None
+    """The signature that closes the thinking streamed since the previous one (Anthropic's
+    ``signature_delta``): the fold makes that thinking one :class:`~rxagent.messages.ThinkingBlock`
+    carrying it, which the provider requires back unchanged (``""`` closes the block without one)."""
+    redacted_thinking: str | None = None
+    """A whole reasoning block the provider withheld, as the opaque data it sent instead (Anthropic's
+    ``redacted_thinking``): the fold keeps it, in its place among the thinking blocks, to be sent back."""
 
 
-_FIELDS = frozenset({"input_tokens", "output_tokens", "cache_read_tokens", "reasoning_tokens"})
+_FIELDS = frozenset(
+    {"input_tokens", "output_tokens", "cache_read_tokens", "reasoning_tokens", "cache_write_tokens"}
+)

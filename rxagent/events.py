@@ -474,6 +474,7 @@ class UsageTotals:
     cache_read_tokens: int = 0
     reasoning_tokens: int = 0
     model_calls: int = 0
+    cache_write_tokens: int = 0
 
     def add(self, usage: Usage | None) -> None:
         """Count one model call and its usage."""
@@ -483,6 +484,7 @@ class UsageTotals:
             self.output_tokens += usage.output_tokens
             self.cache_read_tokens += usage.cache_read_tokens
             self.reasoning_tokens += usage.reasoning_tokens
+            self.cache_write_tokens += usage.cache_write_tokens
 
     def include(self, other: UsageTotals) -> None:
         """Add a nested run's totals (its model calls included) to these."""
@@ -490,6 +492,7 @@ class UsageTotals:
         self.output_tokens += other.output_tokens
         self.cache_read_tokens += other.cache_read_tokens
         self.reasoning_tokens += other.reasoning_tokens
+        self.cache_write_tokens += other.cache_write_tokens
         self.model_calls += other.model_calls
 
     @property

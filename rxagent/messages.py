@@ -110,6 +110,9 @@ class ThinkingBlock(_Block):
     """The reasoning text."""
     signature: str | None = None
     """Provider signature that must be sent back with the reasoning, where a provider uses one."""
+    redacted_data: str | None = None
+    """Reasoning the provider withheld, as the encrypted data it sent instead (Anthropic's
+    ``redacted_thinking``); ``thinking`` is then empty. Sent back to the provider exactly as it came."""
 
 
 class ToolUseBlock(_Block):

@@ -132,6 +132,7 @@ _CONVERSATION = "gen_ai.conversation.id"
 _INPUT_TOKENS = "gen_ai.usage.input_tokens"
 _OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
 _CACHE_READ_TOKENS = "gen_ai.usage.cache_read.input_tokens"
+_CACHE_WRITE_TOKENS = "gen_ai.usage.cache_creation.input_tokens"
 _REASONING_TOKENS = "gen_ai.usage.reasoning.output_tokens"
 _FINISH_REASONS = "gen_ai.response.finish_reasons"
 _INPUT_MESSAGES = "gen_ai.input.messages"
@@ -411,6 +412,8 @@ def _set_usage(span: Span, usage: Usage | UsageTotals) -> None:
     span.set_attribute(_OUTPUT_TOKENS, usage.output_tokens)
     if usage.cache_read_tokens:
         span.set_attribute(_CACHE_READ_TOKENS, usage.cache_read_tokens)
+    if usage.cache_write_tokens:
+        span.set_attribute(_CACHE_WRITE_TOKENS, usage.cache_write_tokens)
     if usage.reasoning_tokens:
         span.set_attribute(_REASONING_TOKENS, usage.reasoning_tokens)
 

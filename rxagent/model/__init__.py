@@ -12,6 +12,7 @@ from rxagent.model.errors import (
     ModelConnectionError,
     ModelError,
     ModelHTTPError,
+    ModelStreamError,
     ModelStreamInterrupted,
     ModelTimeoutError,
 )
@@ -32,11 +33,13 @@ from rxagent.model.types import (
 )
 
 if TYPE_CHECKING:
+    from rxagent.model.anthropic import AnthropicModel, PromptCache
     from rxagent.model.llama_cpp import LlamaCppModel
     from rxagent.model.openai import OpenAIChatModel, Timeouts, list_models
     from rxagent.model.scripted import FunctionModel, ScriptedModel, ScriptedResponse, ScriptedToolCall
 
 __all__ = [
+    "AnthropicModel",
     "ChatChunk",
     "ChatModel",
     "ChatRequest",
@@ -50,9 +53,11 @@ __all__ = [
     "ModelConnectionError",
     "ModelError",
     "ModelHTTPError",
+    "ModelStreamError",
     "ModelStreamInterrupted",
     "ModelTimeoutError",
     "OpenAIChatModel",
+    "PromptCache",
     "ResponseFormat",
     "ScriptedModel",
     "ScriptedResponse",
@@ -67,6 +72,8 @@ __all__ = [
 ]
 
 _LAZY = {
+    "AnthropicModel": "rxagent.model.anthropic",
+    "PromptCache": "rxagent.model.anthropic",
     "LlamaCppModel": "rxagent.model.llama_cpp",
     "OpenAIChatModel": "rxagent.model.openai",
     "Timeouts": "rxagent.model.openai",

@@ -1,9 +1,10 @@
-"""What every OpenAI-compatible HTTP client here shares: URL, API key, headers, timeouts, one session.
+"""What every HTTP client here shares: URL, API key, headers, timeouts, one session.
 
-:class:`OpenAIChatModel` and :class:`~rxagent.model.embedders.OpenAIEmbedder` both build on
-:class:`HttpEndpoint`, so the key handling (held as a :class:`pydantic.SecretStr`, sent only in the
-``Authorization`` header, masked in reprs and in server text quoted by errors), the session lifecycle and
-the timeouts exist once.
+:class:`OpenAIChatModel`, :class:`~rxagent.model.anthropic.AnthropicModel` and
+:class:`~rxagent.model.embedders.OpenAIEmbedder` all build on :class:`HttpEndpoint`, so the key handling
+(held as a :class:`pydantic.SecretStr`, sent only in its header — ``Authorization: Bearer …``, or the
+header a subclass names, such as Anthropic's ``x-api-key`` —, masked in reprs and in server text quoted
+by errors), the session lifecycle and the timeouts exist once.
 
 Credentials in the base URL (``http://user:password@host/v1``, for an authenticating proxy in front of the
 server) are taken out of the URL and sent as HTTP Basic credentials by
@@ -176,7 +177,7 @@ async def _on_connection_ready(
 
 
 class HttpEndpoint:
-    """One OpenAI-compatible endpoint: ``{base_url}/{path}``, its key and headers, and one aiohttp session.
+    """One HTTP endpoint: ``{base_url}/{path}``, its key and headers, and one aiohttp session.
 
     The session is created on first use on the running loop, which the endpoint is bound to from then
     on, and closed by :meth:`aclose` or by leaving ``async with``.
@@ -186,8 +187,8 @@ class HttpEndpoint:
             on every request; credentials (``http://user:password@host/v1``) are sent as Basic credentials,
             as the module describes, and never shown.
         path: the endpoint under it (``"chat/completions"``, ``"embeddings"``).
-        api_key: sent as ``Authorization: Bearer …``; ``None`` reads ``api_key_env`` (no key, or an empty
-            one: no header).
+        api_key: sent as ``Authorization: Bearer …`` (or in the subclass's ``_key_header``); ``None`` reads
+            ``api_key_env`` (no key, or an empty one: no header).
         api_key_env: environment variable holding the key (``None``: don't read one).
         timeouts: connect, idle-read and total timeouts.
         headers: extra HTTP headers sent with every request.
@@ -205,6 +206,10 @@ class HttpEndpoint:
     """What the subclass is called in error messages ("model", "embedder")."""
     _server = "the model server"
     """Who answers, in error messages."""
+    _key_header = "Authorization"
+    """The header the API key travels in."""
+    _key_prefix = "Bearer "
+    """What comes before the key in that header."""
 
     def __init__(
         self,
@@ -233,7 +238,7 @@ class HttpEndpoint:
         # An empty key is no key, as an empty variable is: "Bearer " with nothing after it is no credential.
         self._api_key: SecretStr | None = api_key if api_key and api_key.get_secret_value() else None
         self._headers = dict(headers or {})
-        taken = [*self._headers, *(["Authorization"] if self._api_key is not None else [])]
+        taken = [*self._headers, *([self._key_header] if self._api_key is not None else [])]
         bare, self._url_auth = split_credentials(given, taken=taken, what="base_url")
         # `path` goes under the URL's path; its query stays on every request (Azure's api-version).
         under = f"{given.raw_path.rstrip('/')}/{path}"
@@ -288,7 +293,7 @@ class HttpEndpoint:
     def _request_headers(self, accept: str) -> dict[str, str]:
         headers = {"Content-Type": "application/json", "Accept": accept, **self._headers}
         if self._api_key is not None:
-            headers["Authorization"] = f"Bearer {self._api_key.get_secret_value()}"
+            headers[self._key_header] = f"{self._key_prefix}{self._api_key.get_secret_value()}"
         if self._url_auth is not None:
             name, value = self._url_auth
             headers[name] = value.get_secret_value()

@@ -26,14 +26,14 @@ becomes a :class:`~rxagent.model.errors.MalformedStreamError`, so nothing untype
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeAlias, TypeGuard
 
 import msgspec
 from pydantic import JsonValue
-from pydantic_core import from_json
 
 from rxagent.messages import ConversationMemo, MessageMemo, Msg, TextBlock, ToolResultBlock, ToolUseBlock
+from rxagent.model._json import LazyJsonObject, dumps, loads, make
 from rxagent.model.errors import MalformedStreamError, ModelError
 from rxagent.model.sse import SSEEvent
 from rxagent.model.types import (
@@ -74,24 +74,6 @@ _SHAPE_ERRORS = (TypeError, AttributeError, KeyError, IndexError, ValueError)
 
 def _is_object(value: object) -> TypeGuard[dict[str, Any]]:
     return isinstance(value, dict)
-
-
-def _loads(data: str) -> Any:
-    """``json.loads`` at a third of the cost: pydantic-core's parser, with the standard library
-    as the fallback for the little it rejects that ``json`` accepts (a lone surrogate escape, ``\\ud800``).
-
-    Raises:
-        ValueError: ``data`` is not JSON (the standard library's error, naming the position).
-    """
-    try:
-        return from_json(data)
-    except ValueError:
-        return json.loads(data)
-
-
-def dumps(value: object) -> bytes:
-    """Compact UTF-8 JSON, as sent on the wire."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 # ---- encoding: Msg → wire ----------------------------------------------------------------------------
@@ -350,41 +332,6 @@ class _Chunk(_Wire):
 _decode_chunk = msgspec.json.Decoder(_Chunk).decode
 
 
-class _RawChunk(Mapping[str, Any]):
-    """A streamed chunk's JSON object, decoded on first use (``ChatChunk.raw``).
-
-    rxagent reads chunks through the typed shapes above; few consumers ever look at ``raw``, and decoding
-    every chunk twice would double the hot path's cost. ``source`` holds the chunk's text (which msgspec
-    read as an object, so the general decoder does too) until then, the object after. The parser makes one
-    per streamed token, so it sets the slot directly rather than paying for an ``__init__`` call.
-    """
-
-    __slots__ = ("source",)
-
-    source: str | dict[str, Any]
-
-    def _decoded(self) -> dict[str, Any]:
-        source = self.source
-        if isinstance(source, str):
-            source = self.source = _loads(source)
-        return source
-
-    def __getitem__(self, key: str) -> Any:
-        return self._decoded()[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._decoded())
-
-    def __len__(self) -> int:
-        return len(self._decoded())
-
-    def __repr__(self) -> str:
-        return repr(self._decoded())
-
-
-_make = object.__new__
-"""Makes a :class:`_RawChunk` without calling ``__init__`` (the parser then sets its one slot)."""
-
 _FINISH_REASONS: Mapping[str, FinishReason] = {
     "stop": "stop",
     "tool_calls": "tool_calls",
@@ -487,6 +434,9 @@ class StreamParser:
 
     __slots__ = ("_names", "_redact", "_usage", "done", "finished")
 
+    ending = "[DONE] or a finish reason"
+    """What a stream must end with (one that does not is an error naming this)."""
+
     def __init__(self, redact: Callable[[str], str] = str) -> None:
         self._redact = redact
         self._usage: Usage | None = None
@@ -540,6 +490,18 @@ class StreamParser:
             return error
         return None
 
+    def feed_tail(self, tail: SSEEvent) -> ChatChunk | None:
+        """The chunk of the event the body ended in without its closing blank line (``[DONE]`` too).
+
+        Raises:
+            MalformedStreamError: the event is cut off (not JSON).
+            ModelError: the event is an ``{"error": …}`` object.
+        """
+        if tail.data == "[DONE]":
+            self.done = True
+            return None
+        return self.feed(tail)
+
     def _reread(self, event: SSEEvent) -> ChatChunk | None:
         # What msgspec refused, read the slow way: the standard library accepts a little more (a lone
         # surrogate escape, "\ud800", sent by servers that cut a token inside an emoji), and otherwise
@@ -547,7 +509,7 @@ class StreamParser:
         # hold the server's text (which may quote the API key) and would ride along as __context__.
         data = event.data
         try:
-            decoded = _loads(data)
+            decoded = loads(data)
         except ValueError as error:
             if not data.strip():  # `data:` with nothing after it: an event without content, not an error
                 return None
@@ -599,7 +561,7 @@ class StreamParser:
             self.finished = True
         if not (text or thinking or deltas or reason):
             return None  # the role-only first delta, keep-alive chunks, usage-only chunks
-        lazy: _RawChunk = _make(_RawChunk)
+        lazy: LazyJsonObject = make(LazyJsonObject)
         lazy.source = raw
         return ChatChunk(text, thinking, deltas, None, reason, lazy)
 

@@ -18,6 +18,7 @@ __all__ = [
     "ModelConnectionError",
     "ModelError",
     "ModelHTTPError",
+    "ModelStreamError",
     "ModelStreamInterrupted",
     "ModelTimeoutError",
 ]
@@ -63,6 +64,29 @@ class ModelHTTPError(ModelError):
         """The server refused the request as longer than the model's context (a 400 or 413 whose body says
         so, as OpenAI's ``context_length_exceeded`` does): sending less may succeed where a retry cannot."""
         return self.status in (400, 413) and _CONTEXT_OVERFLOW.search(self.body) is not None
+
+
+class ModelStreamError(ModelHTTPError):
+    """The server reported an error inside a stream it had begun with a success status (an SSE ``error``
+    event, such as Anthropic's ``overloaded_error``).
+
+    It is classified as the HTTP status its provider documents for the error's type (``overloaded_error``
+    is 529, ``rate_limit_error`` 429, ``invalid_request_error`` 400, …): retryable when that status is,
+    and, like every error, retried only before the first chunk was emitted.
+
+    Args:
+        kind: the provider's error type (``"overloaded_error"``).
+        message: the provider's message (the caller masks secrets the server quoted in it).
+        status: the HTTP status the provider documents for ``kind``.
+    """
+
+    def __init__(self, kind: str, message: str, status: int) -> None:
+        ModelError.__init__(self, f"the model server reported {kind} in the stream: {message}")
+        self.kind = kind
+        self.status = status
+        self.body = message if len(message) <= 500 else message[:500] + "…"
+        self.retry_after = None
+        self.retryable = status in RETRYABLE_STATUSES
 
 
 class ModelConnectionError(ModelError):

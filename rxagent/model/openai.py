@@ -1,20 +1,10 @@
 """A client for OpenAI-compatible chat-completions servers (OpenAI, vLLM, llama.cpp, Ollama, …) on aiohttp.
 
-:class:`OpenAIChatModel` implements :class:`~rxagent.model.types.ChatModel`. Each subscription to
-``stream(request)`` is one call: ``from_async_batches`` over one async generator that makes the
-attempts (POST, SSE bytes → events → chunks, yielded a network read's worth at a time), waits between them
-by the rules of :func:`rxagent.retry.plan_retry` (the same rules as the ``retry_backoff`` operator: retry
-before the first chunk only, honour ``Retry-After``, draw on the run's budget), all under
-``timeouts.total``. The waits and every timeout run on the model's ``clock`` (see :mod:`rxagent.clock`),
-so tests can run them on virtual time against a real loopback server.
-
-One attempt is an async generator that holds the response in ``async with``: disposing the subscription
-cancels its task, which closes the response and returns the connection to the pool. Errors are mapped to
-:mod:`rxagent.model.errors`: an error status to :class:`ModelHTTPError` (with ``Retry-After``), a failed
-connection to :class:`ModelConnectionError`, the connect and idle-read timeouts to
-:class:`ModelTimeoutError`, and any transport failure after the first chunk to
-:class:`ModelStreamInterrupted` (never retried: a retry would repeat deltas already emitted). A stream that
-ends with neither ``[DONE]`` nor a finish reason is an error, never a silently short answer.
+:class:`OpenAIChatModel` implements :class:`~rxagent.model.types.ChatModel`. It is the chat-completions
+wire format (:mod:`rxagent.model._openai_wire`) on the call every HTTP chat client here shares
+(:mod:`rxagent.model._chat_endpoint`): one cold observable per call, attempts retried before the first
+chunk only, every wait and timeout on the model's ``clock``, errors mapped to :mod:`rxagent.model.errors`.
+A stream that ends with neither ``[DONE]`` nor a finish reason is an error, never a silently short answer.
 
 The API key is held as a :class:`pydantic.SecretStr`; it is put into the ``Authorization`` header of each
 request and nowhere else. No error raised here holds request headers: aiohttp's ``ClientResponseError``
@@ -27,18 +17,14 @@ describes: sent, never shown (errors, reprs and logs show the URL through
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import AsyncIterator, Mapping
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
-from typing import cast
+from collections.abc import Mapping
+from typing import Any, cast
 
-import aiohttp
 from pydantic import SecretStr
-from reactivex import Observable
 
 from rxagent.clock import SYSTEM_CLOCK, Clock
-from rxagent.model._endpoint import ERROR_BODY_LIMIT, HttpEndpoint, RequestTimer, Timeouts
+from rxagent.model._chat_endpoint import ChatEndpoint, parse_retry_after
+from rxagent.model._endpoint import HttpEndpoint, Timeouts
 from rxagent.model._openai_wire import (
     MessageWireCache,
     StreamParser,
@@ -47,54 +33,14 @@ from rxagent.model._openai_wire import (
     encode_body,
     tool_to_wire,
 )
-from rxagent.model.errors import (
-    MalformedStreamError,
-    ModelConnectionError,
-    ModelError,
-    ModelHTTPError,
-    ModelStreamInterrupted,
-    ModelTimeoutError,
-)
-from rxagent.model.sse import SSEDecoder, SSEEvent
+from rxagent.model.errors import ModelError
 from rxagent.model.types import ChatChunk, ChatRequest, ModelCapabilities, ToolSchema
-from rxagent.operators import from_async_batches
-from rxagent.retry import RetryBudget, RetryExhausted, RetryPolicy, is_retryable, plan_retry
+from rxagent.retry import RetryPolicy
 
 __all__ = ["OpenAIChatModel", "Timeouts", "list_models", "parse_retry_after"]
 
-_NOT_JSON = object()
 
-
-def parse_retry_after(value: str | None, *, now: datetime | None = None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header: delay-seconds or an HTTP-date; ``None`` if absent/bad.
-
-    Example:
-        >>> parse_retry_after("3")
-        3.0
-        >>> parse_retry_after("Wed, 21 Oct 2015 07:28:10 GMT", now=datetime(2015, 10, 21, 7, 28, tzinfo=UTC))
-        10.0
-        >>> parse_retry_after("soon") is None
-        True
-    """
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        seconds = float(value)
-    except ValueError:
-        pass
-    else:
-        return max(0.0, seconds) if math.isfinite(seconds) else None
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
-
-
-class OpenAIChatModel(HttpEndpoint):
+class OpenAIChatModel(ChatEndpoint):
     """A chat model served over the OpenAI chat-completions API.
 
     One ``aiohttp.ClientSession`` per model, created on first use on the running loop (the model is
@@ -132,7 +78,6 @@ class OpenAIChatModel(HttpEndpoint):
         ValueError: a bad ``base_url`` (see :class:`~rxagent.model._endpoint.HttpEndpoint`).
     """
 
-    _kind = "model"
     provider_name = "openai"
     """Who serves the model, as OpenTelemetry's ``gen_ai.provider.name`` names it: the API spoken (a
     subclass for another OpenAI-compatible provider may say ``"groq"``, ``"deepseek"``, …)."""
@@ -153,106 +98,21 @@ class OpenAIChatModel(HttpEndpoint):
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         super().__init__(
+            model,
             base_url=base_url,
             path="chat/completions",
             api_key=api_key,
             api_key_env=api_key_env,
             timeouts=timeouts,
+            retry=retry,
+            capabilities=capabilities or ModelCapabilities(),
             headers=headers,
             connection_limit=connection_limit,
             clock=clock,
         )
-        self._model = model
-        self._retry = retry or RetryPolicy()
-        self._capabilities = capabilities or ModelCapabilities()
         self._wire = MessageWireCache(send_reasoning=send_reasoning)
         self._tools_key: tuple[ToolSchema, ...] | None = None  # the tuple whose encoding is cached
         self._tools_wire: bytes = b""
-
-    def __repr__(self) -> str:
-        key = self._masked_key()
-        shown = self._shown_base_url
-        return f"{type(self).__name__}(model={self._model!r}, base_url={shown!r}, api_key={key})"
-
-    # ---- the ChatModel protocol ---------------------------------------------------------------------
-
-    @property
-    def model_name(self) -> str:
-        """The model name sent to the server."""
-        return self._model
-
-    @property
-    def capabilities(self) -> ModelCapabilities:
-        """What this model accepts."""
-        return self._capabilities
-
-    def stream(self, request: ChatRequest) -> Observable[ChatChunk]:
-        """The answer to ``request`` as a cold stream of chunks (streamed over SSE, or fetched whole).
-
-        Each subscription is one call, retried per the model's policy (drawing on
-        ``request.retry_budget`` when given) and bounded by ``timeouts.total``.
-
-        Returns:
-            An observable of :class:`ChatChunk`: text/thinking/tool-call deltas, a chunk with the finish
-            reason, then one with the usage; it errors with a :class:`ModelError`, or with
-            :class:`~rxagent.retry.RetryExhausted` when a retryable error could not be retried.
-
-        Raises:
-            RuntimeError: the model was closed.
-
-        Lifecycle:
-            complete: after ``[DONE]`` (or the end of a body that carried a finish reason).
-            error: mapped as described in the module; retried before the first chunk only.
-            cancel: the attempt's task is cancelled: the response is closed and its connection freed.
-            re-subscribe: a new call (the request body is encoded once and reused).
-        """
-        self._check_open()
-        body: bytes | None = None
-
-        def call() -> AsyncIterator[list[ChatChunk]]:
-            nonlocal body
-            if body is None:
-                body = self.encode_request(request)
-            return self._call(body, request.stream, request.retry_budget)
-
-        return from_async_batches(call)
-
-    async def _call(
-        self, body: bytes, streaming: bool, budget: RetryBudget | None
-    ) -> AsyncIterator[list[ChatChunk]]:
-        """The whole call: attempts, the waits between them, and the total deadline over all of it.
-
-        Yields the chunks in batches, one per network read (see :meth:`_attempt`).
-
-        One async generator rather than ``retry_backoff`` and ``timeout_total`` around the attempt: the
-        same rules (:func:`~rxagent.retry.plan_retry`), without two more observers on every chunk and
-        two more subscriptions on every request. The total is not a deadline around this generator (its
-        cancel could hit the task while the consumer holds the stream at a ``yield``, outside it): each
-        attempt's request timer is capped by it, and a retry wait that would outlast it is cut short.
-        """
-        total_due = self._total_due()
-        attempts = 0
-        while True:
-            attempts += 1
-            emitted = False
-            try:
-                async for batch in self._attempt(body, streaming, total_due):
-                    emitted = True
-                    yield batch
-                return
-            except ModelError as error:
-                # Only before the first chunk: a retry would emit the answer's start twice.
-                if emitted or not is_retryable(error):
-                    raise
-                plan = plan_retry(self._retry, attempts, error, budget)
-                if isinstance(plan, RetryExhausted):
-                    raise plan from error
-            if total_due is not None and self._clock.now() + plan >= total_due:
-                await self._clock.sleep(total_due - self._clock.now())
-                raise ModelTimeoutError("total", self._timeouts.total or 0.0)
-            await self._clock.sleep(plan)
-
-    # ---- one call -------------------------------------------------------------------------------------
 
     def encode_request(self, request: ChatRequest) -> bytes:
         """The JSON body this model sends for ``request`` (for inspection and tests; ``stream`` uses it).
@@ -268,126 +128,11 @@ class OpenAIChatModel(HttpEndpoint):
             tools = self._tools_wire
         return encode_body(self._model, request, self._wire.encoded_messages(request.messages), tools)
 
-    async def _attempt(
-        self, body: bytes, streaming: bool, total_due: float | None
-    ) -> AsyncIterator[list[ChatChunk]]:
-        """One POST: yields the chunks of one response, raising only :class:`ModelError` (or cancelled).
+    def _new_parser(self) -> StreamParser:
+        return StreamParser(self._redact)
 
-        The chunks come in batches, those of one network read each (never empty): the generators are
-        resumed once per read rather than once per token. A chunk decoded before a bad event of the same
-        read is still yielded before the error, as it would be one chunk at a time.
-        """
-        session = self._session_on_running_loop()
-        timer = self._request_timer(total_due)
-        emitted = 0
-        failure: ModelError | None = None
-        cause: BaseException | None = None
-        try:
-            async with (
-                timer.deadline,
-                session.post(
-                    self._url.get_secret_value(),
-                    data=body,
-                    headers=self._request_headers("text/event-stream" if streaming else "application/json"),
-                    allow_redirects=False,
-                    trace_request_ctx=timer,
-                ) as response,
-            ):
-                timer.pause()
-                if not 200 <= response.status < 300:
-                    raise await self._http_error(response, timer)
-                if not streaming or response.content_type == "application/json":
-                    # Asked for a stream, some servers still answer with a whole completion (or an error
-                    # object) as plain JSON: read it as such rather than as an empty event stream.
-                    chunks = self._completion_chunks(await timer.read_body(response.content))
-                    emitted += len(chunks)
-                    yield chunks
-                    return
-                parser = StreamParser(self._redact)
-                decoder = SSEDecoder()
-                content = response.content
-                while data := await timer.read(content):
-                    chunks: list[ChatChunk] = []
-                    problem = parser.feed_all(decoder.feed(data), chunks)
-                    if chunks:
-                        emitted += len(chunks)
-                        yield chunks
-                    if problem is not None:
-                        raise problem
-                    if parser.done:
-                        break  # whatever follows [DONE] is not part of the answer
-                else:
-                    # The body ended. An event without its closing blank line is only acceptable as a
-                    # complete one (a server that closes right after `data: [DONE]\n`).
-                    tail = decoder.end()
-                    if tail is not None and not parser.done:
-                        chunk = self._tail_chunk(parser, tail, emitted)
-                        if chunk is not None:
-                            emitted += 1
-                            yield [chunk]
-                    if not (parser.done or parser.finished):
-                        raise self._cut_short(emitted, decoder.line, "")
-                usage = parser.usage_chunk()
-                if usage is not None:
-                    emitted += 1
-                    yield [usage]
-        except ModelError:
-            raise
-        except aiohttp.ClientResponseError as error:
-            # Holds request_info, headers included: keep only its status and message, never the object.
-            failure = ModelConnectionError(f"invalid HTTP response from the model server: {error.message}")
-        except (aiohttp.ClientError, OSError) as error:  # TimeoutError is an OSError
-            if timer.deadline.expired():  # the request's deadline: connect, idle or the call's total
-                failure, cause = timer.error(), error
-            else:
-                failure = ModelConnectionError(f"{type(error).__name__}: {self._redact(str(error))}")
-                cause = error
-        if failure is not None:
-            # Raised outside the `except` blocks so that no aiohttp exception rides along as __context__.
-            if emitted and not (isinstance(failure, ModelTimeoutError) and failure.kind == "total"):
-                interrupted = ModelStreamInterrupted(emitted, str(failure))
-                failure.__cause__ = cause
-                raise interrupted from failure
-            raise failure from cause
-
-    def _tail_chunk(self, parser: StreamParser, tail: SSEEvent, emitted: int) -> ChatChunk | None:
-        if tail.data == "[DONE]":
-            parser.done = True
-            return None
-        try:
-            return parser.feed(tail)
-        except MalformedStreamError:
-            pass  # the last line was cut off; raised below, without the parse error as its context
-        raise self._cut_short(emitted, tail.line, tail.data)
-
-    def _completion_chunks(self, payload: bytes) -> list[ChatChunk]:
-        try:
-            decoded = json.loads(payload)
-        except ValueError:
-            decoded = _NOT_JSON  # raised below: the decode error holds the body, which may quote the key
-        if decoded is _NOT_JSON:
-            text = self._redact(payload[:200].decode("utf-8", "replace"))
-            raise MalformedStreamError("the response body is not JSON", data=text)
+    def _response_chunks(self, decoded: Any) -> list[ChatChunk]:
         return chunks_from_completion(decoded, self._redact)
-
-    def _cut_short(self, emitted: int, line: int, data: str) -> ModelError:
-        where = (
-            f" in the middle of line {line}: {self._redact(data)[:200]!r}" if data else f" after line {line}"
-        )
-        reason = f"the server ended the stream without [DONE] or a finish reason{where}"
-        if emitted:
-            return ModelStreamInterrupted(emitted, reason)
-        return ModelConnectionError(reason)
-
-    async def _http_error(self, response: aiohttp.ClientResponse, timer: RequestTimer) -> ModelHTTPError:
-        body = await timer.read_body(response.content, ERROR_BODY_LIMIT)
-        headers = response.headers
-        retry_after_ms = parse_retry_after(headers.get("retry-after-ms"))
-        retry_after = retry_after_ms / 1000 if retry_after_ms is not None else None
-        if retry_after is None:
-            retry_after = parse_retry_after(headers.get("Retry-After"))
-        text = self._redact(body.decode("utf-8", "replace"))
-        return ModelHTTPError(response.status, text, retry_after=retry_after, url=self._shown_url)
 
 
 class _ModelList(HttpEndpoint):

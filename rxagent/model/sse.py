@@ -8,8 +8,9 @@ leading UTF-8 byte order mark is dropped.
 
 The decoder works on bytes and decodes an event's data only when the event is complete, so a read that
 ends in the middle of a multi-byte UTF-8 character is harmless (CR and LF never occur inside one). It
-runs once per streamed token, so the common case — LF-terminated lines, one ``data: `` line per event — is
-a ``split`` of the read at its blank lines and a prefix test per event, with no regular expressions.
+runs once per streamed token, so the common cases — LF-terminated lines, one ``data: `` line per event
+(OpenAI), or an ``event: `` line and one ``data: `` line (Anthropic) — are a ``split`` of the read at its
+blank lines and a prefix test or two per event, with no regular expressions.
 
 Example:
     >>> decoder = SSEDecoder()
@@ -116,6 +117,16 @@ class SSEDecoder:
             self._data_line = self._line - 1
             self._data.append(chunk[6:-2])
             return [self._dispatch()]
+        if (
+            chunk.startswith(b"event: ")
+            and chunk.endswith(b"\n\n")
+            and not (self._partial or self._data or self._skip_lf or self._at_start)
+            and b"\r" not in chunk
+        ):
+            # The same for an event named on its own line first (`event: …`, `data: …`, blank line).
+            event = self._named(chunk[:-2])
+            if event is not None:
+                return [event]
         if self._skip_lf and chunk:
             self._skip_lf = False
             if chunk[0] == _LF:
@@ -144,10 +155,15 @@ class SSEDecoder:
                     data = piece[6:].decode("utf-8", "replace")
                     events.append(SSEEvent(data, self._event or "message", self._last_id, self._line - 1))
                     self._event = None
-                else:
-                    lines = piece.split(b"\n")
-                    lines.append(b"")  # the blank line that ended it
-                    self._take(lines, events)
+                    continue
+                if piece[:7] == b"event: " and not self._event:
+                    event = self._named(piece)
+                    if event is not None:
+                        events.append(event)
+                        continue
+                lines = piece.split(b"\n")
+                lines.append(b"")  # the blank line that ended it
+                self._take(lines, events)
             if b"\n" not in chunk:
                 if chunk:
                     self._hold(chunk)
@@ -185,6 +201,16 @@ class SSEDecoder:
         return self._dispatch() if self._data else None
 
     # ---- internals --------------------------------------------------------------------------------
+
+    def _named(self, piece: bytes) -> SSEEvent | None:
+        """The event of ``piece`` (an event's lines, without the blank line that ends it) when it is exactly
+        an ``event: `` line and one ``data: `` line; ``None`` (nothing consumed) for any other shape."""
+        end = piece.find(b"\n")
+        if end < 0 or not piece.startswith(b"data: ", end + 1) or piece.find(b"\n", end + 1) >= 0:
+            return None
+        self._line += 3
+        name = piece[7:end].decode("utf-8", "replace") or "message"
+        return SSEEvent(piece[end + 7 :].decode("utf-8", "replace"), name, self._last_id, self._line - 1)
 
     def _dispatch(self) -> SSEEvent:
         data = self._data[0] if len(self._data) == 1 else b"\n".join(self._data)

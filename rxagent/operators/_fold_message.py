@@ -3,6 +3,11 @@
 The accumulator is the hot path of every model call, so it does the least per chunk: it appends
 fragments to lists (joined once at the end, so a 200 000-character argument streamed one character at a
 time costs linear time, not quadratic) and parses tool-call arguments only when the stream is complete.
+
+The message's blocks come in a fixed order: thinking, text, tool calls. Thinking streamed with signatures
+(``ChatChunk.thinking_signature``) becomes one :class:`~rxagent.messages.ThinkingBlock` per signature, and a
+withheld block (``ChatChunk.redacted_thinking``) one of its own, in the order they came: a provider that
+signs its reasoning requires those blocks back exactly as they were.
 """
 
 from __future__ import annotations
@@ -104,6 +109,7 @@ class MessageFold:
         "_created_at",
         "_text",
         "_thinking",
+        "_thoughts",
         "chunks",
         "finish_reason",
         "message_id",
@@ -114,7 +120,8 @@ class MessageFold:
         self.message_id = new_id("msg")
         self._created_at = datetime.now(UTC)
         self._text: list[str] = []
-        self._thinking: list[str] = []
+        self._thinking: list[str] = []  # the thinking block still open: not closed by a signature yet
+        self._thoughts: list[ThinkingBlock] = []  # closed thinking blocks (signed or withheld), in order
         self._calls: list[_CallParts] = []
         self._by_id: dict[str, _CallParts] = {}
         self._by_index: dict[int, _CallParts] = {}
@@ -141,6 +148,8 @@ class MessageFold:
             self._text.append(chunk.text)
         if chunk.thinking:
             self._thinking.append(chunk.thinking)
+        if chunk.thinking_signature is not None or chunk.redacted_thinking is not None:
+            self._close_thinking(chunk.thinking_signature, chunk.redacted_thinking)
         if chunk.tool_calls:
             for delta in chunk.tool_calls:
                 self._call_for(delta).add(delta)
@@ -148,6 +157,20 @@ class MessageFold:
             self._add_usage(chunk.usage)
         if chunk.finish_reason is not None:
             self.finish_reason = chunk.finish_reason
+
+    def _close_thinking(self, signature: str | None, redacted: str | None) -> None:
+        if signature is not None or self._thinking:
+            # A withheld block after unsigned thinking closes that thinking first, to keep the order.
+            thinking = mend_surrogates("".join(self._thinking))
+            self._thinking = []
+            closed = ThinkingBlock.model_construct(
+                thinking=thinking, signature=signature or None, redacted_data=None
+            )
+            self._thoughts.append(closed)
+        if redacted is not None:
+            self._thoughts.append(
+                ThinkingBlock.model_construct(thinking="", signature=None, redacted_data=redacted)
+            )
 
     def _call_for(self, delta: ToolCallDelta) -> _CallParts:
         # Key by id whenever the provider sends one: some providers reuse an index for different calls
@@ -181,19 +204,25 @@ class MessageFold:
         current = self.usage
         if current is None:
             self.usage = Usage(
-                usage.input_tokens, usage.output_tokens, usage.cache_read_tokens, usage.reasoning_tokens
+                usage.input_tokens,
+                usage.output_tokens,
+                usage.cache_read_tokens,
+                usage.reasoning_tokens,
+                usage.cache_write_tokens,
             )
             return
         current.input_tokens = max(current.input_tokens, usage.input_tokens)
         current.output_tokens = max(current.output_tokens, usage.output_tokens)
         current.cache_read_tokens = max(current.cache_read_tokens, usage.cache_read_tokens)
         current.reasoning_tokens = max(current.reasoning_tokens, usage.reasoning_tokens)
+        current.cache_write_tokens = max(current.cache_write_tokens, usage.cache_write_tokens)
 
     def _blocks(self, *, final: bool) -> tuple[ContentBlock, ...]:
-        blocks: list[ContentBlock] = []
+        blocks: list[ContentBlock] = [*self._thoughts]
         if self._thinking:
             thinking = mend_surrogates("".join(self._thinking))
-            blocks.append(ThinkingBlock.model_construct(thinking=thinking, signature=None))
+            open_block = ThinkingBlock.model_construct(thinking=thinking, signature=None, redacted_data=None)
+            blocks.append(open_block)
         if self._text:
             blocks.append(TextBlock.model_construct(text=mend_surrogates("".join(self._text))))
         blocks.extend(call.block(self.finish_reason, final=final) for call in self._calls)

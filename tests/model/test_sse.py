@@ -279,6 +279,60 @@ def test_many_events_in_one_read_match_the_reference_and_the_line_by_line_path(
     assert [e.line for e in cut] == [e.line for e in by_byte]
 
 
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["", "id: 7\n", ": keep-alive\n", "event: first\n", "data: first\n"]),
+            st.text(max_size=8).map(lambda t: t.replace("\r", "").replace("\n", "")),
+            st.text(max_size=12).map(lambda t: t.replace("\r", "").replace("\n", "")),
+        ),
+        min_size=1,
+        max_size=10,
+    )
+)
+def test_one_named_event_per_read_matches_the_reference(events: list[tuple[str, str, str]]) -> None:
+    # How Anthropic streams tokens: every read is one whole `event: …` + `data: …` event (the named fast
+    # path), sometimes after reads holding other fields of the same event.
+    reads: list[bytes] = []
+    for prefix, name, text in events:
+        if prefix:
+            reads.append(prefix.encode())
+        reads.append(f"event: {name}\ndata: {text}\n\n".encode())
+    stream = b"".join(reads)
+    decoded = decode(*reads)
+    assert triples(decoded) == reference(stream)
+    assert [e.line for e in decoded] == [e.line for e in decode(stream)]
+    assert [e.line for e in decoded] == [
+        e.line for e in decode(*(stream[i : i + 1] for i in range(len(stream))))
+    ]
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["", "event: delta\n", "event:\n", "event:  two\n", "id: 7\n", "data: first\n"]),
+            st.sampled_from(["event: content_block_delta\n", "event: \n", "event: x\ndata: a\n", ""]),
+            st.text(max_size=12).map(lambda t: t.replace("\r", "").replace("\n", "")),
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    st.lists(st.integers(min_value=0, max_value=400), max_size=4),
+)
+def test_many_named_events_in_one_read_match_the_reference(
+    events: list[tuple[str, str, str]], cuts: list[int]
+) -> None:
+    stream = "".join(f"{prefix}{named}data: {text}\n\n" for prefix, named, text in events).encode()
+    bounds = sorted({min(c, len(stream)) for c in cuts})
+    reads = [stream[a:b] for a, b in zip([0, *bounds], [*bounds, len(stream)], strict=True)]
+    cut = decode(*reads)
+    by_byte = decode(*(stream[i : i + 1] for i in range(len(stream))))
+    assert triples(cut) == triples(by_byte) == reference(stream)
+    assert [e.line for e in cut] == [e.line for e in by_byte]
+
+
 def test_module_examples() -> None:
     results = doctest.testmod(rxagent.model.sse)
     assert results.attempted > 0

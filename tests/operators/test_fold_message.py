@@ -239,3 +239,61 @@ def test_fold_message_joins_fragments_in_linear_time() -> None:
     # 200 000 one-character fragments; four times as many must cost about four times as much.
     small, large = _fold_time(50_000), _fold_time(200_000)
     assert large / small < 8, f"4x fragments cost {large / small:.1f}x"
+
+
+async def test_fold_message_keeps_each_signed_thinking_block_and_each_withheld_one_in_order() -> None:
+    msg = await fold(
+        [
+            ChatChunk(thinking="First, "),
+            ChatChunk(thinking="add."),
+            ChatChunk(thinking_signature="sig-1"),
+            ChatChunk(redacted_thinking="EncryptedBlob=="),
+            ChatChunk(thinking="Then check."),
+            ChatChunk(thinking_signature="sig-2"),
+            ChatChunk(text="5"),
+            ChatChunk(finish_reason="stop"),
+        ]
+    )
+    assert msg.content == (
+        ThinkingBlock(thinking="First, add.", signature="sig-1"),
+        ThinkingBlock(thinking="", redacted_data="EncryptedBlob=="),
+        ThinkingBlock(thinking="Then check.", signature="sig-2"),
+        TextBlock(text="5"),
+    )
+    assert msg.thinking == "First, add.Then check."
+    assert Msg.model_validate_json(msg.model_dump_json()) == msg
+
+
+async def test_fold_message_thinking_left_open_after_a_signed_block_stays_unsigned() -> None:
+    msg = await fold(
+        [
+            ChatChunk(thinking="signed", thinking_signature="sig"),
+            ChatChunk(thinking="cut off"),
+            ChatChunk(finish_reason="length"),
+        ]
+    )
+    assert msg.content == (
+        ThinkingBlock(thinking="signed", signature="sig"),
+        ThinkingBlock(thinking="cut off"),
+    )
+
+
+async def test_fold_message_keeps_the_largest_cache_write_count() -> None:
+    msg = await fold(
+        [
+            ChatChunk(usage=Usage(input_tokens=40, cache_read_tokens=10, cache_write_tokens=25)),
+            ChatChunk(
+                usage=Usage(input_tokens=40, output_tokens=7, cache_read_tokens=10, cache_write_tokens=25)
+            ),
+        ]
+    )
+    assert msg.metadata["usage"] == {
+        "input_tokens": 40,
+        "output_tokens": 7,
+        "cache_read_tokens": 10,
+        "reasoning_tokens": 0,
+        "cache_write_tokens": 25,
+    }
+    usage = Usage.from_json(msg.metadata["usage"])
+    assert usage == Usage(40, 7, 10, 0, 25)
+    assert usage + usage == Usage(80, 14, 20, 0, 50)
