@@ -34,6 +34,7 @@ from rxagent.model.types import (
 if TYPE_CHECKING:
     from rxagent.model.llama_cpp import LlamaCppModel
     from rxagent.model.openai import OpenAIChatModel, Timeouts, list_models
+    from rxagent.model.openai_responses import OpenAIResponsesModel
     from rxagent.model.scripted import FunctionModel, ScriptedModel, ScriptedResponse, ScriptedToolCall
 
 __all__ = [
@@ -53,6 +54,7 @@ __all__ = [
     "ModelStreamInterrupted",
     "ModelTimeoutError",
     "OpenAIChatModel",
+    "OpenAIResponsesModel",
     "ResponseFormat",
     "ScriptedModel",
     "ScriptedResponse",
@@ -69,6 +71,7 @@ __all__ = [
 _LAZY = {
     "LlamaCppModel": "rxagent.model.llama_cpp",
     "OpenAIChatModel": "rxagent.model.openai",
+    "OpenAIResponsesModel": "rxagent.model.openai_responses",
     "Timeouts": "rxagent.model.openai",
     "list_models": "rxagent.model.openai",
     "FunctionModel": "rxagent.model.scripted",
