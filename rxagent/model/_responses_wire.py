@@ -417,9 +417,28 @@ class ResponsesParser:
             event's shape (naming the line, the text and the place), a
             :class:`~rxagent.model.errors.ModelError` for ``error`` and ``response.failed``.
         """
+        streamed = self._streamed
         try:
             for event in events:
-                self._feed(event, into)
+                data = event.data
+                try:
+                    wire = _decode_event(data)
+                except msgspec.DecodeError:
+                    wire = None  # read again by `_feed`, outside this block (see `_reread`)
+                else:
+                    delta = wire.delta
+                    if wire.type == "response.output_text.delta" and type(delta) is str:
+                        # A text delta, as `_text` takes it, inline: this runs once per streamed token,
+                        # and four calls less per token are a fifth of the parser's time.
+                        item_id = wire.item_id
+                        if type(item_id) is str:
+                            streamed[item_id] = streamed.get(item_id, 0) + len(delta)
+                        if delta:
+                            lazy: LazyJsonObject = make(LazyJsonObject)
+                            lazy.source = data
+                            into.append(ChatChunk(delta, "", (), None, None, lazy))
+                        continue
+                self._feed(event, wire, into)
                 if self.done:
                     break
         except ModelError as error:
@@ -438,7 +457,11 @@ class ResponsesParser:
                 which one chunk cannot carry.
         """
         chunks: list[ChatChunk] = []
-        self._feed(tail, chunks)
+        try:
+            wire = _decode_event(tail.data)
+        except msgspec.DecodeError:
+            wire = None  # read again by `_feed`, outside this block
+        self._feed(tail, wire, chunks)
         if len(chunks) <= 1:
             return chunks[0] if chunks else None
         return _merged(chunks, tail)
@@ -465,12 +488,9 @@ class ResponsesParser:
 
     # ---- one event ------------------------------------------------------------------------------------
 
-    def _feed(self, event: SSEEvent, into: list[ChatChunk]) -> None:
+    def _feed(self, event: SSEEvent, wire: _Event | None, into: list[ChatChunk]) -> None:
+        """The chunks of ``event``, which msgspec decoded as ``wire`` (``None``: it refused it)."""
         data = event.data
-        try:
-            wire = _decode_event(data)
-        except msgspec.DecodeError:
-            wire = None  # read again below, outside this block (see `_reread`)
         if wire is None:
             self._reread(event, into)
             return
