@@ -1,8 +1,8 @@
 """The benches' loopback OpenAI-compatible server: a separate process, so the client's CPU is its own.
 
-A bench runs itself with ``--serve`` in a child process (:func:`spawned_server`), which serves
-``POST /v1/chat/completions`` on 127.0.0.1 with the bench's handler (:func:`serve`), prints its port, and
-stops when the parent closes its stdin (or dies).
+A bench runs itself with ``--serve`` in a child process (:func:`spawned_server`), which serves every
+``POST /v1/…`` (``/v1/chat/completions``, ``/v1/responses``) on 127.0.0.1 with the bench's handler
+(:func:`serve`), prints its port, and stops when the parent closes its stdin (or dies).
 """
 
 from __future__ import annotations
@@ -33,11 +33,12 @@ async def write_sse(request: web.Request, events: Sequence[bytes], pace: float =
 
 
 def serve(completions: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> None:
-    """Serve ``completions`` on a free loopback port; print the port; return when stdin closes."""
+    """Serve ``completions`` at every ``POST /v1/…`` on a free loopback port; print the port; return when
+    stdin closes."""
 
     async def run() -> None:
         app = web.Application()
-        app.router.add_post("/v1/chat/completions", completions)
+        app.router.add_post("/v1/{endpoint:.+}", completions)
         runner = web.AppRunner(app)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
