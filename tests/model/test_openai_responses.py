@@ -614,3 +614,63 @@ def test_a_request_is_the_documented_body() -> None:
         "reasoning": {"effort": "low", "summary": "auto"},
         "max_output_tokens": 50,
     }
+
+
+@pytest.mark.parametrize("ending", [b"\n", b""], ids=["one_line_break", "none"])
+async def test_a_completed_event_without_its_blank_line_still_ends_the_answer(
+    server: OpenAIServer, ending: bytes
+) -> None:
+    reply = ResponseStream().reasoning(["r"], encrypted_content=encrypted("t")).text("fine").completed(3, 2)
+    last = reply.frames[-1]
+    assert isinstance(last, bytes)
+    message = await answer(server, Reply.sse(*reply.frames[:-1], last.removesuffix(b"\n\n") + ending))
+    assert (message.thinking, message.text, message.metadata["finish_reason"]) == ("r", "fine", "stop")
+    usage = Usage.from_json(message.metadata["usage"])
+    assert usage is not None
+    assert usage.output_tokens == 2
+
+
+async def test_a_whole_answer_in_a_last_event_without_its_blank_line_loses_nothing(
+    server: OpenAIServer,
+) -> None:
+    full = (
+        ResponseStream()
+        .reasoning(["r"], encrypted_content=encrypted("z"))
+        .text("whole")
+        .call("c1", "f", '{"a": 1}')
+    )
+    only_end = ResponseStream()
+    only_end.output = full.output
+    reply = only_end.completed()
+    last = reply.frames[-1]
+    assert isinstance(last, bytes)
+    message = await answer(server, Reply.sse(*reply.frames[:-1], last.removesuffix(b"\n")))
+    assert (message.thinking, message.text) == ("r", "whole")
+    assert [(c.id, c.input) for c in message.tool_calls] == [("c1", {"a": 1})]
+    assert message.metadata["finish_reason"] == "tool_calls"
+    thinking = message.content[0]
+    assert isinstance(thinking, ThinkingBlock)
+    assert json.loads(thinking.signature or "") == full.output[0]
+
+
+async def test_argument_fragments_before_their_call_is_announced_join_it(server: OpenAIServer) -> None:
+    stream = ResponseStream()
+    stream.emit("response.function_call_arguments.delta", item_id="fc_early", output_index=0, delta='{"a"')
+    stream.emit(
+        "response.output_item.added",
+        output_index=0,
+        item={"id": "fc_early", "type": "function_call", "call_id": "call_e", "name": "f", "arguments": ""},
+    )
+    stream.emit("response.function_call_arguments.delta", item_id="fc_early", output_index=0, delta=": 1}")
+    item = {
+        "id": "fc_early",
+        "type": "function_call",
+        "call_id": "call_e",
+        "name": "f",
+        "arguments": '{"a": 1}',
+    }
+    stream.emit("response.output_item.done", output_index=0, item=item)
+    stream.output.append(item)
+    message = await answer(server, stream.completed())
+    [call] = message.tool_calls
+    assert (call.id, call.name, call.input) == ("call_e", "f", {"a": 1})
