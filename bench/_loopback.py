@@ -1,9 +1,8 @@
-"""The benches' loopback model server: a separate process, so the client's CPU is its own.
+"""The benches' loopback OpenAI-compatible server: a separate process, so the client's CPU is its own.
 
-A bench runs itself with ``--serve`` in a child process (:func:`spawned_server`), which serves
-``POST /v1/chat/completions`` on 127.0.0.1 with the bench's handler (:func:`serve`), and ``POST
-/v1/messages`` (Anthropic's Messages API) when the bench gives a handler for it too, prints its port, and
-stops when the parent closes its stdin (or dies).
+A bench runs itself with ``--serve`` in a child process (:func:`spawned_server`), which serves every
+``POST /v1/…`` (``/v1/chat/completions``, ``/v1/responses``) on 127.0.0.1 with the bench's handler
+(:func:`serve`), prints its port, and stops when the parent closes its stdin (or dies).
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from contextlib import contextmanager
 
 from aiohttp import web
 
-__all__ = ["Handler", "serve", "spawned_server", "write_sse"]
+__all__ = ["serve", "spawned_server", "write_sse"]
 
 
 async def write_sse(request: web.Request, events: Sequence[bytes], pace: float = 0.0) -> web.StreamResponse:
@@ -33,18 +32,13 @@ async def write_sse(request: web.Request, events: Sequence[bytes], pace: float =
     return response
 
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-def serve(completions: Handler, messages: Handler | None = None) -> None:
-    """Serve ``completions`` (and ``messages``, if given) on a free loopback port; print the port; return
-    when stdin closes."""
+def serve(completions: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> None:
+    """Serve ``completions`` at every ``POST /v1/…`` on a free loopback port; print the port; return when
+    stdin closes."""
 
     async def run() -> None:
         app = web.Application()
-        app.router.add_post("/v1/chat/completions", completions)
-        if messages is not None:
-            app.router.add_post("/v1/messages", messages)
+        app.router.add_post("/v1/{endpoint:.+}", completions)
         runner = web.AppRunner(app)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)

@@ -1,25 +1,28 @@
-"""Client CPU per streamed text delta: rxagent's OpenAI client vs. a hand-written aiohttp + json.loads loop,
-or (``--provider anthropic``) rxagent's Anthropic client vs. its OpenAI client.
+"""Client CPU per streamed text delta: rxagent's client vs. a hand-written aiohttp + json.loads loop.
 
 A loopback server in a separate process streams 20 000 text deltas (one ``write`` per event, as a real
-server emits tokens): OpenAI-style chunks then a finish chunk, a usage chunk and ``[DONE]`` on
-``/v1/chat/completions``; Anthropic Messages events (``event:`` and ``data:`` lines, ``message_start``, a text
-block of ``text_delta`` events, ``message_delta``, ``message_stop``) on ``/v1/messages``. In this process,
-with ``time.process_time`` around each run, alternating:
+server emits tokens) in the wire format of ``--provider``:
+
+* ``openai`` (the default): chat-completions chunks, then a finish chunk, a usage chunk and ``[DONE]``;
+* ``anthropic``: Anthropic Messages events (``event:`` and ``data:`` lines, ``message_start``, a text block
+  of ``text_delta`` events, ``message_delta``, ``message_stop``); here (a) is rxagent's OpenAI client on the
+  chat-completions stream, so the ratio is Anthropic client ÷ OpenAI client on the same loopback setup;
+* ``responses``: OpenAI's Responses API events as OpenAI sends them (an ``event:`` line, then the JSON with
+  its ``type``, ``sequence_number``, item id, indexes and ``obfuscation`` padding) between the response's
+  opening events and ``response.completed``, which repeats the whole text and carries the usage.
+
+In this process, with ``time.process_time`` around each run, alternating:
 
 (a) raw: ``async for line in response.content``, ``json.loads`` of each ``data:`` line, the text
     appended to a list and joined;
-(b) rxagent: ``OpenAIChatModel.stream(request).pipe(fold_message())`` awaited to the final ``Msg``.
+(b) rxagent: ``OpenAIChatModel.stream(request).pipe(fold_message())`` (``OpenAIResponsesModel`` for
+    ``responses``) awaited to the final ``Msg``.
 
-With ``--provider anthropic``, (a) is (b) and (b) is ``AnthropicModel.stream(request).pipe(fold_message())``
-on the same loopback setup.
+Prints the medians in µs per delta and, as the last line, ``ratio: X`` (rxagent ÷ raw).
 
-Prints the medians in µs per delta and, as the last line, ``ratio: X`` (rxagent ÷ raw, or Anthropic ÷
-OpenAI).
-
-Run: ``.venv/bin/python bench/stream_overhead.py [--provider openai|anthropic] [--deltas N] [--repeats N]
-[--pace-us µs]``. With ``--pace-us`` the server pauses between events, so most reads carry a single event (a
-model generating tokens slower than the network); the default streams flat out.
+Run: ``.venv/bin/python bench/stream_overhead.py [--provider openai|anthropic|responses] [--deltas N]
+[--repeats N] [--pace-us µs]``. With ``--pace-us`` the server pauses between events, so most reads carry a
+single event (a model generating tokens slower than the network); the default streams flat out.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ import asyncio
 import json
 import statistics
 import time
+from collections.abc import Callable
+from typing import Any
 
 import aiohttp
 from _loopback import serve as serve_completions
@@ -38,6 +43,7 @@ from aiohttp import web
 from rxagent.messages import Msg
 from rxagent.model.anthropic import AnthropicModel
 from rxagent.model.openai import OpenAIChatModel
+from rxagent.model.openai_responses import OpenAIResponsesModel
 from rxagent.model.types import ChatModel, ChatRequest
 from rxagent.operators import fold_message
 
@@ -106,20 +112,82 @@ def _anthropic_events(deltas: int) -> list[bytes]:
     ]
 
 
-def serve(deltas: int, pace: float) -> None:
+def _responses_events(deltas: int) -> list[bytes]:
+    sequence = 0
+
+    def event(kind: str, **fields: Any) -> bytes:
+        nonlocal sequence
+        data = json.dumps({"type": kind, "sequence_number": sequence, **fields}, separators=(",", ":"))
+        sequence += 1
+        return f"event: {kind}\ndata: {data}\n\n".encode()
+
+    response = {
+        "id": "resp_bench",
+        "object": "response",
+        "status": "in_progress",
+        "model": "bench",
+        "output": [],
+    }
+    where = {"item_id": "msg_bench", "output_index": 0, "content_index": 0}
+    added = {
+        "id": "msg_bench",
+        "type": "message",
+        "status": "in_progress",
+        "role": "assistant",
+        "content": [],
+    }
+    events = [
+        event("response.created", response=response),
+        event("response.in_progress", response=response),
+        event("response.output_item.added", output_index=0, item=added),
+        event(
+            "response.content_part.added",
+            **where,
+            part={"type": "output_text", "text": "", "annotations": []},
+        ),
+    ]
+    events += [
+        event("response.output_text.delta", **where, delta=DELTA_TEXT, logprobs=[], obfuscation="4mBv1sYq2xk")
+        for _ in range(deltas)
+    ]
+    part = {"type": "output_text", "text": DELTA_TEXT * deltas, "annotations": []}
+    item = {
+        "id": "msg_bench",
+        "type": "message",
+        "status": "completed",
+        "role": "assistant",
+        "content": [part],
+    }
+    usage = {
+        "input_tokens": 10,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": deltas,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": deltas + 10,
+    }
+    events += [
+        event("response.output_text.done", **where, text=part["text"], logprobs=[]),
+        event("response.content_part.done", **where, part=part),
+        event("response.output_item.done", output_index=0, item=item),
+        event(
+            "response.completed",
+            response={**response, "status": "completed", "output": [item], "usage": usage},
+        ),
+    ]
+    return events
+
+
+def serve(provider: str, deltas: int, pace: float) -> None:
     """The server process: prints its port on stdout, serves until stdin closes."""
-    events = _events(deltas)
-    anthropic = _anthropic_events(deltas)
+    # Each provider's stream at its path; anthropic is measured against the OpenAI client's stream.
+    wanted = {provider, "openai"} if provider == "anthropic" else {provider}
+    streams = {f"/v1/{PROVIDERS[name].path}": PROVIDERS[name].events(deltas) for name in wanted}
 
     async def completions(request: web.Request) -> web.StreamResponse:
         await request.read()
-        return await write_sse(request, events, pace)
+        return await write_sse(request, streams[request.path], pace)
 
-    async def messages(request: web.Request) -> web.StreamResponse:
-        await request.read()
-        return await write_sse(request, anthropic, pace)
-
-    serve_completions(completions, messages)
+    serve_completions(completions)
 
 
 async def raw_run(session: aiohttp.ClientSession, url: str) -> str:
@@ -140,20 +208,75 @@ async def raw_run(session: aiohttp.ClientSession, url: str) -> str:
     return "".join(parts)
 
 
+async def raw_responses_run(session: aiohttp.ClientSession, url: str) -> str:
+    """(a) the hand-written loop, for the Responses API's events."""
+    body = {"model": "bench", "input": [{"role": "user", "content": "hi"}], "stream": True}
+    parts: list[str] = []
+    async with session.post(url, json=body) as response:
+        async for line in response.content:
+            if not line.startswith(b"data: "):
+                continue
+            event = json.loads(line[6:])
+            kind = event["type"]
+            if kind == "response.output_text.delta":
+                parts.append(event["delta"])
+            elif kind == "response.completed":
+                break
+    return "".join(parts)
+
+
+class Provider:
+    """One wire format under test: its server's events, its endpoint, the raw loop (``None``: measured
+    against rxagent's OpenAI client instead), rxagent's model."""
+
+    def __init__(
+        self,
+        events: Callable[[int], list[bytes]],
+        path: str,
+        raw: Callable[[aiohttp.ClientSession, str], Any] | None,
+        model: Callable[[str], ChatModel],
+    ) -> None:
+        self.events, self.path, self.raw, self.model = events, path, raw, model
+
+
+PROVIDERS = {
+    "openai": Provider(
+        _events, "chat/completions", raw_run, lambda url: OpenAIChatModel("bench", base_url=url)
+    ),
+    "anthropic": Provider(
+        _anthropic_events,
+        "messages",
+        None,
+        lambda url: AnthropicModel("bench", base_url=url, api_key_env=None),
+    ),
+    "responses": Provider(
+        _responses_events,
+        "responses",
+        raw_responses_run,
+        lambda url: OpenAIResponsesModel("bench", base_url=url),
+    ),
+}
+
+
 async def rxagent_run(model: ChatModel, request: ChatRequest) -> str:
-    """(b) an rxagent client folded to the final message."""
+    """(b) rxagent's client folded to the final message."""
     message: Msg = await model.stream(request).pipe(fold_message())
     return message.text
 
 
-async def measure(port: int, deltas: int, repeats: int) -> tuple[list[float], list[float]]:
+async def measure(
+    provider: Provider, port: int, deltas: int, repeats: int
+) -> tuple[list[float], list[float]]:
     base_url = f"http://127.0.0.1:{port}/v1"
     expected = DELTA_TEXT * deltas
     request = ChatRequest((Msg.user("hi"),))
     raw_times: list[float] = []
     rx_times: list[float] = []
-    async with aiohttp.ClientSession() as session, OpenAIChatModel("bench", base_url=base_url) as model:
-        url = f"{base_url}/chat/completions"
+    model = provider.model(base_url)
+    async with aiohttp.ClientSession() as session, model:
+        url = f"{base_url}/{provider.path}"
+        raw_run = provider.raw
+        assert raw_run is not None, "a provider without a raw loop is measured by measure_providers"
         # Warm-up: connections, imports, caches.
         assert await raw_run(session, url) == expected
         assert await rxagent_run(model, request) == expected
@@ -200,12 +323,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description="Client CPU per streamed text delta, rxagent vs raw aiohttp."
     )
-    parser.add_argument(
-        "--provider",
-        choices=("openai", "anthropic"),
-        default="openai",
-        help="openai: rxagent's OpenAI client vs raw aiohttp; anthropic: its Anthropic client vs OpenAI's",
-    )
+    parser.add_argument("--provider", choices=sorted(PROVIDERS), default="openai", help="the wire format")
     parser.add_argument("--deltas", type=int, default=20_000)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument(
@@ -217,13 +335,15 @@ def main() -> None:
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
-        serve(args.deltas, args.pace_us / 1e6)
+        serve(args.provider, args.deltas, args.pace_us / 1e6)
         return
-    with spawned_server(__file__, ["--deltas", str(args.deltas), "--pace-us", str(args.pace_us)]) as port:
+    arguments = ["--provider", args.provider, "--deltas", str(args.deltas), "--pace-us", str(args.pace_us)]
+    with spawned_server(__file__, arguments) as port:
         if args.provider == "anthropic":
             openai_times, anthropic_times = asyncio.run(measure_providers(port, args.deltas, args.repeats))
         else:
-            raw_times, rx_times = asyncio.run(measure(port, args.deltas, args.repeats))
+            provider = PROVIDERS[args.provider]
+            raw_times, rx_times = asyncio.run(measure(provider, port, args.deltas, args.repeats))
     if args.provider == "anthropic":
         openai = statistics.median(openai_times) / args.deltas * 1e6
         anthropic = statistics.median(anthropic_times) / args.deltas * 1e6
@@ -238,8 +358,8 @@ def main() -> None:
     raw = statistics.median(raw_times) / args.deltas * 1e6
     rx = statistics.median(rx_times) / args.deltas * 1e6
     print(
-        f"deltas per run: {args.deltas}, repeats: {args.repeats}, server pace: {args.pace_us:g} µs "
-        "(alternating runs, medians of client CPU)"
+        f"provider: {args.provider}, deltas per run: {args.deltas}, repeats: {args.repeats}, "
+        f"server pace: {args.pace_us:g} µs (alternating runs, medians of client CPU)"
     )
     print(
         f"raw aiohttp + json.loads: {raw:.2f} µs/delta  (runs: {', '.join(f'{t:.3f}' for t in raw_times)} s)"

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from rxagent.model.anthropic import AnthropicModel
     from rxagent.model.llama_cpp import LlamaCppModel
     from rxagent.model.openai import OpenAIChatModel, Timeouts
+    from rxagent.model.openai_responses import OpenAIResponsesModel
     from rxagent.model.scripted import FunctionModel, ScriptedModel, ScriptedResponse, ScriptedToolCall
     from rxagent.model.types import ChatModel
     from rxagent.tools import Permissions, Toolkit, tool
@@ -70,6 +71,7 @@ __all__ = [
     "LlamaCppModel",
     "Msg",
     "OpenAIChatModel",
+    "OpenAIResponsesModel",
     "Permissions",
     "ReActAgent",
     "RetryBudget",
@@ -108,6 +110,7 @@ _LAZY = {
     "AnthropicModel": "rxagent.model",
     "LlamaCppModel": "rxagent.model",
     "OpenAIChatModel": "rxagent.model",
+    "OpenAIResponsesModel": "rxagent.model",
     "Timeouts": "rxagent.model",
     "FunctionModel": "rxagent.model",
     "ScriptedModel": "rxagent.model",

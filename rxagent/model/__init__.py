@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from rxagent.model.anthropic import AnthropicModel, PromptCache
     from rxagent.model.llama_cpp import LlamaCppModel
     from rxagent.model.openai import OpenAIChatModel, Timeouts, list_models
+    from rxagent.model.openai_responses import OpenAIResponsesModel
     from rxagent.model.scripted import FunctionModel, ScriptedModel, ScriptedResponse, ScriptedToolCall
 
 __all__ = [
@@ -57,6 +58,7 @@ __all__ = [
     "ModelStreamInterrupted",
     "ModelTimeoutError",
     "OpenAIChatModel",
+    "OpenAIResponsesModel",
     "PromptCache",
     "ResponseFormat",
     "ScriptedModel",
@@ -76,6 +78,7 @@ _LAZY = {
     "PromptCache": "rxagent.model.anthropic",
     "LlamaCppModel": "rxagent.model.llama_cpp",
     "OpenAIChatModel": "rxagent.model.openai",
+    "OpenAIResponsesModel": "rxagent.model.openai_responses",
     "Timeouts": "rxagent.model.openai",
     "list_models": "rxagent.model.openai",
     "FunctionModel": "rxagent.model.scripted",

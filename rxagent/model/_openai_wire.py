@@ -48,16 +48,20 @@ from rxagent.model.types import (
 )
 
 __all__ = [
+    "EncodedTools",
     "MessageWireCache",
     "StreamParser",
     "WireDict",
     "arguments_text",
+    "call_arguments",
     "call_id_of",
     "chunks_from_completion",
     "dumps",
     "encode_body",
     "finish_reason_of",
+    "join_body",
     "message_to_wire",
+    "result_text",
     "stream_error_of",
     "text_of",
     "thinking_of",
@@ -119,20 +123,32 @@ def message_to_wire(msg: Msg, *, send_reasoning: bool = False) -> list[WireDict]
     return wire
 
 
-def _tool_call_to_wire(block: ToolUseBlock) -> WireDict:
-    # Arguments that never parsed go back exactly as the model wrote them, so the model sees its mistake.
+def call_arguments(block: ToolUseBlock) -> str:
+    """The argument text a tool call is sent back with: its parsed input as JSON, or, for arguments that
+    never parsed, the text exactly as the model wrote it (so the model sees its mistake)."""
     if block.state == "complete" and block.input is not None:
-        arguments = json.dumps(block.input, ensure_ascii=False, separators=(",", ":"))
-    else:
-        arguments = block.raw_arguments
-    return {"id": block.id, "type": "function", "function": {"name": block.name, "arguments": arguments}}
+        return json.dumps(block.input, ensure_ascii=False, separators=(",", ":"))
+    return block.raw_arguments
 
 
-def _tool_result_to_wire(block: ToolResultBlock) -> WireDict:
+def result_text(block: ToolResultBlock) -> str:
+    """The text a tool result is sent back as; a result with no text says how the call ended."""
     text = block.text
     if block.status != "ok" and not text:
         text = f"(tool call {block.status})"
-    return {"role": "tool", "tool_call_id": block.tool_use_id, "content": text}
+    return text
+
+
+def _tool_call_to_wire(block: ToolUseBlock) -> WireDict:
+    return {
+        "id": block.id,
+        "type": "function",
+        "function": {"name": block.name, "arguments": call_arguments(block)},
+    }
+
+
+def _tool_result_to_wire(block: ToolResultBlock) -> WireDict:
+    return {"role": "tool", "tool_call_id": block.tool_use_id, "content": result_text(block)}
 
 
 class MessageWireCache:
@@ -140,12 +156,20 @@ class MessageWireCache:
 
     Keyed by ``id(msg)`` with a weak reference whose callback evicts the entry: the cache never keeps a
     message alive and never stores anything on the message itself (pydantic would compare it in ``==``).
+
+    Args:
+        send_reasoning: see :func:`message_to_wire`.
+        to_wire: the wire objects of one message in another wire format (the Responses API's input
+            items); ``None``: chat-completions messages (:func:`message_to_wire`).
     """
 
-    __slots__ = ("_conversations", "_entries", "_send_reasoning")
+    __slots__ = ("_conversations", "_entries", "_send_reasoning", "_to_wire")
 
-    def __init__(self, *, send_reasoning: bool = False) -> None:
+    def __init__(
+        self, *, send_reasoning: bool = False, to_wire: Callable[[Msg], Iterable[WireDict]] | None = None
+    ) -> None:
         self._send_reasoning = send_reasoning
+        self._to_wire = to_wire
         self._entries: MessageMemo[bytes] = MessageMemo()
         # Per conversation, the encoded messages of its last request, one entry per message.
         self._conversations: ConversationMemo[tuple[bytes, ...]] = ConversationMemo()
@@ -172,6 +196,8 @@ class MessageWireCache:
         return parts
 
     def _encode(self, msg: Msg) -> bytes:
+        if self._to_wire is not None:
+            return b",".join(dumps(item) for item in self._to_wire(msg))
         return b",".join(dumps(m) for m in message_to_wire(msg, send_reasoning=self._send_reasoning))
 
 
@@ -185,6 +211,31 @@ def tool_to_wire(tool: ToolSchema) -> WireDict:
     if tool.strict:
         function["strict"] = True
     return {"type": "function", "function": function}
+
+
+class EncodedTools:
+    """The JSON array of a request's tools, kept while the same tuple of tools comes back (a run sends the
+    same tuple with every request, so it is encoded once per run).
+
+    Args:
+        to_wire: one tool's entry (:func:`tool_to_wire` for chat completions).
+    """
+
+    __slots__ = ("_key", "_to_wire", "_wire")
+
+    def __init__(self, to_wire: Callable[[ToolSchema], WireDict] = tool_to_wire) -> None:
+        self._to_wire = to_wire
+        self._key: tuple[ToolSchema, ...] | None = None  # the tuple whose encoding is kept
+        self._wire = b""
+
+    def encoded(self, tools: tuple[ToolSchema, ...]) -> bytes | None:
+        """The encoded ``tools`` array, or ``None`` for no tools."""
+        if not tools:
+            return None
+        if tools is not self._key:
+            self._wire = dumps([self._to_wire(tool) for tool in tools])
+            self._key = tools
+        return self._wire
 
 
 def _options(request: ChatRequest) -> WireDict:
@@ -233,26 +284,41 @@ def encode_body(model: str, request: ChatRequest, messages: Iterable[bytes], too
         messages: each message's encoded bytes (:meth:`MessageWireCache.encoded`), in order.
         tools: the encoded ``tools`` array, or ``None`` for no tools.
     """
-    options = _options(request)
+    return join_body({"model": model}, "messages", messages, tools, _options(request))
+
+
+def join_body(
+    head: WireDict, key: str, messages: Iterable[bytes], tools: bytes | None, options: WireDict
+) -> bytes:
+    """A request body: the ``head`` fields, ``key`` holding the messages' cached bytes as an array, the
+    tools' bytes as ``tools``, then the ``options`` (a request's ``extra`` among them, last).
+
+    Args:
+        head: the fields that come first (``model``, and whatever else a format puts before the messages).
+        key: the array of the messages (``"messages"``, ``"input"``).
+        messages: each message's encoded bytes (comma-joined wire objects; empty for none), in order.
+        tools: the encoded ``tools`` array, or ``None`` for no tools.
+        options: the fields that come last; one named like a field before it replaces that field.
+    """
     items = list(filter(None, messages))  # a message that sends nothing has no part
-    if "model" in options or "messages" in options:
+    if key in options or not options.keys().isdisjoint(head):
         # `extra` replaces a field we would splice in: fall back to one plain dictionary.
-        body: dict[str, object] = {"model": model, "messages": json.loads(b"[" + b",".join(items) + b"]")}
+        body: dict[str, object] = {**head, key: json.loads(b"[" + b",".join(items) + b"]")}
         if tools is not None:
             body["tools"] = json.loads(tools)
         body.update(options)
         return dumps(body)
-    head = b'{"model":' + dumps(model) + b',"messages":['
+    opening = (dumps(head)[:-1] + b"," if head else b"{") + dumps(key) + b":["
     tail = [b"]"]
     if tools is not None and "tools" not in options:
         tail += [b',"tools":', tools]
-    tail += [b",", dumps(options)[1:]]
+    tail += [b",", dumps(options)[1:]] if options else [b"}"]
     # One join builds the body: the head and the tail ride on the first and last messages, so the history's
     # bytes are copied once (joining the messages, then the body, copied them twice: ten times slower for
     # a large body, whose second buffer the allocator maps afresh).
     if not items:
-        return head + b"".join(tail)
-    items[0] = head + items[0]
+        return opening + b"".join(tail)
+    items[0] = opening + items[0]
     items[-1] += b"".join(tail)
     return b",".join(items)
 

@@ -26,15 +26,15 @@ from rxagent.clock import SYSTEM_CLOCK, Clock
 from rxagent.model._chat_endpoint import ChatEndpoint, parse_retry_after
 from rxagent.model._endpoint import HttpEndpoint, Timeouts
 from rxagent.model._openai_wire import (
+    EncodedTools,
     MessageWireCache,
     StreamParser,
     chunks_from_completion,
-    dumps,
     encode_body,
     tool_to_wire,
 )
 from rxagent.model.errors import ModelError
-from rxagent.model.types import ChatChunk, ChatRequest, ModelCapabilities, ToolSchema
+from rxagent.model.types import ChatChunk, ChatRequest, ModelCapabilities
 from rxagent.retry import RetryPolicy
 
 __all__ = ["OpenAIChatModel", "Timeouts", "list_models", "parse_retry_after"]
@@ -111,8 +111,7 @@ class OpenAIChatModel(ChatEndpoint):
             clock=clock,
         )
         self._wire = MessageWireCache(send_reasoning=send_reasoning)
-        self._tools_key: tuple[ToolSchema, ...] | None = None  # the tuple whose encoding is cached
-        self._tools_wire: bytes = b""
+        self._tools = EncodedTools(tool_to_wire)
 
     def encode_request(self, request: ChatRequest) -> bytes:
         """The JSON body this model sends for ``request`` (for inspection and tests; ``stream`` uses it).
@@ -120,12 +119,7 @@ class OpenAIChatModel(ChatEndpoint):
         Each message's encoding is cached for as long as the message object lives, so a conversation that
         grows by one message per turn costs one message's encoding per request, not the whole history's.
         """
-        tools: bytes | None = None
-        if request.tools:
-            if request.tools is not self._tools_key:
-                self._tools_wire = dumps([tool_to_wire(tool) for tool in request.tools])
-                self._tools_key = request.tools
-            tools = self._tools_wire
+        tools = self._tools.encoded(request.tools)
         return encode_body(self._model, request, self._wire.encoded_messages(request.messages), tools)
 
     def _new_parser(self) -> StreamParser:

@@ -217,6 +217,7 @@ class OpenAIServer:
         """The answer to every ``GET /v1/models`` (see :meth:`list_models`); it is not used up."""
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._handle)
+        app.router.add_post("/v1/responses", self._handle)  # OpenAI's Responses API (responses_server.py)
         app.router.add_get("/v1/models", self._handle_models)
         self._server = TestServer(app, host="127.0.0.1", port=0)
 
