@@ -28,6 +28,8 @@ from rxagent.context import RuntimeContext, ToolScope
 from rxagent.events import AgentEvent, AgentResult, event_from_json, event_to_json
 from rxagent.messages import (
     ContentBlock,
+    DocumentBlock,
+    ImageBlock,
     Msg,
     TextBlock,
     ThinkingBlock,
@@ -63,8 +65,10 @@ __all__ = [
     "ChatModel",
     "ChatRequest",
     "ContentBlock",
+    "DocumentBlock",
     "ExternalResult",
     "FunctionModel",
+    "ImageBlock",
     "LlamaCppModel",
     "Msg",
     "OpenAIChatModel",

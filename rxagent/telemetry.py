@@ -567,8 +567,17 @@ def _parts(message: Msg) -> list[dict[str, Any]]:
         elif isinstance(block, ToolUseBlock):
             arguments = block.input if block.input is not None else block.raw_arguments
             parts.append({"type": "tool_call", "id": block.id, "name": block.name, "arguments": arguments})
-        elif isinstance(block, ToolResultBlock):  # pyright: ignore[reportUnnecessaryIsInstance]
+        elif isinstance(block, ToolResultBlock):
             parts.append({"type": "tool_call_response", "id": block.tool_use_id, "response": block.text})
+        elif block.url is not None:  # an image or a document by URL: the conventions' `uri` part
+            from rxagent.redaction import mask_url  # a signed URL's secrets stay out of the span
+
+            uri = mask_url(block.url)
+            parts.append({"type": "uri", "modality": block.type, "mime_type": block.media_type, "uri": uri})
+        else:
+            # Inline bytes are not copied into a span attribute (megabytes of base64 per call): a generic
+            # part names the type and the size instead.
+            parts.append({"type": block.type, "mime_type": block.media_type, "size": block.size})
     return parts
 
 

@@ -103,7 +103,7 @@ def run_events(
     record = record or agent.options.record_events
     context = ctx or RuntimeContext(session_id=DEFAULT_SESSION)
     key = session_key(context)
-    run_input = normalise_input(input)
+    run_input = normalise_input(input, agent.options.max_inline_media_bytes, agent.model)
     keeper = agent.keeper
 
     async def acquire() -> _Held:

@@ -14,6 +14,7 @@ from rxagent.model.errors import (
     ModelHTTPError,
     ModelStreamInterrupted,
     ModelTimeoutError,
+    UnsupportedContentError,
 )
 from rxagent.model.types import (
     ChatChunk,
@@ -28,6 +29,7 @@ from rxagent.model.types import (
     ToolChoice,
     ToolSchema,
     Usage,
+    check_content,
     provider_of,
 )
 
@@ -61,7 +63,9 @@ __all__ = [
     "ToolCallDelta",
     "ToolChoice",
     "ToolSchema",
+    "UnsupportedContentError",
     "Usage",
+    "check_content",
     "list_models",
     "provider_of",
 ]

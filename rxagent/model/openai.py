@@ -56,7 +56,7 @@ from rxagent.model.errors import (
     ModelTimeoutError,
 )
 from rxagent.model.sse import SSEDecoder, SSEEvent
-from rxagent.model.types import ChatChunk, ChatRequest, ModelCapabilities, ToolSchema
+from rxagent.model.types import ChatChunk, ChatRequest, ModelCapabilities, ToolSchema, check_content
 from rxagent.operators import from_async_batches
 from rxagent.retry import RetryBudget, RetryExhausted, RetryPolicy, is_retryable, plan_retry
 
@@ -195,7 +195,9 @@ class OpenAIChatModel(HttpEndpoint):
         Returns:
             An observable of :class:`ChatChunk`: text/thinking/tool-call deltas, a chunk with the finish
             reason, then one with the usage; it errors with a :class:`ModelError`, or with
-            :class:`~rxagent.retry.RetryExhausted` when a retryable error could not be retried.
+            :class:`~rxagent.retry.RetryExhausted` when a retryable error could not be retried. Images and
+            documents the model's capabilities refuse, or the wire format cannot carry, fail it with
+            :class:`~rxagent.model.errors.UnsupportedContentError` before anything is sent.
 
         Raises:
             RuntimeError: the model was closed.
@@ -212,6 +214,7 @@ class OpenAIChatModel(HttpEndpoint):
         def call() -> AsyncIterator[list[ChatChunk]]:
             nonlocal body
             if body is None:
+                check_content(request, self)
                 body = self.encode_request(request)
             return self._call(body, request.stream, request.retry_budget)
 
@@ -259,6 +262,10 @@ class OpenAIChatModel(HttpEndpoint):
 
         Each message's encoding is cached for as long as the message object lives, so a conversation that
         grows by one message per turn costs one message's encoding per request, not the whole history's.
+
+        Raises:
+            UnsupportedContentError: an image or document the format cannot carry (see
+                :func:`~rxagent.model._openai_wire.media_part`).
         """
         tools: bytes | None = None
         if request.tools:
