@@ -48,6 +48,7 @@ if TYPE_CHECKING:
         RunControl,
         ToolDecision,
     )
+    from rxagent.model.fallback import FallbackModel
     from rxagent.model.llama_cpp import LlamaCppModel
     from rxagent.model.openai import OpenAIChatModel, Timeouts
     from rxagent.model.scripted import FunctionModel, ScriptedModel, ScriptedResponse, ScriptedToolCall
@@ -67,6 +68,7 @@ __all__ = [
     "ContentBlock",
     "DocumentBlock",
     "ExternalResult",
+    "FallbackModel",
     "FunctionModel",
     "ImageBlock",
     "LlamaCppModel",
@@ -107,6 +109,7 @@ _LAZY = {
     "Toolkit": "rxagent.tools",
     "tool": "rxagent.tools",
     "ChatModel": "rxagent.model",
+    "FallbackModel": "rxagent.model",
     "LlamaCppModel": "rxagent.model",
     "OpenAIChatModel": "rxagent.model",
     "Timeouts": "rxagent.model",

@@ -90,6 +90,10 @@ class ChatChunk:
     raw: Mapping[str, Any] | None = None
     """The provider's decoded chunk, for fields rxagent does not model: a read-only mapping, which a model
     may decode only when it is first read (``dict(chunk.raw)`` gives a plain dictionary)."""
+    model: str | None = None
+    """The name of the model that is answering, when the stream says (a
+    :class:`~rxagent.model.fallback.FallbackModel` puts it on its first chunk): the folded message keeps it
+    as ``metadata["model"]``, a model call's span as ``gen_ai.response.model``."""
 
 
 _FIELDS = frozenset({"input_tokens", "output_tokens", "cache_read_tokens", "reasoning_tokens"})

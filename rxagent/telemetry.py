@@ -135,6 +135,7 @@ _OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
 _CACHE_READ_TOKENS = "gen_ai.usage.cache_read.input_tokens"
 _REASONING_TOKENS = "gen_ai.usage.reasoning.output_tokens"
 _FINISH_REASONS = "gen_ai.response.finish_reasons"
+_RESPONSE_MODEL = "gen_ai.response.model"
 _INPUT_MESSAGES = "gen_ai.input.messages"
 _OUTPUT_MESSAGES = "gen_ai.output.messages"
 _TOOL_NAME = "gen_ai.tool.name"
@@ -492,13 +493,20 @@ class _ChatSpan(_Watch[ChatChunk]):
         self.span = telemetry.start_span(name, SpanKind.CLIENT, attributes, parent, ctx.trace_id)
 
     def see(self, item: ChatChunk) -> None:
-        # Without contents only the usage and the finish reason matter: the fold sees just the chunks
-        # that carry them (a handful per call) instead of every delta.
-        if self.telemetry.capture_content or item.usage is not None or item.finish_reason is not None:
+        # Without contents only the usage, the finish reason and the answering model matter: the fold sees
+        # just the chunks that carry them (a handful per call) instead of every delta.
+        if (
+            self.telemetry.capture_content
+            or item.usage is not None
+            or item.finish_reason is not None
+            or item.model is not None
+        ):
             self.fold.add(item)
 
     def finish(self, outcome: Outcome) -> None:
         span, fold = self.span, self.fold
+        if fold.model is not None:  # the model that answered (a FallbackModel's, say)
+            span.set_attribute(_RESPONSE_MODEL, fold.model)
         if fold.usage is not None:
             _set_usage(span, fold.usage)
         if fold.finish_reason is not None:

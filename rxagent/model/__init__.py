@@ -34,14 +34,17 @@ from rxagent.model.types import (
 )
 
 if TYPE_CHECKING:
+    from rxagent.model.fallback import AllModelsFailed, FallbackModel
     from rxagent.model.llama_cpp import LlamaCppModel
     from rxagent.model.openai import OpenAIChatModel, Timeouts, list_models
     from rxagent.model.scripted import FunctionModel, ScriptedModel, ScriptedResponse, ScriptedToolCall
 
 __all__ = [
+    "AllModelsFailed",
     "ChatChunk",
     "ChatModel",
     "ChatRequest",
+    "FallbackModel",
     "FinishReason",
     "ForceTool",
     "FunctionModel",
@@ -71,6 +74,8 @@ __all__ = [
 ]
 
 _LAZY = {
+    "AllModelsFailed": "rxagent.model.fallback",
+    "FallbackModel": "rxagent.model.fallback",
     "LlamaCppModel": "rxagent.model.llama_cpp",
     "OpenAIChatModel": "rxagent.model.openai",
     "Timeouts": "rxagent.model.openai",

@@ -107,6 +107,7 @@ class MessageFold:
         "chunks",
         "finish_reason",
         "message_id",
+        "model",
         "usage",
     )
 
@@ -120,6 +121,8 @@ class MessageFold:
         self._by_index: dict[int, _CallParts] = {}
         self.usage: Usage | None = None
         self.finish_reason: FinishReason | None = None
+        self.model: str | None = None
+        """The answering model's name, when a chunk said it."""
         self.chunks = 0
 
     @property
@@ -148,6 +151,8 @@ class MessageFold:
             self._add_usage(chunk.usage)
         if chunk.finish_reason is not None:
             self.finish_reason = chunk.finish_reason
+        if chunk.model is not None:
+            self.model = chunk.model
 
     def _call_for(self, delta: ToolCallDelta) -> _CallParts:
         # Key by id whenever the provider sends one: some providers reuse an index for different calls
@@ -205,6 +210,8 @@ class MessageFold:
             metadata["finish_reason"] = self.finish_reason
         if self.usage is not None:
             metadata["usage"] = self.usage.to_json()
+        if self.model is not None:
+            metadata["model"] = self.model
         return metadata
 
     def snapshot(self) -> Msg:
@@ -219,7 +226,8 @@ class MessageFold:
         )
 
     def message(self) -> Msg:
-        """The final assistant message: text, thinking, parsed tool calls, usage and finish reason."""
+        """The final assistant message: text, thinking, parsed tool calls; usage, finish reason and the
+        answering model (when a chunk named it) in its metadata."""
         return Msg(
             id=self.message_id,
             role="assistant",

@@ -44,6 +44,12 @@ async def test_fold_message_completes_with_text_thinking_usage_and_finish_reason
     assert Msg.model_validate_json(msg.model_dump_json()) == msg
 
 
+async def test_fold_message_keeps_the_answering_model_a_chunk_names() -> None:
+    msg = await fold([ChatChunk(text="Hi", model="small"), ChatChunk(finish_reason="stop")])
+    assert msg.metadata == {"finish_reason": "stop", "model": "small"}
+    assert "model" not in (await fold([ChatChunk(text="Hi")])).metadata  # no chunk named one
+
+
 async def test_fold_message_assembles_fragments_keyed_by_index() -> None:
     msg = await fold(
         [
