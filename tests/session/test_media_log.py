@@ -13,6 +13,8 @@ import json
 
 from rxagent import Agent, DocumentBlock, ImageBlock, ScriptedModel
 from rxagent.context import RuntimeContext
+from rxagent.events import RunStarted, event_from_json
+from rxagent.operators import last_value
 from rxagent.session import SessionStore
 from tests.test_media import jpeg, pdf, png
 
@@ -30,7 +32,7 @@ async def test_media_round_trips_through_the_log(store: SessionStore) -> None:
         DocumentBlock.from_url("https://example.com/report.pdf"),
     ]
     first = Agent(ScriptedModel(["A picture and some papers."]), store=store)
-    await first.call(blocks, ADA)
+    await last_value(first.stream_events(blocks, ADA, record=True))  # the run's events go to the log too
     asked = first.model
     assert isinstance(asked, ScriptedModel)
     sent = asked.requests[0].messages[0]
@@ -58,3 +60,11 @@ async def test_media_round_trips_through_the_log(store: SessionStore) -> None:
         "detail": "auto",
     }
     assert stored[5]["url"] == "https://example.com/report.pdf"
+    [started] = [
+        f
+        for f in await second.sessions.facts(ADA)
+        if f.kind == "event" and '"type":"run_started"' in f.payload
+    ]
+    event = event_from_json(started.payload)
+    assert isinstance(event, RunStarted)
+    assert event.input == [sent]
