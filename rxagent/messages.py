@@ -1,8 +1,10 @@
 """Messages and their content blocks.
 
 A :class:`Msg` is one turn of a conversation: a role, an optional name, and an ordered tuple of content
-blocks. Blocks are a discriminated union on their ``type`` field, so a message survives a JSON round trip
-exactly (``Msg.model_validate_json(m.model_dump_json()) == m``).
+blocks: text, thinking, tool calls and their results, and in user messages images (:class:`ImageBlock`)
+and documents (:class:`DocumentBlock`), each inline or by URL. Blocks are a discriminated union on their
+``type`` field, so a message survives a JSON round trip exactly
+(``Msg.model_validate_json(m.model_dump_json()) == m``; inline bytes travel as standard base64).
 
 Messages and blocks are frozen: a message that has been sent is a fact, and the model clients cache each
 message's wire form on that promise. Derive a changed message with ``model_copy(update=...)``.
