@@ -304,7 +304,8 @@ class SessionHandle:
         Raises:
             ValueError: ``traceparent`` is not a valid header (nothing is queued; the W3C asks a server
                 to ignore such a header: catch this and submit without it).
-            InvalidInputError: text a log cannot keep (see :mod:`rxagent.agent.inputs`); nothing is queued.
+            InvalidInputError: text a log cannot keep, or media over the cap or that the model does not
+                take (see :mod:`rxagent.agent.inputs`); nothing is queued.
             AnswerTakenError: an answer for a call another answer was taken for; nothing is queued.
             TypeError: not an agent input.
         """
