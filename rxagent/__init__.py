@@ -28,6 +28,8 @@ from rxagent.context import RuntimeContext, ToolScope
 from rxagent.events import AgentEvent, AgentResult, event_from_json, event_to_json
 from rxagent.messages import (
     ContentBlock,
+    DocumentBlock,
+    ImageBlock,
     Msg,
     TextBlock,
     ThinkingBlock,
@@ -47,6 +49,7 @@ if TYPE_CHECKING:
         ToolDecision,
     )
     from rxagent.model.anthropic import AnthropicModel
+    from rxagent.model.fallback import FallbackModel
     from rxagent.model.llama_cpp import LlamaCppModel
     from rxagent.model.openai import OpenAIChatModel, Timeouts
     from rxagent.model.openai_responses import OpenAIResponsesModel
@@ -66,8 +69,11 @@ __all__ = [
     "ChatModel",
     "ChatRequest",
     "ContentBlock",
+    "DocumentBlock",
     "ExternalResult",
+    "FallbackModel",
     "FunctionModel",
+    "ImageBlock",
     "LlamaCppModel",
     "Msg",
     "OpenAIChatModel",
@@ -108,6 +114,7 @@ _LAZY = {
     "tool": "rxagent.tools",
     "ChatModel": "rxagent.model",
     "AnthropicModel": "rxagent.model",
+    "FallbackModel": "rxagent.model",
     "LlamaCppModel": "rxagent.model",
     "OpenAIChatModel": "rxagent.model",
     "OpenAIResponsesModel": "rxagent.model",

@@ -112,6 +112,10 @@ class ChatChunk:
     redacted_thinking: str | None = None
     """A whole reasoning block the provider withheld, as the opaque data it sent instead (Anthropic's
     ``redacted_thinking``): the fold keeps it, in its place among the thinking blocks, to be sent back."""
+    model: str | None = None
+    """The name of the model that is answering, when the stream says (a
+    :class:`~rxagent.model.fallback.FallbackModel` puts it on its first chunk): the folded message keeps it
+    as ``metadata["model"]``, a model call's span as ``gen_ai.response.model``."""
 
 
 _FIELDS = frozenset(

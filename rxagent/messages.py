@@ -1,8 +1,10 @@
 """Messages and their content blocks.
 
 A :class:`Msg` is one turn of a conversation: a role, an optional name, and an ordered tuple of content
-blocks. Blocks are a discriminated union on their ``type`` field, so a message survives a JSON round trip
-exactly (``Msg.model_validate_json(m.model_dump_json()) == m``).
+blocks: text, thinking, tool calls and their results, and in user messages images (:class:`ImageBlock`)
+and documents (:class:`DocumentBlock`), each inline or by URL. Blocks are a discriminated union on their
+``type`` field, so a message survives a JSON round trip exactly
+(``Msg.model_validate_json(m.model_dump_json()) == m``; inline bytes travel as standard base64).
 
 Messages and blocks are frozen: a message that has been sent is a fact, and the model clients cache each
 message's wire form on that promise. Derive a changed message with ``model_copy(update=...)``.
@@ -10,18 +12,31 @@ message's wire form on that promise. Derive a changed message with ``model_copy(
 
 from __future__ import annotations
 
+import base64
 import itertools
 import os
 import re
 import uuid
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Annotated, Final, Generic, Literal, TypeAlias, TypeVar, cast
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Final, Generic, Literal, Self, TypeAlias, TypeVar, cast
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_serializer, model_validator
 
 from rxagent.display import Displayable
+from rxagent.media import (
+    DOCUMENT_MEDIA_TYPES,
+    IMAGE_MEDIA_TYPES,
+    DocumentMediaType,
+    ImageMediaType,
+    MediaType,
+    image_size,
+    pdf_pages,
+    sniff,
+)
 
 if TYPE_CHECKING:
     from array import array
@@ -29,6 +44,11 @@ if TYPE_CHECKING:
 __all__ = [
     "ContentBlock",
     "ConversationMemo",
+    "DocumentBlock",
+    "ImageBlock",
+    "ImageDetail",
+    "InvalidMediaError",
+    "MediaBlock",
     "MessageMemo",
     "MessageTotals",
     "Msg",
@@ -40,8 +60,10 @@ __all__ = [
     "ToolResultStatus",
     "ToolUseBlock",
     "ToolUseState",
+    "UserContent",
     "mend_surrogates",
     "new_id",
+    "user_blocks",
 ]
 
 Role: TypeAlias = Literal["system", "user", "assistant", "tool"]
@@ -162,10 +184,348 @@ class ToolResultBlock(_Block):
         return "\n".join(block.text for block in self.output)
 
 
+# ---- images and documents ----------------------------------------------------------------------------
+
+ImageDetail: TypeAlias = Literal["auto", "low", "high"]
+"""How closely a model looks at an image (OpenAI's ``detail``; other providers ignore it): ``low`` is a
+512-pixel view at a fixed small cost, ``high`` the tiles of the full image, ``auto`` the provider's pick."""
+
+_SUFFIXES: Final[dict[str, MediaType]] = {
+    ".png": "image/png",
+    ".jpg": "image/jpeg",
+    ".jpeg": "image/jpeg",
+    ".gif": "image/gif",
+    ".webp": "image/webp",
+    ".pdf": "application/pdf",
+    ".txt": "text/plain",
+}
+"""Media types told by a file or URL name, for URLs (never fetched) and for text, which has no magic."""
+
+
+class InvalidMediaError(ValueError):
+    """Bytes, a file or a URL that cannot be an image or document block: a type that is not one of ours,
+    bytes whose magic says another type than the one given, text that is not UTF-8, or a URL that is not
+    ``http(s)``. Raised when the block is made, before it reaches a model or a log."""
+
+
+def _what(kind: str) -> str:
+    return "an image" if kind == "image" else "a document"
+
+
+def _not_of(media_type: str, allowed: tuple[str, ...], kind: str) -> InvalidMediaError:
+    return InvalidMediaError(
+        f"{media_type!r} is not a media type of {_what(kind)}: use one of {', '.join(allowed)}"
+    )
+
+
+def _checked_type(data: bytes, given: str | None, allowed: tuple[str, ...], kind: str, name: str = "") -> str:
+    """The media type of ``data``: ``given`` when its bytes agree, else what they are; refused when it is
+    not one of ``allowed`` or the bytes say otherwise."""
+    found = sniff(data)
+    if given is None:
+        # Only text, which has no magic bytes, is told by its name.
+        named = _SUFFIXES.get(Path(name).suffix.lower()) if name else None
+        given = found or (named if named == "text/plain" else None)
+        if given is None:
+            raise InvalidMediaError(
+                f"cannot tell what {_what(kind)} of {len(data):,} bytes is from its first bytes "
+                f"({data[:8]!r}): pass media_type, one of {', '.join(allowed)}"
+            )
+    if given not in allowed:
+        raise _not_of(given, allowed, kind)
+    if given == "text/plain":
+        if found is not None:
+            raise InvalidMediaError(f"the bytes are {found}, not text/plain")
+        try:
+            data.decode()
+        except UnicodeDecodeError as error:
+            raise InvalidMediaError(f"a text/plain document must be UTF-8: {error}") from None
+    elif found != given:
+        says = f"they are {found}" if found is not None else f"they begin {data[:8]!r}"
+        raise InvalidMediaError(f"the bytes are not {given}: {says}")
+    return given
+
+
+def _checked_url(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc or any(c.isspace() for c in url):
+        from rxagent.redaction import mask_url  # the error path only: yarl stays out of `import rxagent`
+
+        raise InvalidMediaError(
+            f"a media URL must be an absolute http(s) URL, got {mask_url(url)!r}: pass local data with "
+            "from_bytes or from_path"
+        )
+    return url
+
+
+def _url_type(url: str, given: str | None, allowed: tuple[str, ...], kind: str) -> str:
+    if given is None:
+        found = _SUFFIXES.get(Path(urlsplit(url).path).suffix.lower())
+        if found is None or found not in allowed:
+            from rxagent.redaction import mask_url
+
+            raise InvalidMediaError(
+                f"cannot tell what {_what(kind)} at {mask_url(url)!r} is from its name (it is not fetched): "
+                f"pass media_type, one of {', '.join(allowed)}"
+            )
+        given = found
+    if given not in allowed:
+        raise _not_of(given, allowed, kind)
+    return given
+
+
+def _read(path: str | os.PathLike[str]) -> bytes:
+    """The file's bytes (``FileNotFoundError``, ``IsADirectoryError``, … as ``open`` raises them)."""
+    with open(path, "rb") as file:
+        return file.read()
+
+
+class _Shown(str):
+    """Text a repr shows as it is (not quoted)."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+class _MediaBlock(_Block):
+    """What an image and a document share: a media type, and the bytes inline or a URL to fetch them from.
+
+    Inline bytes are written to JSON (and so to a session's log) as standard base64; a URL is kept as the
+    reference it is, never fetched by rxagent (the provider fetches it).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True, val_json_bytes="base64")
+
+    # Each kind narrows these two (a Literal each). Not a generic model: parametrising one builds its
+    # validator at import time, which `import rxagent` must not pay for (tests/test_startup.py).
+    type: str
+    media_type: str
+    """The media type (checked against the bytes' magic when they are inline)."""
+    data: bytes | None = None
+    """The bytes, inline (``None`` when the block is a :attr:`url`)."""
+    url: str | None = None
+    """Where the provider fetches the bytes from (an ``http(s)`` URL), when they are not inline."""
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if (self.data is None) == (self.url is None):
+            raise ValueError(f"{_what(self.type)} block holds either data or a url, exactly one of them")
+        if self.url is not None:
+            _checked_url(self.url)
+        else:
+            allowed = IMAGE_MEDIA_TYPES if self.type == "image" else DOCUMENT_MEDIA_TYPES
+            _checked_type(cast("bytes", self.data), self.media_type, allowed, self.type)
+        return self
+
+    @field_serializer("data", when_used="json")
+    def _data_json(self, data: bytes | None) -> str | None:
+        # Standard base64 (pydantic's own is URL-safe), as every provider's wire format and most tools want.
+        return None if data is None else base64.b64encode(data).decode("ascii")
+
+    def __repr_args__(self) -> Iterable[tuple[str | None, object]]:
+        # Megabytes of bytes in a repr (a traceback, a log line) help no one; a signed URL's secrets
+        # must not be shown either.
+        for name, value in super().__repr_args__():
+            if name == "data" and value is not None:
+                yield name, _Shown(f"<{len(cast('bytes', value)):,} bytes>")
+            elif name == "url" and value is not None:
+                from rxagent.redaction import mask_url
+
+                yield name, mask_url(cast("str", value))
+            else:
+                yield name, value
+
+    @property
+    def size(self) -> int | None:
+        """How many bytes are inline (``None`` for a URL)."""
+        return None if self.data is None else len(self.data)
+
+    def data_base64(self) -> str:
+        """The inline bytes as standard base64 (what wire formats carry).
+
+        Raises:
+            ValueError: the block is a URL.
+        """
+        if self.data is None:
+            raise ValueError(f"{_what(self.type)} given by URL has no inline data")
+        return base64.b64encode(self.data).decode("ascii")
+
+    def data_url(self) -> str:
+        """The inline bytes as a ``data:`` URL (``data:image/png;base64,…``).
+
+        Raises:
+            ValueError: the block is a URL.
+        """
+        return f"data:{self.media_type};base64,{self.data_base64()}"
+
+
+class ImageBlock(_MediaBlock):
+    """An image in a message: PNG, JPEG, GIF or WebP, inline or at a URL.
+
+    Make one with :meth:`from_path`, :meth:`from_bytes` or :meth:`from_url`, and put it in a user message
+    beside text (``agent.call(["What is in this picture?", ImageBlock.from_path("cat.png")])``).
+
+    Example:
+        >>> gif = b"GIF89a" + (2).to_bytes(2, "little") + (2).to_bytes(2, "little") + b"\\x00" * 20
+        >>> image = ImageBlock.from_bytes(gif)
+        >>> image.media_type, image.dimensions(), image.data_url()[:22]
+        ('image/gif', (2, 2), 'data:image/gif;base64,')
+    """
+
+    # The block is frozen: narrowing the base's fields is safe (nothing assigns them).
+    type: Literal["image"] = "image"  # pyright: ignore[reportIncompatibleVariableOverride]
+    media_type: ImageMediaType  # pyright: ignore[reportIncompatibleVariableOverride]
+    detail: ImageDetail = "auto"
+    """How closely the model looks (see :data:`ImageDetail`)."""
+
+    @classmethod
+    def from_bytes(
+        cls, data: bytes, media_type: ImageMediaType | None = None, *, detail: ImageDetail = "auto"
+    ) -> ImageBlock:
+        """An inline image of ``data``; ``media_type`` is read from its magic bytes when not given.
+
+        Raises:
+            InvalidMediaError: not PNG, JPEG, GIF or WebP, or not the ``media_type`` given.
+        """
+        kind = _checked_type(bytes(data), media_type, IMAGE_MEDIA_TYPES, "image")
+        return cls.model_validate({"media_type": kind, "data": bytes(data), "detail": detail})
+
+    @classmethod
+    def from_path(
+        cls,
+        path: str | os.PathLike[str],
+        media_type: ImageMediaType | None = None,
+        *,
+        detail: ImageDetail = "auto",
+    ) -> ImageBlock:
+        """An inline image of the file at ``path`` (its type from its magic bytes when not given).
+
+        Raises:
+            FileNotFoundError: no such file (and the other errors of reading it).
+            InvalidMediaError: as :meth:`from_bytes`.
+        """
+        return cls.from_bytes(_read(path), media_type, detail=detail)
+
+    @classmethod
+    def from_url(
+        cls, url: str, media_type: ImageMediaType | None = None, *, detail: ImageDetail = "auto"
+    ) -> ImageBlock:
+        """An image the provider fetches from ``url`` (rxagent never does); its type from the URL's file
+        name (``.png``, ``.jpg``, ``.gif``, ``.webp``) when not given.
+
+        Raises:
+            InvalidMediaError: not an absolute ``http(s)`` URL, or a type neither given nor told by its name.
+        """
+        kind = _url_type(_checked_url(url), media_type, IMAGE_MEDIA_TYPES, "image")
+        return cls.model_validate({"media_type": kind, "url": url, "detail": detail})
+
+    def dimensions(self) -> tuple[int, int] | None:
+        """``(width, height)`` read from the inline image's header; ``None`` for a URL (or a header that
+        does not say)."""
+        return None if self.data is None else image_size(self.data)
+
+
+class DocumentBlock(_MediaBlock):
+    """A document in a message: a PDF (inline or at a URL), or plain UTF-8 text (inline).
+
+    Example:
+        >>> pdf = DocumentBlock.from_bytes(b"%PDF-1.4 <</Type /Page>> %%EOF", name="brief.pdf")
+        >>> pdf.media_type, pdf.name, pdf.pages()
+        ('application/pdf', 'brief.pdf', 1)
+    """
+
+    type: Literal["document"] = "document"  # pyright: ignore[reportIncompatibleVariableOverride]
+    media_type: DocumentMediaType  # pyright: ignore[reportIncompatibleVariableOverride]
+    name: str | None = None
+    """The file name shown to the model (OpenAI's ``filename``, Anthropic's ``title``)."""
+
+    @model_validator(mode="after")
+    def _check_text(self) -> Self:
+        if self.media_type == "text/plain" and self.url is not None:
+            raise ValueError("a text/plain document is sent inline: read the text and use from_bytes")
+        return self
+
+    @classmethod
+    def from_bytes(
+        cls, data: bytes, media_type: DocumentMediaType | None = None, *, name: str | None = None
+    ) -> DocumentBlock:
+        """An inline document of ``data``: a PDF by its magic bytes, or text when ``media_type`` is
+        ``"text/plain"`` (or ``name`` ends in ``.txt``).
+
+        Raises:
+            InvalidMediaError: neither a PDF nor declared text, text that is not UTF-8, or bytes that are
+                not the ``media_type`` given.
+        """
+        kind = _checked_type(bytes(data), media_type, DOCUMENT_MEDIA_TYPES, "document", name or "")
+        return cls.model_validate({"media_type": kind, "data": bytes(data), "name": name})
+
+    @classmethod
+    def from_path(
+        cls, path: str | os.PathLike[str], media_type: DocumentMediaType | None = None
+    ) -> DocumentBlock:
+        """An inline document of the file at ``path``, named after it.
+
+        Raises:
+            FileNotFoundError: no such file (and the other errors of reading it).
+            InvalidMediaError: as :meth:`from_bytes`.
+        """
+        return cls.from_bytes(_read(path), media_type, name=Path(path).name)
+
+    @classmethod
+    def from_url(
+        cls, url: str, media_type: Literal["application/pdf"] | None = None, *, name: str | None = None
+    ) -> DocumentBlock:
+        """A PDF the provider fetches from ``url`` (rxagent never does).
+
+        Raises:
+            InvalidMediaError: not an absolute ``http(s)`` URL, or a name that does not end in ``.pdf``
+                with no ``media_type`` given.
+        """
+        kind = _url_type(_checked_url(url), media_type, ("application/pdf",), "document")
+        return cls.model_validate({"media_type": kind, "url": url, "name": name})
+
+    def pages(self) -> int | None:
+        """How many pages the inline PDF has (:func:`rxagent.media.pdf_pages`); ``None`` for a URL, for
+        text, or when the PDF does not show it."""
+        if self.data is None or self.media_type != "application/pdf":
+            return None
+        return pdf_pages(self.data)
+
+
+MediaBlock: TypeAlias = ImageBlock | DocumentBlock
+"""An image or a document."""
+
+UserContent: TypeAlias = str | TextBlock | ImageBlock | DocumentBlock
+"""What a user message is made of: text (a string is a :class:`TextBlock`), images and documents."""
+
+
 ContentBlock: TypeAlias = Annotated[
-    TextBlock | ThinkingBlock | ToolUseBlock | ToolResultBlock, Field(discriminator="type")
+    TextBlock | ThinkingBlock | ToolUseBlock | ToolResultBlock | ImageBlock | DocumentBlock,
+    Field(discriminator="type"),
 ]
 """Any content block, discriminated by ``type``."""
+
+
+def user_blocks(content: str | Sequence[UserContent]) -> tuple[TextBlock | MediaBlock, ...]:
+    """The content blocks of a user message made of ``content`` (see :meth:`Msg.user`).
+
+    Raises:
+        TypeError: a part that is not text, an image or a document.
+    """
+    if isinstance(content, str):
+        return (TextBlock(text=content),)
+    blocks: list[TextBlock | MediaBlock] = []
+    for index, part in enumerate(content):
+        if isinstance(part, str):
+            blocks.append(TextBlock(text=part))
+        elif isinstance(part, TextBlock | ImageBlock | DocumentBlock):  # pyright: ignore[reportUnnecessaryIsInstance]
+            blocks.append(part)
+        else:  # untyped callers
+            raise TypeError(
+                f"part {index} of a user message is {type(part).__name__}: use text, ImageBlock or "
+                "DocumentBlock"
+            )
+    return tuple(blocks)
 
 
 def _now() -> datetime:
@@ -206,9 +566,19 @@ class Msg(Displayable, BaseModel):
         return cls.model_validate({"role": "system", "content": (TextBlock(text=text),), **fields})
 
     @classmethod
-    def user(cls, text: str, **fields: object) -> Msg:
-        """A user message holding one text block."""
-        return cls.model_validate({"role": "user", "content": (TextBlock(text=text),), **fields})
+    def user(cls, content: str | Sequence[UserContent], **fields: object) -> Msg:
+        """A user message: one text block, or text, images and documents in the order given (a string
+        in the sequence is a text block).
+
+        Example:
+            >>> pdf = DocumentBlock.from_bytes(b"%PDF-1.4 <</Type /Page>>", name="a.pdf")
+            >>> [block.type for block in Msg.user(["Summarise this.", pdf]).content]
+            ['text', 'document']
+
+        Raises:
+            TypeError: a part that is not text, an image or a document.
+        """
+        return cls.model_validate({"role": "user", "content": user_blocks(content), **fields})
 
     @classmethod
     def assistant(cls, text: str, **fields: object) -> Msg:
@@ -241,6 +611,11 @@ class Msg(Displayable, BaseModel):
     def tool_results(self) -> tuple[ToolResultBlock, ...]:
         """The tool results in this message, in order."""
         return tuple(block for block in self.content if isinstance(block, ToolResultBlock))
+
+    @property
+    def media(self) -> tuple[MediaBlock, ...]:
+        """The images and documents in this message, in order."""
+        return tuple(block for block in self.content if isinstance(block, ImageBlock | DocumentBlock))
 
     @property
     def has_answer_text(self) -> bool:

@@ -135,6 +135,7 @@ _CACHE_READ_TOKENS = "gen_ai.usage.cache_read.input_tokens"
 _CACHE_WRITE_TOKENS = "gen_ai.usage.cache_creation.input_tokens"
 _REASONING_TOKENS = "gen_ai.usage.reasoning.output_tokens"
 _FINISH_REASONS = "gen_ai.response.finish_reasons"
+_RESPONSE_MODEL = "gen_ai.response.model"
 _INPUT_MESSAGES = "gen_ai.input.messages"
 _OUTPUT_MESSAGES = "gen_ai.output.messages"
 _TOOL_NAME = "gen_ai.tool.name"
@@ -494,13 +495,20 @@ class _ChatSpan(_Watch[ChatChunk]):
         self.span = telemetry.start_span(name, SpanKind.CLIENT, attributes, parent, ctx.trace_id)
 
     def see(self, item: ChatChunk) -> None:
-        # Without contents only the usage and the finish reason matter: the fold sees just the chunks
-        # that carry them (a handful per call) instead of every delta.
-        if self.telemetry.capture_content or item.usage is not None or item.finish_reason is not None:
+        # Without contents only the usage, the finish reason and the answering model matter: the fold sees
+        # just the chunks that carry them (a handful per call) instead of every delta.
+        if (
+            self.telemetry.capture_content
+            or item.usage is not None
+            or item.finish_reason is not None
+            or item.model is not None
+        ):
             self.fold.add(item)
 
     def finish(self, outcome: Outcome) -> None:
         span, fold = self.span, self.fold
+        if fold.model is not None:  # the model that answered (a FallbackModel's, say)
+            span.set_attribute(_RESPONSE_MODEL, fold.model)
         if fold.usage is not None:
             _set_usage(span, fold.usage)
         if fold.finish_reason is not None:
@@ -569,8 +577,17 @@ def _parts(message: Msg) -> list[dict[str, Any]]:
         elif isinstance(block, ToolUseBlock):
             arguments = block.input if block.input is not None else block.raw_arguments
             parts.append({"type": "tool_call", "id": block.id, "name": block.name, "arguments": arguments})
-        elif isinstance(block, ToolResultBlock):  # pyright: ignore[reportUnnecessaryIsInstance]
+        elif isinstance(block, ToolResultBlock):
             parts.append({"type": "tool_call_response", "id": block.tool_use_id, "response": block.text})
+        elif block.url is not None:  # an image or a document by URL: the conventions' `uri` part
+            from rxagent.redaction import mask_url  # a signed URL's secrets stay out of the span
+
+            uri = mask_url(block.url)
+            parts.append({"type": "uri", "modality": block.type, "mime_type": block.media_type, "uri": uri})
+        else:
+            # Inline bytes are not copied into a span attribute (megabytes of base64 per call): a generic
+            # part names the type and the size instead.
+            parts.append({"type": block.type, "mime_type": block.media_type, "size": block.size})
     return parts
 
 

@@ -33,6 +33,7 @@ LAYERS: list[list[str]] = [
     # every layer shares (clock, retry policy, redaction) and the display registry the data asks.
     [
         "chunks",
+        "media",
         "messages",
         "requests",
         "events",

@@ -1,9 +1,20 @@
-"""Messages: construction, views, exact JSON round trips, and the memos of what is derived from them."""
+"""Messages: construction, views, exact JSON round trips, and the memos of what is derived from them.
+
+Images and documents: made from bytes, a file or a URL, checked against their magic bytes, written to
+JSON as standard base64 and read back exactly. Bad inputs tried: bytes whose magic says another type
+than the one given, bytes of no known type, an unknown media type, text that is not UTF-8, a missing
+file, a directory, URLs that are not http(s) (``ftp:``, ``file:``, ``data:``, ``javascript:``, relative,
+with spaces), a URL whose name tells no type, a text document by URL, a block with both data and a URL
+or neither, and a part of a user message that is neither text nor media.
+"""
 
 from __future__ import annotations
 
+import base64
 import gc
+import re
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +24,9 @@ from pydantic import ValidationError
 
 from rxagent.messages import (
     ConversationMemo,
+    DocumentBlock,
+    ImageBlock,
+    InvalidMediaError,
     MessageMemo,
     MessageTotals,
     Msg,
@@ -22,6 +36,7 @@ from rxagent.messages import (
     ToolUseBlock,
 )
 from tests.examples import run_examples
+from tests.test_media import gif, jpeg, pdf, png, webp_lossy
 
 
 def conversation() -> list[Msg]:
@@ -79,6 +94,213 @@ def test_msg_rejects_unknown_block_types_and_fields() -> None:
         Msg.model_validate({"role": "user", "content": [{"type": "text", "text": "a", "bold": True}]})
     with pytest.raises(ValidationError):
         Msg.model_validate({"role": "robot"})
+
+
+# ---- images and documents ------------------------------------------------------------------------------
+
+
+def test_an_image_from_bytes_takes_its_type_from_its_magic_bytes() -> None:
+    for data, kind in [
+        (png(4, 3), "image/png"),
+        (jpeg(4, 3), "image/jpeg"),
+        (gif(4, 3), "image/gif"),
+        (webp_lossy(4, 3), "image/webp"),
+    ]:
+        image = ImageBlock.from_bytes(data)
+        assert (image.media_type, image.data, image.url, image.size) == (kind, data, None, len(data))
+        assert image.dimensions() == (4, 3)
+        assert ImageBlock.from_bytes(data, kind) == image
+
+
+def test_an_image_from_a_path_reads_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "cat.png"
+    path.write_bytes(png(8, 8))
+    image = ImageBlock.from_path(path, detail="low")
+    assert image == ImageBlock.from_bytes(png(8, 8), detail="low")
+    assert ImageBlock.from_path(str(path)) == ImageBlock.from_bytes(png(8, 8))
+
+
+def test_an_image_from_a_url_is_not_fetched_and_takes_its_type_from_its_name() -> None:
+    image = ImageBlock.from_url("https://example.com/pics/cat.JPG?size=large")
+    assert (image.media_type, image.url, image.data, image.size) == (
+        "image/jpeg",
+        "https://example.com/pics/cat.JPG?size=large",
+        None,
+        None,
+    )
+    assert image.dimensions() is None
+    assert ImageBlock.from_url("http://example.com/render", "image/webp").media_type == "image/webp"
+    with pytest.raises(ValueError, match="given by URL has no inline data"):
+        image.data_url()
+
+
+def test_data_base64_and_data_url_are_standard_base64() -> None:
+    data = png(2, 2) + b"\xfb\xff"  # bytes whose base64 holds "+" and "/" (URL-safe base64 would not)
+    image = ImageBlock.from_bytes(data)
+    encoded = base64.b64encode(data).decode()
+    assert "+" in encoded or "/" in encoded
+    assert image.data_base64() == encoded
+    assert image.data_url() == f"data:image/png;base64,{encoded}"
+
+
+def test_a_document_is_a_pdf_by_magic_or_text_by_declaration(tmp_path: Path) -> None:
+    brief = DocumentBlock.from_bytes(pdf(3), name="brief.pdf")
+    assert (brief.media_type, brief.name, brief.pages()) == ("application/pdf", "brief.pdf", 3)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("Remember the milk. Ünïcode too.", encoding="utf-8")
+    text = DocumentBlock.from_path(notes)
+    assert (text.media_type, text.name, text.pages()) == ("text/plain", "notes.txt", None)
+    assert DocumentBlock.from_bytes("plain, ünïcode".encode(), "text/plain").data == "plain, ünïcode".encode()
+    remote = DocumentBlock.from_url("https://example.com/report.pdf")
+    assert (remote.media_type, remote.url, remote.pages()) == (
+        "application/pdf",
+        "https://example.com/report.pdf",
+        None,
+    )
+    (tmp_path / "brief.pdf").write_bytes(pdf(2))
+    assert DocumentBlock.from_path(tmp_path / "brief.pdf").name == "brief.pdf"
+
+
+@pytest.mark.parametrize(
+    ("make", "error"),
+    [
+        (
+            lambda: ImageBlock.from_bytes(png(2, 2), "image/jpeg"),
+            "the bytes are not image/jpeg: they are image/png",
+        ),
+        (lambda: ImageBlock.from_bytes(pdf(1)), "'application/pdf' is not a media type of an image"),
+        (lambda: ImageBlock.from_bytes(b"BM\x00\x00 bitmap"), "cannot tell what an image of 11 bytes is"),
+        (
+            lambda: ImageBlock.from_bytes(png(2, 2), "image/bmp"),
+            "'image/bmp' is not a media type of an image",
+        ),
+        (lambda: DocumentBlock.from_bytes(png(2, 2)), "'image/png' is not a media type of a document"),
+        (
+            lambda: DocumentBlock.from_bytes(b"%PDF-1.7", "text/plain"),
+            "the bytes are application/pdf, not text/plain",
+        ),
+        (
+            lambda: DocumentBlock.from_bytes(b"\xff\xfe\x00", "text/plain"),
+            "a text/plain document must be UTF-8",
+        ),
+        (lambda: DocumentBlock.from_bytes(b"just words"), "cannot tell what a document of 10 bytes is"),
+        (
+            lambda: DocumentBlock.from_bytes(b"PK\x03\x04", "application/zip"),
+            "'application/zip' is not a media type",
+        ),
+    ],
+)
+def test_bytes_that_are_not_what_they_claim_are_refused(make: Callable[[], object], error: str) -> None:
+    with pytest.raises(InvalidMediaError, match=re.escape(error)):
+        make()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "ftp://example.com/cat.png",
+        "file:///home/me/cat.png",
+        "data:image/png;base64,iVBORw0KGgo=",
+        "javascript:alert(1)//.png",
+        "/relative/cat.png",
+        "https:///no-host.png",
+        "https://example.com/a cat.png",
+    ],
+)
+def test_urls_that_are_not_absolute_http_are_refused(url: str) -> None:
+    with pytest.raises(InvalidMediaError, match="a media URL must be an absolute http"):
+        ImageBlock.from_url(url)
+    with pytest.raises(ValidationError, match="a media URL must be an absolute http"):
+        ImageBlock(media_type="image/png", url=url)
+
+
+def test_a_url_error_shows_its_secrets_masked() -> None:
+    with pytest.raises(InvalidMediaError) as refused:
+        ImageBlock.from_url("ftp://me:hunter2@example.com/cat.png")
+    assert "hunter2" not in str(refused.value)
+    shown = repr(ImageBlock.from_url("https://example.com/cat.png?X-Amz-Signature=s3cr3t&size=2"))
+    assert "s3cr3t" not in shown
+    assert "size=2" in shown
+
+
+def test_a_url_that_names_no_type_needs_one() -> None:
+    with pytest.raises(
+        InvalidMediaError, match=re.escape("cannot tell what an image at 'https://example.com/img' is")
+    ):
+        ImageBlock.from_url("https://example.com/img")
+    with pytest.raises(InvalidMediaError, match="cannot tell what a document at"):
+        DocumentBlock.from_url("https://example.com/notes.txt")  # text is sent inline, never by URL
+    with pytest.raises(ValidationError, match="a text/plain document is sent inline"):
+        DocumentBlock(media_type="text/plain", url="https://example.com/notes.txt")
+
+
+def test_missing_and_unreadable_files_raise_what_open_raises(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=re.escape("nope.png")):
+        ImageBlock.from_path(tmp_path / "nope.png")
+    with pytest.raises(IsADirectoryError):
+        DocumentBlock.from_path(tmp_path)
+
+
+def test_a_block_holds_data_or_a_url_exactly() -> None:
+    with pytest.raises(ValidationError, match="either data or a url, exactly one"):
+        ImageBlock(media_type="image/png")
+    with pytest.raises(ValidationError, match="either data or a url, exactly one"):
+        ImageBlock(media_type="image/png", data=png(1, 1), url="https://example.com/a.png")
+    with pytest.raises(ValidationError, match="the bytes are not image/gif"):
+        ImageBlock(media_type="image/gif", data=png(1, 1))
+
+
+def test_media_json_round_trip_is_exact_and_base64_is_standard() -> None:
+    data = png(3, 3) + b"\xfb\xff\xfe"
+    msg = Msg.user(
+        [
+            "Compare these.",
+            ImageBlock.from_bytes(data, detail="high"),
+            ImageBlock.from_url("https://example.com/b.gif"),
+            DocumentBlock.from_bytes(pdf(2), name="spec.pdf"),
+            DocumentBlock.from_bytes(b"notes", "text/plain"),
+            DocumentBlock.from_url("https://example.com/r.pdf", name="r"),
+        ]
+    )
+    text = msg.model_dump_json()
+    assert f'"data":"{base64.b64encode(data).decode()}"' in text
+    again = Msg.model_validate_json(text)
+    assert again == msg
+    assert again.model_dump_json() == text
+    assert Msg.model_validate(msg.model_dump(mode="json")) == msg
+    assert Msg.model_validate(msg.model_dump()) == msg
+    assert [b.type for b in again.content] == ["text", "image", "image", "document", "document", "document"]
+    assert again.text == "Compare these."
+    assert [b.media_type for b in again.media] == [
+        "image/png",
+        "image/gif",
+        "application/pdf",
+        "text/plain",
+        "application/pdf",
+    ]
+    assert not Msg.user("no media").media
+
+
+def test_a_media_repr_names_the_size_not_the_bytes() -> None:
+    image = ImageBlock.from_bytes(png(100, 100))
+    assert f"data=<{image.size:,} bytes>" in repr(image)
+    assert "\\x89PNG" not in repr(Msg.user(["a", image]))
+
+
+def test_user_messages_take_text_and_media_parts_in_order() -> None:
+    image = ImageBlock.from_bytes(gif(1, 1))
+    msg = Msg.user(["What is this?", image, TextBlock(text="Be brief.")], name="ada")
+    assert [type(b) for b in msg.content] == [TextBlock, ImageBlock, TextBlock]
+    assert (msg.role, msg.name, msg.text) == ("user", "ada", "What is this?Be brief.")
+    with pytest.raises(TypeError, match="part 1 of a user message is int"):
+        Msg.user(["a", 3])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="part 0 of a user message is ThinkingBlock"):
+        Msg.user([ThinkingBlock(thinking="no")])  # type: ignore[list-item]
+
+
+def test_media_examples() -> None:
+    for documented in (ImageBlock, DocumentBlock, Msg.user):
+        assert run_examples(documented).failed == 0
 
 
 # ---- memos over messages: what the model clients and token counters cache ---------------------------

@@ -68,6 +68,7 @@ SCRIPTS: dict[str, list[Reply]] = {
         Reply.sse(tool_chunk(0, "call_1", "add", json.dumps({"a": 2, "b": 3})), finish_chunk("tool_calls")),
         Reply.sse(text_chunk("2 + 3 = 5."), finish_chunk("stop")),
     ],
+    "FallbackModel([primary": [Reply.error(503, "overloaded")],
 }
 
 PRINTS: dict[str, str] = {
@@ -77,6 +78,8 @@ PRINTS: dict[str, str] = {
     "reflect_then_revise(critic=critic)": "8: I added 4 and 4. · 2 answering turns · 4 model calls\n",
     "to_async_iterator(model.stream(request), max_buffer=256)": "2050 characters\n",
     "Telemetry(provider)": "['chat scripted', 'invoke_agent greeter'] 4bf92f3577b34da6a3ce929d0e0e4736\n",
+    "What do these show?": "['text', 'image', 'document'] 1 · A cat, and a one-page brief.\n",
+    "FallbackModel([primary": "Paris. answered by small\n",
 }
 """What a block prints, where the README does not show it (found by a phrase in the block)."""
 

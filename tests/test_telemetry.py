@@ -3,7 +3,8 @@ trace ids, contents only when asked for, and every span ended however the run en
 
 Bad inputs tried: a tool that raises, a model call that fails, a custom (non-W3C) trace id, a context
 whose parent span id is not a span id, an unsampled ``traceparent``, a run cancelled in a tool and one
-cancelled mid-stream, no tracer provider at all, the package without OpenTelemetry installed.
+cancelled mid-stream, no tracer provider at all, the package without OpenTelemetry installed, an image
+URL carrying a signature (masked in the recorded contents).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 import rxagent.telemetry
-from rxagent import ScriptedModel, ScriptedResponse, ScriptedToolCall
+from rxagent import DocumentBlock, ImageBlock, ScriptedModel, ScriptedResponse, ScriptedToolCall
 from rxagent.agent import ReActAgent
 from rxagent.agent.middleware import watches_events
 from rxagent.context import RuntimeContext
@@ -35,6 +36,7 @@ from rxagent.telemetry import Telemetry, traceparent
 from rxagent.tools import Toolkit, tool
 
 from .agent.helpers import run
+from .test_media import pdf, png
 
 WAIT = 10.0
 HEADER = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -269,6 +271,35 @@ async def test_contents_are_recorded_in_the_conventions_shape_when_asked_for(
     assert json.loads(attrs(second_chat)["gen_ai.output.messages"]) == answer
     assert json.loads(attrs(tool_span)["gen_ai.tool.call.arguments"]) == {"a": 2, "b": 3}
     assert attrs(tool_span)["gen_ai.tool.call.result"] == "5"
+
+
+async def test_media_is_recorded_by_reference_or_by_size_never_by_its_bytes(
+    provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    agent = ReActAgent(ScriptedModel(["Two."]), middleware=[Telemetry(provider, capture_content=True)])
+    picture = ImageBlock.from_bytes(png(2, 2))
+    signed = "https://example.com/cat.png?X-Amz-Signature=s3cr3t"
+    await agent.call(["How many?", picture, ImageBlock.from_url(signed), DocumentBlock.from_bytes(pdf(1))])
+    root, chat = spans(exporter)
+    recorded = attrs(chat)["gen_ai.input.messages"]
+    assert json.loads(recorded) == [
+        {
+            "role": "user",
+            "parts": [
+                {"type": "text", "content": "How many?"},
+                {"type": "image", "mime_type": "image/png", "size": picture.size},
+                {
+                    "type": "uri",
+                    "modality": "image",
+                    "mime_type": "image/png",
+                    "uri": "https://example.com/cat.png?X-Amz-Signature=**********",
+                },
+                {"type": "document", "mime_type": "application/pdf", "size": len(pdf(1))},
+            ],
+        }
+    ]
+    assert "s3cr3t" not in recorded
+    assert attrs(root)["gen_ai.input.messages"] == recorded
 
 
 async def test_a_failing_tools_result_is_its_status_message_when_contents_are_recorded(

@@ -13,6 +13,16 @@ and ``add_messages`` refuse such input with :class:`InvalidInputError`, naming w
 values nested deeper than :data:`MAX_NESTING`; nothing is queued or recorded then. The text is not
 replaced: a silent ``U+FFFD`` would change what the caller meant without telling them. (The HTTP doors of
 ``rxagent serve`` refuse the same input with a 400.)
+
+**Images and documents are kept inline up to a cap.** A user message may hold images and documents
+(:class:`~rxagent.messages.ImageBlock`, :class:`~rxagent.messages.DocumentBlock`; in a sequence, text and
+media parts next to each other make one user message). Inline bytes are stored in the session's log with
+the message (as base64), so the same doors refuse a block whose inline bytes exceed the agent's
+``AgentOptions.max_inline_media_bytes`` (:data:`MAX_INLINE_MEDIA_BYTES` by default) with
+:class:`InvalidInputError`, before anything is queued or recorded; a block given by URL is stored as its
+URL, whatever its size. They refuse as well an image or a document the agent's model does not take (its
+``capabilities``, as :func:`~rxagent.model.types.refusal_of` reads them): a session saved with one would
+fail every later turn.
 """
 
 from __future__ import annotations
@@ -23,11 +33,21 @@ from typing import TypeAlias, cast
 
 from pydantic import JsonValue
 
-from rxagent.messages import Msg, ToolResultStatus, ToolUseBlock
+from rxagent.messages import (
+    DocumentBlock,
+    ImageBlock,
+    Msg,
+    TextBlock,
+    ToolResultStatus,
+    ToolUseBlock,
+    UserContent,
+)
+from rxagent.model.types import ChatModel, refusal_of
 from rxagent.session.history import AnswerRecord
 from rxagent.state import SessionKey
 
 __all__ = [
+    "MAX_INLINE_MEDIA_BYTES",
     "MAX_NESTING",
     "AgentInput",
     "AnswerTakenError",
@@ -46,6 +66,10 @@ __all__ = [
 MAX_NESTING = 100
 """How deep input may nest (lists and objects within each other): deeper is refused with
 :class:`InvalidInputError` (an HTTP body with a 400) before it reaches a session's log."""
+
+MAX_INLINE_MEDIA_BYTES = 20 * 1024 * 1024
+"""The default cap on one image's or document's inline bytes (``AgentOptions.max_inline_media_bytes``):
+20 MiB, OpenAI's limit for an image. Larger media is sent by URL."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,10 +98,17 @@ class ExternalResult:
 
 
 AgentInput: TypeAlias = (
-    str | Msg | ToolDecision | ExternalResult | Sequence[Msg | ToolDecision | ExternalResult] | None
+    UserContent
+    | Msg
+    | ToolDecision
+    | ExternalResult
+    | Sequence[Msg | ToolDecision | ExternalResult | UserContent]
+    | None
 )
-"""What a run starts from: user text, messages, or decisions/results for the session's pending calls (a
-sequence may mix answers and messages: the messages join the history after the answered calls' results)."""
+"""What a run starts from: user text (or an image or a document), messages, or decisions/results for the
+session's pending calls (a sequence may mix answers and messages: the messages join the history after the
+answered calls' results). In a sequence, text, images and documents next to each other make one user
+message: ``["What is in this picture?", ImageBlock.from_path("cat.png")]``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,13 +231,38 @@ def _check_text(text: str, where: str) -> None:
         ) from None
 
 
-def check_message(message: Msg, where: str = "input") -> None:
-    """:func:`check_input_value` for a message: its text, calls, results and metadata.
+def check_message(
+    message: Msg,
+    where: str = "input",
+    max_media_bytes: int = MAX_INLINE_MEDIA_BYTES,
+    model: ChatModel | None = None,
+) -> None:
+    """:func:`check_input_value` for a message: its text, calls, results and metadata; and no image or
+    document with more than ``max_media_bytes`` inline, or of a kind ``model`` does not take.
 
     Raises:
         InvalidInputError: the first bad value found.
     """
+    for index, block in enumerate(message.content):
+        if not isinstance(block, ImageBlock | DocumentBlock):
+            continue
+        if (block.size or 0) > max_media_bytes:
+            raise InvalidInputError(
+                f"{where}.content[{index}]",
+                f"the {block.type} holds {_megabytes(block.size or 0)} inline, more than the "
+                f"{_megabytes(max_media_bytes)} a session's log keeps inline "
+                "(AgentOptions.max_inline_media_bytes): send it by URL (from_url) or raise the cap",
+            )
+        refusal = refusal_of(block, model) if model is not None else None
+        if refusal is not None:
+            raise InvalidInputError(f"{where}.content[{index}]", f"{refusal}: use a model that takes them")
     check_input_value(message.model_dump(), where)
+
+
+def _megabytes(size: int) -> str:
+    if size < 1024 * 1024:
+        return f"{size:,} bytes"
+    return f"{size / (1024 * 1024):.1f} MiB ({size:,} bytes)"
 
 
 class SessionBusyError(RuntimeError):
@@ -220,41 +276,77 @@ class SessionBusyError(RuntimeError):
         self.holder = holder
 
 
-def normalise_input(value: AgentInput) -> RunInput:
-    """``value`` as a :class:`RunInput`; text becomes a user message.
+def normalise_input(
+    value: AgentInput, max_media_bytes: int = MAX_INLINE_MEDIA_BYTES, model: ChatModel | None = None
+) -> RunInput:
+    """``value`` as a :class:`RunInput`; text becomes a user message, and so do text, images and
+    documents next to each other in a sequence (one message for each such run of parts).
+
+    Args:
+        value: the input.
+        max_media_bytes: the most inline bytes an image or document may hold (see the module).
+        model: the model the input goes to: images or documents it does not take are refused.
 
     Raises:
-        TypeError: anything that is not text, a message, a decision or an external result (or a
-            sequence of those).
-        InvalidInputError: text a log cannot keep (a lone surrogate), or values nested too deep (see the
-            module).
+        TypeError: anything that is not text, an image, a document, a message, a decision or an external
+            result (or a sequence of those).
+        InvalidInputError: text a log cannot keep (a lone surrogate), values nested too deep, media over
+            the cap, or media the model does not take (see the module).
     """
     if value is None:
         return RunInput(())
     if isinstance(value, str):
         _check_text(value, "input")
         return RunInput((Msg.user(value),))
+    if isinstance(value, TextBlock | ImageBlock | DocumentBlock):
+        value = Msg.user([value])  # then checked as the message it is
     if isinstance(value, Msg):
-        check_message(value)
+        check_message(value, "input", max_media_bytes, model)
         return RunInput((value,))
     if isinstance(value, ToolDecision | ExternalResult):
         _check_answer(value, "input")
         return RunInput((), (value,))
     if not isinstance(value, Sequence):  # pyright: ignore[reportUnnecessaryIsInstance] - untyped callers
         raise TypeError(
-            f"agent input must be text, messages, ToolDecision or ExternalResult values, got {value!r}"
+            "agent input must be text, images, documents, messages, ToolDecision or ExternalResult "
+            f"values, got {value!r}"
         )
-    items = list(value)
-    messages = tuple(item for item in items if isinstance(item, Msg))
-    decisions = tuple(item for item in items if isinstance(item, ToolDecision | ExternalResult))
-    if len(messages) + len(decisions) != len(items):
-        raise TypeError("agent input must be text, messages, ToolDecision or ExternalResult values")
-    for index, item in enumerate(items):
+    messages: list[Msg] = []
+    decisions: list[ToolDecision | ExternalResult] = []
+    parts: list[UserContent] = []  # the run of text and media parts not yet made a message
+    first_part = 0
+    for index, item in enumerate(value):
+        if isinstance(item, str | TextBlock | ImageBlock | DocumentBlock):
+            if not parts:
+                first_part = index
+            parts.append(item)
+            continue
+        if parts:
+            messages.append(_parts_message(parts, first_part, max_media_bytes, model))
+            parts = []
         if isinstance(item, Msg):
-            check_message(item, f"input[{index}]")
-        else:
+            check_message(item, f"input[{index}]", max_media_bytes, model)
+            messages.append(item)
+        elif isinstance(item, ToolDecision | ExternalResult):  # pyright: ignore[reportUnnecessaryIsInstance]
             _check_answer(item, f"input[{index}]")
-    return RunInput(messages, decisions)
+            decisions.append(item)
+        else:
+            raise TypeError(
+                f"input[{index}] is {type(item).__name__}: agent input must be text, images, documents, "
+                "messages, ToolDecision or ExternalResult values"
+            )
+    if parts:
+        messages.append(_parts_message(parts, first_part, max_media_bytes, model))
+    return RunInput(tuple(messages), tuple(decisions))
+
+
+def _parts_message(
+    parts: list[UserContent], first: int, max_media_bytes: int, model: ChatModel | None
+) -> Msg:
+    message = Msg.user(parts)
+    # Named by where the run of parts began: input[2:4].content[1] is the part at input[3].
+    check_message(message, f"input[{first}:{first + len(parts)}]", max_media_bytes, model)
+    return message
 
 
 def _check_answer(answer: ToolDecision | ExternalResult, where: str) -> None:

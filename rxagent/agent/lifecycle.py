@@ -101,7 +101,7 @@ def run_events(
     """
     life = _Lifecycle(
         agent,
-        normalise_input(input),
+        normalise_input(input, agent.options.max_inline_media_bytes, agent.model),
         ctx or RuntimeContext(session_id=DEFAULT_SESSION),
         control,
         deltas=deltas,

@@ -304,11 +304,14 @@ class SessionHandle:
         Raises:
             ValueError: ``traceparent`` is not a valid header (nothing is queued; the W3C asks a server
                 to ignore such a header: catch this and submit without it).
-            InvalidInputError: text a log cannot keep (see :mod:`rxagent.agent.inputs`); nothing is queued.
+            InvalidInputError: text a log cannot keep, or media over the cap or that the model does not
+                take (see :mod:`rxagent.agent.inputs`); nothing is queued.
             AnswerTakenError: an answer for a call another answer was taken for; nothing is queued.
             TypeError: not an agent input.
         """
-        decisions = normalise_input(input).decisions
+        decisions = normalise_input(
+            input, self.agent.options.max_inline_media_bytes, self.agent.model
+        ).decisions
         ctx = self.ctx if traceparent is None else self.ctx.with_traceparent(traceparent)
         run = RunHandle(self, input, ctx)
         if decisions:
@@ -356,9 +359,10 @@ class SessionHandle:
         Messages steered and injected reach the session in the order they were delivered (see the module).
 
         Raises:
-            InvalidInputError: text a log cannot keep (nothing is delivered).
+            InvalidInputError: text a log cannot keep, or media over the cap or that the model does not
+                take (nothing is delivered).
         """
-        delivered = _as_message(message)
+        delivered = _as_message(message, self.agent)
         self.on_loop(self._deliver, delivered, True)
 
     def inject(self, message: str | Msg) -> None:
@@ -367,9 +371,10 @@ class SessionHandle:
         messages delivered before it.
 
         Raises:
-            InvalidInputError: text a log cannot keep (nothing is delivered).
+            InvalidInputError: text a log cannot keep, or media over the cap or that the model does not
+                take (nothing is delivered).
         """
-        delivered = _as_message(message)
+        delivered = _as_message(message, self.agent)
         self.on_loop(self._deliver, delivered, False)
 
     def _deliver(self, message: Msg, steer: bool) -> None:
@@ -622,9 +627,9 @@ def _waiting(pending: Sequence[PendingCall], uncertain: Sequence[ToolUseBlock]) 
     return "idle"
 
 
-def _as_message(message: str | Msg) -> Msg:
+def _as_message(message: str | Msg, agent: AnyAgent) -> Msg:
     made = Msg.user(message) if isinstance(message, str) else message
-    check_message(made, "message")
+    check_message(made, "message", agent.options.max_inline_media_bytes, agent.model)
     return made
 
 

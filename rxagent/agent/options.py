@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
+from rxagent.agent.inputs import MAX_INLINE_MEDIA_BYTES
 from rxagent.model.types import ToolChoice
 
 __all__ = ["AgentOptions", "StructuredMode"]
@@ -43,6 +44,9 @@ class AgentOptions:
         record_events: runs write every event they emit (deltas included) to the session's log, so the
             session's feed replays them to watchers that join late or follow from another process (runs
             submitted through a session handle always do).
+        max_inline_media_bytes: the most bytes one image or document of the input may hold inline (they
+            are stored in the session's log with their message); more is refused with
+            ``InvalidInputError`` before anything is saved. Media given by URL is stored as its URL.
     """
 
     max_iters: int = 10
@@ -60,6 +64,7 @@ class AgentOptions:
     session_wait: float | None = None
     lease_ttl: float = 30.0
     record_events: bool = False
+    max_inline_media_bytes: int = MAX_INLINE_MEDIA_BYTES
 
     def __post_init__(self) -> None:
         if self.max_iters < 1:
@@ -70,3 +75,5 @@ class AgentOptions:
             raise ValueError("session_wait must be None or a number of seconds >= 0")
         if not self.lease_ttl > 0:
             raise ValueError("lease_ttl must be positive")
+        if self.max_inline_media_bytes < 0:
+            raise ValueError("max_inline_media_bytes must be >= 0")

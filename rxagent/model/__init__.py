@@ -15,6 +15,7 @@ from rxagent.model.errors import (
     ModelStreamError,
     ModelStreamInterrupted,
     ModelTimeoutError,
+    UnsupportedContentError,
 )
 from rxagent.model.types import (
     ChatChunk,
@@ -29,21 +30,25 @@ from rxagent.model.types import (
     ToolChoice,
     ToolSchema,
     Usage,
+    check_content,
     provider_of,
 )
 
 if TYPE_CHECKING:
     from rxagent.model.anthropic import AnthropicModel, PromptCache
+    from rxagent.model.fallback import AllModelsFailed, FallbackModel
     from rxagent.model.llama_cpp import LlamaCppModel
     from rxagent.model.openai import OpenAIChatModel, Timeouts, list_models
     from rxagent.model.openai_responses import OpenAIResponsesModel
     from rxagent.model.scripted import FunctionModel, ScriptedModel, ScriptedResponse, ScriptedToolCall
 
 __all__ = [
+    "AllModelsFailed",
     "AnthropicModel",
     "ChatChunk",
     "ChatModel",
     "ChatRequest",
+    "FallbackModel",
     "FinishReason",
     "ForceTool",
     "FunctionModel",
@@ -68,7 +73,9 @@ __all__ = [
     "ToolCallDelta",
     "ToolChoice",
     "ToolSchema",
+    "UnsupportedContentError",
     "Usage",
+    "check_content",
     "list_models",
     "provider_of",
 ]
@@ -76,6 +83,8 @@ __all__ = [
 _LAZY = {
     "AnthropicModel": "rxagent.model.anthropic",
     "PromptCache": "rxagent.model.anthropic",
+    "AllModelsFailed": "rxagent.model.fallback",
+    "FallbackModel": "rxagent.model.fallback",
     "LlamaCppModel": "rxagent.model.llama_cpp",
     "OpenAIChatModel": "rxagent.model.openai",
     "OpenAIResponsesModel": "rxagent.model.openai_responses",

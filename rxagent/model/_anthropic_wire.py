@@ -38,9 +38,9 @@ from typing import Any, Literal, NamedTuple, TypeGuard
 import msgspec
 from pydantic import JsonValue
 
-from rxagent.messages import MessageMemo, Msg, TextBlock, ToolResultBlock, ToolUseBlock
+from rxagent.messages import MessageMemo, Msg, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
 from rxagent.model._json import LazyJsonObject, dumps, loads, make
-from rxagent.model.errors import MalformedStreamError, ModelError, ModelStreamError
+from rxagent.model.errors import MalformedStreamError, ModelError, ModelStreamError, UnsupportedContentError
 from rxagent.model.sse import SSEEvent
 from rxagent.model.types import (
     ChatChunk,
@@ -159,6 +159,8 @@ def message_blocks(msg: Msg) -> _Encoded:
             markable = len(others) - 1
         elif isinstance(block, ToolResultBlock):
             results.append(_tool_result_to_wire(block))
+        elif not isinstance(block, ThinkingBlock):
+            raise UnsupportedContentError("this client does not send images or documents yet")
         elif block.redacted_data is not None:
             others.append(dumps({"type": "redacted_thinking", "data": block.redacted_data}))
         elif block.signature:

@@ -50,7 +50,7 @@ from rxagent.model.errors import (
     ModelTimeoutError,
 )
 from rxagent.model.sse import SSEDecoder, SSEEvent
-from rxagent.model.types import ChatChunk, ChatRequest, ModelCapabilities
+from rxagent.model.types import ChatChunk, ChatRequest, ModelCapabilities, check_content
 from rxagent.operators import from_async_batches
 from rxagent.retry import RetryBudget, RetryExhausted, RetryPolicy, is_retryable, plan_retry
 
@@ -229,7 +229,9 @@ class ChatEndpoint(HttpEndpoint, ABC):
             reason, then one with the usage; it errors with a :class:`ModelError`, with
             :class:`~rxagent.retry.RetryExhausted` when a retryable error could not be retried, or with
             ``ValueError``, before anything is sent, when the request asks for something the wire format
-            cannot say (the message says what).
+            cannot say (the message says what): images and documents the model's capabilities refuse, or
+            the wire format cannot carry, fail it with
+            :class:`~rxagent.model.errors.UnsupportedContentError`.
 
         Raises:
             RuntimeError: the model was closed.
@@ -248,6 +250,7 @@ class ChatEndpoint(HttpEndpoint, ABC):
         def call() -> AsyncIterator[list[ChatChunk]]:
             nonlocal body
             if body is None:
+                check_content(request, self)
                 body = self.encode_request(request)
             return self._call(body, request.stream, request.retry_budget)
 

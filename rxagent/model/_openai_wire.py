@@ -6,7 +6,8 @@ Two layers, kept apart so each stays small:
   one or more wire messages. Messages are frozen, so each message's encoded bytes are computed once and
   reused by every later request of the conversation; and the encoded messages of each conversation's last
   request are kept, so a request that continues it encodes and looks up only what it appends, and joins
-  the rest in C: the Python work of a request is proportional to what is new in it.
+  the rest in C: the Python work of a request is proportional to what is new in it. A user message with
+  images or documents sends its content as an array of parts (:func:`media_part` maps each one).
 * **Decoding** (:class:`StreamParser`, :func:`chunks_from_completion`): each event's JSON is decoded by
   msgspec straight into typed structs holding only the fields rxagent reads (the rest is skipped unbuilt),
   and a :class:`~rxagent.model.types.ChatChunk` is built from them directly (this runs once per streamed
@@ -32,9 +33,19 @@ from typing import Any, TypeAlias, TypeGuard
 import msgspec
 from pydantic import JsonValue
 
-from rxagent.messages import ConversationMemo, MessageMemo, Msg, TextBlock, ToolResultBlock, ToolUseBlock
+from rxagent.messages import (
+    ConversationMemo,
+    DocumentBlock,
+    ImageBlock,
+    MessageMemo,
+    Msg,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
 from rxagent.model._json import LazyJsonObject, dumps, loads, make
-from rxagent.model.errors import MalformedStreamError, ModelError
+from rxagent.model.errors import MalformedStreamError, ModelError, UnsupportedContentError
 from rxagent.model.sse import SSEEvent
 from rxagent.model.types import (
     ChatChunk,
@@ -60,6 +71,7 @@ __all__ = [
     "encode_body",
     "finish_reason_of",
     "join_body",
+    "media_part",
     "message_to_wire",
     "result_text",
     "stream_error_of",
@@ -90,11 +102,16 @@ def message_to_wire(msg: Msg, *, send_reasoning: bool = False) -> list[WireDict]
         msg: the message.
         send_reasoning: send thinking blocks back as ``reasoning_content`` on assistant messages (only
             for providers that accept it; most reject or ignore it).
+
+    Raises:
+        UnsupportedContentError: an image or a document this wire format cannot carry (see
+            :func:`media_part`), or one outside a user message.
     """
     texts: list[str] = []
     thinking: list[str] = []
     calls: list[WireDict] = []
     wire: list[WireDict] = []
+    media = False
     for block in msg.content:
         if isinstance(block, TextBlock):
             texts.append(block.text)
@@ -102,10 +119,27 @@ def message_to_wire(msg: Msg, *, send_reasoning: bool = False) -> list[WireDict]
             wire.append(_tool_result_to_wire(block))
         elif isinstance(block, ToolUseBlock):
             calls.append(_tool_call_to_wire(block))
-        else:
+        elif isinstance(block, ThinkingBlock):
             thinking.append(block.thinking)
+        else:
+            media = True
     if msg.role == "tool":
         return wire
+    if media:
+        if msg.role != "user":
+            raise UnsupportedContentError(
+                "the chat-completions format carries images and documents in user messages only, and this "
+                f"message's role is {msg.role!r}"
+            )
+        parts: list[JsonValue] = [
+            {"type": "text", "text": block.text} if isinstance(block, TextBlock) else media_part(block)
+            for block in msg.content
+            if isinstance(block, TextBlock | ImageBlock | DocumentBlock)
+        ]
+        with_media: WireDict = {"role": "user", "content": parts}
+        if msg.name:
+            with_media["name"] = msg.name
+        return [with_media]
     text = "".join(texts)
     if msg.role == "assistant":
         # "" rather than null next to tool calls: OpenAI takes either, llama.cpp's server rejects null (500).
@@ -121,6 +155,42 @@ def message_to_wire(msg: Msg, *, send_reasoning: bool = False) -> list[WireDict]
     # Results first: a tool answer must directly follow the assistant message that called the tool.
     wire.append(message)
     return wire
+
+
+def media_part(block: ImageBlock | DocumentBlock) -> WireDict:
+    """The chat-completions content part for an image or a document (OpenAI's documented shapes).
+
+    ============================  ==================================================================
+    block                         part
+    ============================  ==================================================================
+    image, inline                 ``{"type": "image_url", "image_url": {"url": "data:image/png;base64,…"}}``
+    image, by URL                 ``{"type": "image_url", "image_url": {"url": "https://…"}}``
+    PDF, inline                   ``{"type": "file", "file": {"filename": "a.pdf", "file_data": DATA_URL}}``
+                                  (``DATA_URL``: ``"data:application/pdf;base64,…"``)
+    text document                 ``{"type": "text", "text": "name:\n…"}`` (the format has no text file part)
+    ============================  ==================================================================
+
+    An image's ``detail`` is sent when it is not ``auto`` (the API's default). A document without a name
+    is sent as ``document.pdf`` (the API wants a file name with ``file_data``).
+
+    Raises:
+        UnsupportedContentError: a PDF by URL (chat-completions takes a file's bytes or an uploaded
+            file's id, not a URL): pass its bytes (``DocumentBlock.from_bytes``).
+    """
+    if isinstance(block, ImageBlock):
+        image: WireDict = {"url": block.url if block.url is not None else block.data_url()}
+        if block.detail != "auto":
+            image["detail"] = block.detail
+        return {"type": "image_url", "image_url": image}
+    if block.media_type == "text/plain":
+        text = (block.data or b"").decode()
+        return {"type": "text", "text": f"{block.name}:\n{text}" if block.name else text}
+    if block.url is not None:
+        raise UnsupportedContentError(
+            "the chat-completions format takes a PDF's bytes, not its URL: download it and pass "
+            "DocumentBlock.from_bytes(...)"
+        )
+    return {"type": "file", "file": {"filename": block.name or "document.pdf", "file_data": block.data_url()}}
 
 
 def call_arguments(block: ToolUseBlock) -> str:

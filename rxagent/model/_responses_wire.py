@@ -55,7 +55,7 @@ from rxagent.chunks import ChatChunk, FinishReason, ToolCallDelta, Usage
 from rxagent.messages import Msg, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
 from rxagent.model._json import LazyJsonObject, dumps, loads, make
 from rxagent.model._openai_wire import WireDict, call_arguments, result_text
-from rxagent.model.errors import MalformedStreamError, ModelError, ModelStreamError
+from rxagent.model.errors import MalformedStreamError, ModelError, ModelStreamError, UnsupportedContentError
 from rxagent.model.sse import SSEEvent
 from rxagent.requests import ChatRequest, ForceTool, JsonSchemaFormat, ToolSchema
 
@@ -152,6 +152,8 @@ def message_to_items(msg: Msg) -> list[WireDict]:
             items.append(
                 {"type": "function_call_output", "call_id": block.tool_use_id, "output": result_text(block)}
             )
+        elif not isinstance(block, ThinkingBlock):
+            raise UnsupportedContentError("this client does not send images or documents yet")
         elif msg.role == "assistant":
             item = reasoning_item_of(block)
             if item is not None:

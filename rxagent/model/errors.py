@@ -21,6 +21,7 @@ __all__ = [
     "ModelStreamError",
     "ModelStreamInterrupted",
     "ModelTimeoutError",
+    "UnsupportedContentError",
 ]
 
 RETRYABLE_STATUSES = frozenset({408, 409, 429}) | frozenset(range(500, 600))
@@ -134,3 +135,9 @@ class MalformedStreamError(ModelError):
         super().__init__(f"{message}{where}: {snippet!r}" if data else f"{message}{where}")
         self.line = line
         self.data = snippet
+
+
+class UnsupportedContentError(ModelError):
+    """The request holds content this model cannot take (an image or a document for a text-only model, a
+    document by URL where the wire format takes only inline bytes). Raised before anything is sent; not
+    retryable (the same request fails the same way)."""

@@ -36,7 +36,7 @@ from reactivex import Observable, abc
 from reactivex.disposable import Disposable
 
 from rxagent.messages import Msg, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock, new_id
-from rxagent.model.errors import ModelError
+from rxagent.model.errors import ModelError, UnsupportedContentError
 from rxagent.model.gguf import default_gguf_path
 from rxagent.model.llama_runtime import extra_bufts_wanted, import_llama, load_llama
 from rxagent.model.types import (
@@ -49,6 +49,7 @@ from rxagent.model.types import (
     ToolCallDelta,
     ToolSchema,
     Usage,
+    check_content,
 )
 from rxagent.operators import running_loop
 
@@ -257,8 +258,16 @@ class LlamaCppModel:
 
     @property
     def capabilities(self) -> ModelCapabilities:
-        """Tools, forced tool choice and JSON-schema output, all through grammars."""
-        return ModelCapabilities(tools=True, forced_tool_choice=True, json_schema_output=True, thinking=False)
+        """Tools, forced tool choice and JSON-schema output, all through grammars; text only (no images or
+        documents: the embedded model reads no pixels and no PDFs)."""
+        return ModelCapabilities(
+            tools=True,
+            forced_tool_choice=True,
+            json_schema_output=True,
+            thinking=False,
+            images=False,
+            documents=False,
+        )
 
     @property
     def llama(self) -> Llama:
@@ -290,6 +299,9 @@ class LlamaCppModel:
         Emits text deltas (one per token) or, when the model chose a tool, one tool-call delta with the
         call's name and its complete arguments; then the finish reason, then usage (exact token counts).
 
+        A request holding an image or a document fails at subscription with
+        :class:`~rxagent.model.errors.UnsupportedContentError`: no thread starts and nothing is loaded.
+
         Lifecycle:
             complete: after the usage chunk. error: a llama.cpp failure, as :class:`ModelError`.
             cancel: the worker stops before its next token and the thread ends; the model is free for
@@ -299,6 +311,11 @@ class LlamaCppModel:
         def subscribe(
             observer: abc.ObserverBase[ChatChunk], scheduler: abc.SchedulerBase | None = None
         ) -> abc.DisposableBase:
+            try:
+                check_content(request, self)
+            except UnsupportedContentError as refused:
+                observer.on_error(refused)
+                return Disposable()
             loop = running_loop("LlamaCppModel.stream")
             cancelled = threading.Event()
             hand_over = _HandOver(loop, observer, cancelled)

@@ -118,6 +118,10 @@ class OpenAIChatModel(ChatEndpoint):
 
         Each message's encoding is cached for as long as the message object lives, so a conversation that
         grows by one message per turn costs one message's encoding per request, not the whole history's.
+
+        Raises:
+            UnsupportedContentError: an image or document the format cannot carry (see
+                :func:`~rxagent.model._openai_wire.media_part`).
         """
         tools = self._tools.encoded(request.tools)
         return encode_body(self._model, request, self._wire.encoded_messages(request.messages), tools)

@@ -33,6 +33,7 @@ from rxagent.model.types import (
     ModelCapabilities,
     ToolCallDelta,
     Usage,
+    check_content,
 )
 from rxagent.operators import from_async_iterable
 
@@ -157,8 +158,10 @@ class _RecordingModel(ABC):
         """Emit the next answer as chunks. Each subscription is one call (recorded in ``requests``).
 
         Lifecycle:
-            complete: after the finish reason and usage chunks. error: the scripted error, or
-            :class:`ScriptExhaustedError`. cancel: the pending delay is cancelled, nothing more is emitted.
+            complete: after the finish reason and usage chunks. error: the scripted error,
+            :class:`ScriptExhaustedError`, or :class:`~rxagent.model.errors.UnsupportedContentError` for
+            images or documents its capabilities refuse (nothing recorded then). cancel: the pending delay
+            is cancelled, nothing more is emitted.
         """
 
         def chunks() -> AsyncIterator[ChatChunk]:
@@ -167,6 +170,7 @@ class _RecordingModel(ABC):
         return from_async_iterable(chunks)
 
     async def _chunks(self, request: ChatRequest) -> AsyncIterator[ChatChunk]:
+        check_content(request, self)  # capabilities without images or documents refuse them, as models do
         self.requests.append(request)
         step = await self._respond(request)
         if isinstance(step, Exception):

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from rxagent.chunks import ChatChunk, FinishReason, ToolCallDelta, Usage
+from rxagent.messages import DocumentBlock, ImageBlock
+from rxagent.model.errors import UnsupportedContentError
 from rxagent.requests import ChatRequest, ForceTool, JsonSchemaFormat, ResponseFormat, ToolChoice, ToolSchema
 
 if TYPE_CHECKING:
@@ -33,18 +35,67 @@ __all__ = [
     "ToolChoice",
     "ToolSchema",
     "Usage",
+    "check_content",
     "provider_of",
+    "refusal_of",
 ]
 
 
 @dataclass(frozen=True, slots=True)
 class ModelCapabilities:
-    """What a model accepts, so callers pick the right path (for example for structured output)."""
+    """What a model accepts, so callers pick the right path (for example for structured output).
+
+    Attributes:
+        tools: tool schemas (else structured output is prompted).
+        forced_tool_choice: ``tool_choice`` naming a tool, or ``"required"``.
+        json_schema_output: a JSON-schema ``response_format``.
+        thinking: it streams its reasoning.
+        images: images in user messages (:class:`~rxagent.messages.ImageBlock`).
+        documents: documents in user messages (:class:`~rxagent.messages.DocumentBlock`).
+    """
 
     tools: bool = True
     forced_tool_choice: bool = True
     json_schema_output: bool = False
     thinking: bool = False
+    images: bool = True
+    documents: bool = True
+
+
+def refusal_of(block: ImageBlock | DocumentBlock, model: ChatModel) -> str | None:
+    """Why ``model`` cannot take ``block`` by its capabilities, or ``None`` when it can."""
+    capabilities = model.capabilities
+    if capabilities.images if block.type == "image" else capabilities.documents:
+        return None
+    what = "images" if block.type == "image" else "documents"
+    return (
+        f"model {model.model_name!r} does not take {what} ({type(model).__name__}'s capabilities.{what} is "
+        f"False), and this is {block.media_type} {block.type}"
+    )
+
+
+def check_content(request: ChatRequest, model: ChatModel) -> None:
+    """Refuse ``request`` when it holds images or documents ``model``'s capabilities say it cannot take.
+
+    Every backend calls this before it sends (or generates) anything, so such a request fails at once,
+    with the model and the first offending block named, instead of reaching a server that rejects it
+    or a local model that would silently ignore it. (An agent refuses such input earlier still, before it
+    saves anything: see :mod:`rxagent.agent.inputs`.)
+
+    Raises:
+        UnsupportedContentError: the first image or document the model cannot take.
+    """
+    capabilities = model.capabilities
+    if capabilities.images and capabilities.documents:
+        return
+    for position, message in enumerate(request.messages):
+        for block in message.media:
+            refusal = refusal_of(block, model)
+            if refusal is not None:
+                raise UnsupportedContentError(
+                    f"{refusal} (message {position} of the request); nothing was sent: use a model that "
+                    "takes them, or leave them out"
+                )
 
 
 @runtime_checkable

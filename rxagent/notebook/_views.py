@@ -50,8 +50,18 @@ from rxagent.events import (
     ToolSuspended,
     UsageTotals,
 )
-from rxagent.messages import Msg, Role, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+from rxagent.messages import (
+    DocumentBlock,
+    ImageBlock,
+    Msg,
+    Role,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
 from rxagent.notebook._markup import clip, esc, visible
+from rxagent.redaction import mask_url
 from rxagent.state import AgentState, PendingCall
 from rxagent.tools.toolkit import ResolvedTool, Toolkit
 
@@ -61,6 +71,7 @@ __all__ = [
     "call_text",
     "event_summary",
     "html_of",
+    "media_label",
     "message_html",
     "message_text",
     "result_html",
@@ -195,6 +206,33 @@ def _thinking_html(text: str, *, open_: bool = False) -> str:
     )
 
 
+def media_label(block: ImageBlock | DocumentBlock) -> str:
+    """What an image or a document is, in a line: its type, size or pages, name, and where it is.
+
+    The bytes are never shown (a notebook would keep them in its file); a URL is shown masked.
+
+    Example:
+        >>> media_label(ImageBlock.from_url("https://example.com/cat.png"))
+        'image image/png at https://example.com/cat.png'
+    """
+    facts = [block.type, block.media_type]
+    if isinstance(block, ImageBlock):
+        size = block.dimensions()
+        if size is not None:
+            facts.append(f"{size[0]}×{size[1]}")
+    else:
+        if block.name:
+            facts.append(visible(block.name))
+        pages = block.pages()
+        if pages is not None:
+            facts.append(f"{pages} page{'s' if pages != 1 else ''}")
+    if block.url is not None:
+        facts.append(f"at {mask_url(block.url)}")
+    else:
+        facts.append(f"{block.size or 0:,} bytes")
+    return " ".join(facts)
+
+
 def message_html(msg: Msg, statuses: CallStatus | None = None) -> str:
     """One message as HTML: role, text, thinking folded in ``<details>``, calls, results with status.
 
@@ -212,8 +250,10 @@ def message_html(msg: Msg, statuses: CallStatus | None = None) -> str:
             parts.append(_thinking_html(block.thinking))
         elif isinstance(block, ToolUseBlock):
             parts.append(_call_html(block, (statuses or {}).get(block.id)))
-        else:
+        elif isinstance(block, ToolResultBlock):
             parts.append(_tool_result_html(block))
+        else:
+            parts.append(f'<div style="{_MUTED}">[{esc(media_label(block))}]</div>')
     if not parts:
         parts.append(f'<div style="{_MUTED}">(empty)</div>')
     return (
@@ -247,10 +287,12 @@ def message_text(msg: Msg, statuses: CallStatus | None = None) -> str:
             note = f"  [{visible(status)}]" if status else ""
             bad = f"  invalid: {visible(block.error or '')}" if block.state == "invalid" else ""
             lines.append(f"  ⚙ {call_text(block)}{note}{bad}")
-        else:
+        elif isinstance(block, ToolResultBlock):
             shown, left = clip(block.text, 2_000)
             more = f" … {left:,} more characters" if left else ""
             lines.append(f"  → {visible(block.name)} [{block.status}] {visible(shown)}{more}")
+        else:
+            lines.append(f"  [{media_label(block)}]")
     return "\n".join([f"{head}: {text}".rstrip(), *lines])
 
 

