@@ -84,7 +84,7 @@ sequence may mix answers and messages: the messages join the history after the a
 class RunInput:
     """A run's input, normalised: the new messages, and the decisions or results for pending calls.
 
-    It is what the ``agent`` cut point receives and what the :class:`~rxagent.agent.steps.Start` node holds.
+    It is what the ``agent`` cut point receives and what the :class:`~rxagent.agent.nodes.Start` node holds.
     """
 
     messages: tuple[Msg, ...]
