@@ -92,7 +92,9 @@ async def run_cell(
         assert scripts is not None, f"a block of {page} talks to a server, but no script was given:\n{code}"
         server.script(*script_for(code, scripts))
         code = code.replace(SERVER_URL, server.base_url)
-    compiled = compile(code, str(page), "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    # dont_inherit: the block is compiled as a notebook compiles it, without this module's
+    # `from __future__ import annotations` (a dataclass in a block must see real annotations).
+    compiled = compile(code, str(page), "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         outcome = eval(compiled, namespace)
