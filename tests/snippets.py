@@ -40,6 +40,8 @@ class Block:
     """Where the block begins in the page's text (its opening fence)."""
     end: int = 0
     """Where it ends (after its closing fence)."""
+    line: int = 1
+    """The page's line number of the block's first line of code."""
 
 
 def blocks(page: Path) -> list[Block]:
@@ -49,7 +51,8 @@ def blocks(page: Path) -> list[Block]:
     for match in _FENCE.finditer(text):
         headings = re.findall(r"^## .*$", text[: match.start()], re.MULTILINE)
         section = headings[-1] if headings else ""
-        found.append(Block(section, match.group(1), match.group(2), match.start(), match.end()))
+        line = text.count("\n", 0, match.start()) + 2  # the line after the opening fence
+        found.append(Block(section, match.group(1), match.group(2), match.start(), match.end(), line))
     return found
 
 
@@ -84,9 +87,10 @@ async def run_cell(
     page: Path,
     server: OpenAIServer | None = None,
     scripts: Mapping[str, Sequence[Reply]] | None = None,
+    line: int = 1,
 ) -> str:
-    """Run ``code`` (a block of ``page``) as a notebook cell (top-level ``await``) in ``namespace``; what
-    it printed."""
+    """Run ``code`` (a block of ``page`` starting at line ``line``) as a notebook cell (top-level
+    ``await``) in ``namespace``; what it printed. A traceback names the page's own line numbers."""
     if SERVER_URL in code:
         assert server is not None, f"a block of {page} talks to a server, but none was given:\n{code}"
         assert scripts is not None, f"a block of {page} talks to a server, but no script was given:\n{code}"
@@ -94,7 +98,8 @@ async def run_cell(
         code = code.replace(SERVER_URL, server.base_url)
     # dont_inherit: the block is compiled as a notebook compiles it, without this module's
     # `from __future__ import annotations` (a dataclass in a block must see real annotations).
-    compiled = compile(code, str(page), "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+    source = "\n" * (line - 1) + code
+    compiled = compile(source, str(page), "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         outcome = eval(compiled, namespace)

@@ -100,7 +100,7 @@ async def test_every_python_block_of_a_page_runs_in_order_and_prints_what_it_sho
             code = block.code
             if POSTGRES_URL in code:
                 code = code.replace(POSTGRES_URL, request.getfixturevalue("postgres_url"))
-            printed.append((await run_cell(code, namespace, page=page), shown))
+            printed.append((await run_cell(code, namespace, page=page, line=block.line), shown))
         namespace.clear()  # as when the notebook's kernel stops: whatever was left open is collected
 
     assert leaks == [], f"{page_id(page)} left resources open: {leaks}"
