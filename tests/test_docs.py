@@ -9,6 +9,12 @@
   network request (an audit hook refuses every socket), into pages that load nothing from elsewhere.
 - A broken cross-reference in a docstring fails the build, naming it (on a small package made here).
 - Every public module of the package is in the API reference.
+- ``scripts/docs.sh`` sets up the ``docs`` extra (or finds the ``test`` set-up, which includes it) and
+  runs that build, passing its arguments on; ``--serve`` serves instead.
+
+Bad inputs tried: a docstring role naming nothing (the build fails, naming the target and the file), a role
+naming another project's object (it stays code: nothing fetched), a build that reaches for the network (an
+inventory URL: refused before a socket opens, said on stderr, the build fails).
 """
 
 from __future__ import annotations
@@ -153,9 +159,10 @@ def test_the_site_builds_strictly_without_the_network(tmp_path: Path) -> None:
         )
 
 
-def small_site(root: Path, docstring: str) -> None:
+def small_site(root: Path, docstring: str, *, inventories: list[str] | None = None) -> None:
     """A package ``demo`` whose module docstring is ``docstring``, and a site of one page documenting it,
-    built with this site's configuration and docstring extension."""
+    built with this site's configuration and docstring extension (and, if given, other projects'
+    ``inventories`` to load, which this site never does)."""
     (root / "demo").mkdir()
     (root / "demo" / "__init__.py").write_text(
         f'"""{docstring}"""\n\n__all__ = ["Here"]\n\n\nclass Here:\n    """A class that is here."""\n'
@@ -166,6 +173,8 @@ def small_site(root: Path, docstring: str) -> None:
     python = config["plugins"][-1]["mkdocstrings"]["handlers"]["python"]
     python["paths"] = [str(root)]
     python["options"]["extensions"] = [str(ROOT / "docs" / "_ext" / "rst_docstrings.py") + ":RstDocstrings"]
+    if inventories is not None:
+        python["inventories"] = inventories
     config.update(docs_dir=str(root / "pages"), site_dir=str(root / "site"), nav=["index.md"])
     config.pop("exclude_docs", None)
     (root / "mkdocs.yml").write_text(yaml.safe_dump(config))
@@ -190,6 +199,18 @@ def test_a_docstring_whose_references_resolve_builds(tmp_path: Path) -> None:
     links = re.findall(r'<a class="autorefs autorefs-internal"[^>]*href="([^"]*)"', html)
     assert links == ["#demo.Here", "#demo.Here"]  # both roles are links to the class
     assert "<code>asyncio.Task</code>" in html  # another project's name stays code: no inventory fetched
+
+
+def test_a_build_that_reaches_for_the_network_fails_and_says_so(tmp_path: Path) -> None:
+    # What the strict build's test would see if a change made the site fetch something while it builds
+    # (here another project's inventory, which mkdocstrings can load): the request is refused, said, and
+    # the build fails.
+    small_site(tmp_path, "Uses :class:`Here`.", inventories=["https://docs.python.org/3/objects.inv"])
+    done = mkdocs("build", "--strict", "-f", str(tmp_path / "mkdocs.yml"), cwd=tmp_path)
+
+    assert done.returncode == 1
+    assert "NETWORK REQUEST urllib.Request" in done.stderr  # refused before any socket opened
+    assert "docs.python.org/3/objects.inv" in done.stderr
 
 
 # ---- what the reference covers ---------------------------------------------------------------------------
