@@ -138,6 +138,7 @@ def test_the_site_builds_strictly_without_the_network(tmp_path: Path) -> None:
     assert "WARNING" not in done.stderr
     pages = list(site.rglob("*.html"))
     assert len(pages) >= len(PAGES)
+    assert not (site / "_ext").exists()  # the build's own extension is not published
     for page in pages:
         html = page.read_text(encoding="utf-8")
         loads = re.findall(r"<(?:script|img|iframe)[^>]*\ssrc=\"(https?:)?//[^\"]*\"", html)
