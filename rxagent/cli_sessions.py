@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DENIED",
+    "SessionCondition",
     "SessionSummary",
     "add_answer_options",
     "answer_advice",

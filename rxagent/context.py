@@ -149,7 +149,7 @@ class RuntimeContext:
         attributes: free-form application data (tenant, locale, feature flags, …).
         tools: the tools this run may use and their preset values (``None``: the agent's whole toolkit).
         parent_run_id: the run this one is nested in (an agent used as a tool of another agent, see
-            :meth:`rxagent.agent.ReActAgent.as_tool`): every event of the run carries it.
+            :meth:`rxagent.agent.Agent.as_tool`): every event of the run carries it.
         parent_span_id: the caller's span that the run's spans hang under (16 lowercase hex digits, from
             an incoming ``traceparent``); ``None``: the run's span is the root of its trace.
         trace_sampled: the caller records this trace (the ``traceparent``'s ``sampled`` flag).
@@ -204,7 +204,7 @@ class RunContext(RuntimeContext, Generic[DepsT]):
         state: the session's state, saved when the run ends; middleware may keep its own data in
             ``state.extras`` (under a key of its own), so that work like compression is not redone.
         event_detail: how much of the run's events its caller watches; a tool that runs another agent
-            asks that run for as much (see :meth:`rxagent.agent.ReActAgent.as_tool`).
+            asks that run for as much (see :meth:`rxagent.agent.Agent.as_tool`).
         deps: the dependencies the caller gave the run (``agent.call(..., deps=...)``), typed by the
             agent's ``Deps`` (a database pool, an HTTP client, the user's account): what tools and steps
             use instead of globals. The untyped :attr:`attributes` stay for middleware.

@@ -1,5 +1,6 @@
 # Sourced by the set-up scripts: create .venv and install rxagent with the given extras, once per
-# change of pyproject.toml (a stamp file remembers what was installed; the `test` extras include `local`).
+# change of pyproject.toml (a stamp file remembers what was installed; the `test` extras include `local`
+# and `docs`).
 #
 # The first install compiles llama.cpp (llama-cpp-python has no wheel on the registry): about 8 minutes on
 # 2 cores. Then this says so before it starts, prints the elapsed time (and the build step reached) every
@@ -42,7 +43,7 @@ _rxagent_user_cmake_args="${CMAKE_ARGS:-}"
 export CMAKE_ARGS="$_rxagent_llama_cmake_args${_rxagent_user_cmake_args:+ $_rxagent_user_cmake_args}"
 stamp_prefix=".venv/.rxagent-installed-$(sha256sum pyproject.toml | cut -c1-16)"
 stamp="$stamp_prefix-${extras//,/-}"
-if [ "$extras" = local ] && [ -f "$stamp_prefix-test" ]; then
+if { [ "$extras" = local ] || [ "$extras" = docs ]; } && [ -f "$stamp_prefix-test" ]; then
   stamp="$stamp_prefix-test"
 fi
 # Written once the installed llama.cpp has run the embedded model on this CPU (see _rxagent_check_llama).

@@ -4,6 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/_venv.sh test
-echo "== ruff" && .venv/bin/ruff check rxagent tests bench && .venv/bin/ruff format --check -q rxagent tests bench
+echo "== ruff" && .venv/bin/ruff check rxagent tests bench docs/_ext && .venv/bin/ruff format --check -q rxagent tests bench docs/_ext
 echo "== basedpyright (strict, rxagent/)" && .venv/bin/basedpyright
 echo "== pytest" && .venv/bin/pytest "$@"

@@ -1,6 +1,7 @@
 """The README runs as written: every Python block in it is executed here, and prints what it shows.
 
-The README's Python is notebook code (``await`` and ``async with`` at the top level). Each block of
+The README's Python is notebook code (``await`` and ``async with`` at the top level), run as
+``tests/snippets.py`` runs a page's cells (the documentation site's pages are run the same way). Each block of
 "## Using it" runs on its own; the blocks of "## An agent, in a notebook" run in order as one notebook,
 and the first one prints exactly the ``text`` block that follows it. A block that talks to a server
 (``http://127.0.0.1:8080/v1``) talks to the loopback OpenAI-compatible server instead, scripted for that
@@ -10,52 +11,24 @@ block; it must close what it opens (no unclosed-session warning).
 from __future__ import annotations
 
 import ast
-import asyncio
-import contextlib
-import gc
-import inspect
-import io
 import json
 import re
-import warnings
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.model.openai_server import OpenAIServer, Reply, finish_chunk, text_chunk, tool_chunk
+from tests.snippets import SERVER_URL, Block, blocks, leaks_recorded, run_cell
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
-SERVER_URL = "http://127.0.0.1:8080/v1"
 USING_IT = "## Using it"
 NOTEBOOK = "## An agent, in a notebook"
-_FENCE = re.compile(r"^```(\w+)\n(.*?)^```\n", re.DOTALL | re.MULTILINE)
-
-
-@dataclass(frozen=True)
-class Block:
-    """One fenced block of the README."""
-
-    section: str
-    language: str
-    code: str
-
-
-def blocks() -> list[Block]:
-    """Every fenced block of the README, with the ``## `` section it is in."""
-    text = README.read_text(encoding="utf-8")
-    found: list[Block] = []
-    for match in _FENCE.finditer(text):
-        headings = re.findall(r"^## .*$", text[: match.start()], re.MULTILINE)
-        found.append(Block(headings[-1] if headings else "", match.group(1), match.group(2)))
-    return found
 
 
 def section_blocks(title: str, language: str | None = None) -> list[Block]:
-    return [b for b in blocks() if b.section == title and (language is None or b.language == language)]
+    return [b for b in blocks(README) if b.section == title and (language is None or b.language == language)]
 
 
 # What the loopback server answers to each block that talks to a server (found by a phrase in the block).
@@ -84,42 +57,9 @@ PRINTS: dict[str, str] = {
 """What a block prints, where the README does not show it (found by a phrase in the block)."""
 
 
-def script_for(code: str) -> list[Reply]:
-    phrases = [phrase for phrase in SCRIPTS if phrase in code]
-    assert len(phrases) == 1, f"a README block talks to {SERVER_URL} but has no script here:\n{code}"
-    return SCRIPTS[phrases[0]]
-
-
-@contextlib.contextmanager
-def leaks_recorded() -> Iterator[list[str]]:
-    """Records unclosed-resource warnings and loop errors (aiohttp reports an unclosed session both ways)
-    until the block ends, and what a garbage collection then finds."""
-    loop = asyncio.get_running_loop()
-    found: list[str] = []
-    previous = loop.get_exception_handler()
-    loop.set_exception_handler(lambda _, context: found.append(str(context.get("message"))))
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            yield found
-            gc.collect()
-        finally:
-            loop.set_exception_handler(previous)
-    found.extend(str(w.message) for w in caught if issubclass(w.category, ResourceWarning))
-
-
-async def run_cell(code: str, namespace: dict[str, Any], server: OpenAIServer) -> str:
-    """Run ``code`` as a notebook cell (top-level ``await``) in ``namespace``; what it printed."""
-    if SERVER_URL in code:
-        server.script(*script_for(code))
-        code = code.replace(SERVER_URL, server.base_url)
-    compiled = compile(code, str(README), "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
-    printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        outcome = eval(compiled, namespace)
-        if inspect.iscoroutine(outcome):
-            await outcome
-    return printed.getvalue()
+async def run_readme_cell(code: str, namespace: dict[str, Any], server: OpenAIServer) -> str:
+    """Run ``code``, a block of the README, as a notebook cell; what it printed."""
+    return await run_cell(code, namespace, page=README, server=server, scripts=SCRIPTS)
 
 
 def expected_print(code: str) -> str | None:
@@ -128,7 +68,7 @@ def expected_print(code: str) -> str | None:
 
 
 def test_every_python_block_is_run_here() -> None:
-    python = [b for b in blocks() if b.language == "python"]
+    python = [b for b in blocks(README) if b.language == "python"]
     assert python
     assert {b.section for b in python} == {USING_IT, NOTEBOOK}
     assert [b.language for b in section_blocks(NOTEBOOK)].count("text") == 1
@@ -140,7 +80,7 @@ async def test_each_snippet_of_using_it_runs_on_its_own(index: int, server: Open
     namespace: dict[str, Any] = {"__name__": "__readme__"}
 
     with leaks_recorded() as leaks:
-        printed = await run_cell(code, namespace, server)
+        printed = await run_readme_cell(code, namespace, server)
         namespace.clear()  # as when the notebook's kernel stops: whatever was left open is collected
 
     assert leaks == [], f"the snippet left resources open: {leaks}"
@@ -160,7 +100,7 @@ async def test_the_notebook_section_runs_in_order_and_prints_what_it_shows(serve
     namespace: dict[str, Any] = {"__name__": "__readme__"}
 
     with leaks_recorded() as leaks:
-        printed = [await run_cell(cell, namespace, server) for cell in cells]
+        printed = [await run_readme_cell(cell, namespace, server) for cell in cells]
         namespace.clear()
 
     assert leaks == [], f"the notebook left resources open: {leaks}"

@@ -60,6 +60,7 @@ case "$*" in
     exit "${PIP_STATUS:-0}" ;;
   "-m pip install -q"*) echo "CMAKE_ARGS=$CMAKE_ARGS" >> "$LOG"; exit 0 ;;
   "-m tests.notebook_runner"*) exit 0 ;;                     # scripts/notebooks.sh's last step
+  "-m mkdocs "*) exit 0 ;;                                   # scripts/docs.sh's last step
   "-m rxagent.model.llama_check")
     # CHECKS: what each check finds, in turn ("crash,runs": the first crashes, the next ones run).
     IFS=, read -ra verdicts <<< "${CHECKS:-runs}"

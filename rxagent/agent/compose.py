@@ -318,7 +318,8 @@ def map_runs(
             :func:`~rxagent.operators.map_concurrent`).
 
     Returns:
-        An operator from inputs (anything :meth:`ReActAgent.call` takes) to one :class:`RunOutcome` each.
+        An operator from inputs (anything :meth:`Agent.call <rxagent.agent.Agent.call>` takes) to one
+        :class:`RunOutcome` each.
 
     Raises:
         ValueError: ``max_concurrent`` is below 1 (when the operator is built).

@@ -115,7 +115,7 @@ message: ``["What is in this picture?", ImageBlock.from_path("cat.png")]``."""
 class RunInput:
     """A run's input, normalised: the new messages, and the decisions or results for pending calls.
 
-    It is what the ``agent`` cut point receives and what the :class:`~rxagent.agent.steps.Start` node holds.
+    It is what the ``agent`` cut point receives and what the :class:`~rxagent.agent.nodes.Start` node holds.
     """
 
     messages: tuple[Msg, ...]

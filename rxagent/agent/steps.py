@@ -1,9 +1,9 @@
 """The loop as values: nodes say where a run goes next, steps go there, :func:`run_loop` runs them.
 
 A **node** (:mod:`rxagent.agent.nodes`) is a small frozen value naming the next thing to do:
-:class:`Start` (route the input), :class:`Reason` (one model turn), :class:`Act` (run a batch of tool
-calls), :class:`Finish` (save and emit the result), and a few more the default assembly uses
-(:class:`Reprompt`, :class:`CheckOutput`, :class:`Interrupt`). A **step** is a function
+:class:`~rxagent.agent.nodes.Start` (route the input), :class:`Reason` (one model turn), :class:`Act` (run a
+batch of tool calls), :class:`Finish` (save and emit the result), and a few more the default assembly uses
+(:class:`Reprompt`, :class:`~rxagent.agent.nodes.CheckOutput`, :class:`Interrupt`). A **step** is a function
 ``(node, run) -> Observable[AgentEvent | Next]``: it emits the run's events and ends with one
 :class:`Next` naming the following node — a value, not a side effect.
 **Decisions** between steps (``after_reasoning``, ``after_tools``, …, in :mod:`rxagent.agent.decisions`)

@@ -50,11 +50,11 @@ being counted twice, restarts included. A cancelled task reports no usage (as a 
 every task's usage stays in its own session and in its ``task_finished``/``task_failed`` fact.
 
 **Cancelling.** Cancelling the parent run (disposing its stream, cancelling the task awaiting ``call``)
-cancels the tasks that run started or resumed and that are still queued or running; :meth:`aclose`
-cancels every task of the host. A run that ends any other way (answered, interrupted, failed) leaves its
-tasks running, for later runs of its session to read. A cancelled task's run is disposed (its model call
-and tools cancelled, its session saved and its lease released) before the task reports ``cancelled``;
-``task_cancelled`` records why.
+cancels the tasks that run started or resumed and that are still queued or running;
+:meth:`~BackgroundTasks.aclose` cancels every task of the host. A run that ends any other way (answered,
+interrupted, failed) leaves its tasks running, for later runs of its session to read. A cancelled task's
+run is disposed (its model call and tools cancelled, its session saved and its lease released) before the
+task reports ``cancelled``; ``task_cancelled`` records why.
 
 **Limits.** At most ``max_tasks`` tasks of the host run at once; the others wait in one line, first come
 first served (``task_status`` gives the place).

@@ -215,8 +215,9 @@ class SessionFeed:
 
     @property
     def head(self) -> int:
-        """The sequence number of the newest item published (or read by :meth:`follow`); items past
-        :attr:`durable_head` are not in the log yet, and watchers do not get them yet."""
+        """The sequence number of the newest item published (or read from the log by the follower task:
+        :attr:`following`); items past :attr:`durable_head` are not in the log yet, and watchers do not
+        get them yet."""
         return self._head
 
     @property
