@@ -588,6 +588,8 @@ class Msg(Displayable, BaseModel):
     @classmethod
     def from_tool_results(cls, *results: ToolResultBlock, **fields: object) -> Msg:
         """A ``tool`` message carrying the given results, in the order of their calls."""
+        if not fields:  # the results are blocks already: nothing to validate (once per tool round)
+            return cls.model_construct(role="tool", content=results)
         return cls.model_validate({"role": "tool", "content": results, **fields})
 
     # ---- views --------------------------------------------------------------------------------------

@@ -90,10 +90,16 @@ class _CallParts:
             else:
                 if not isinstance(parsed, dict):
                     error = f"the tool call's arguments must be a JSON object, got {type(parsed).__name__}"
+        # Built without validation, as every block of a fold is: each field is of its type by construction
+        # (`parsed` is what json.loads made of the text), and validating a call's arguments walks them all.
         if error is not None:
-            return ToolUseBlock(id=call_id, name=self.name, raw_arguments=raw, state="invalid", error=error)
+            return ToolUseBlock.model_construct(
+                id=call_id, name=self.name, input=None, raw_arguments=raw, state="invalid", error=error
+            )
         arguments = cast("dict[str, JsonValue]", parsed)
-        return ToolUseBlock(id=call_id, name=self.name, input=arguments, raw_arguments=raw, state="complete")
+        return ToolUseBlock.model_construct(
+            id=call_id, name=self.name, input=arguments, raw_arguments=raw, state="complete", error=None
+        )
 
 
 class MessageFold:
@@ -257,9 +263,10 @@ class MessageFold:
     def message(self) -> Msg:
         """The final assistant message: text, thinking, parsed tool calls; usage, finish reason and the
         answering model (when a chunk named it) in its metadata."""
-        return Msg(
+        return Msg.model_construct(
             id=self.message_id,
             role="assistant",
+            name=None,
             content=self._blocks(final=True),
             metadata=self._metadata(),
             created_at=self._created_at,
