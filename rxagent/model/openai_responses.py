@@ -52,8 +52,9 @@ class OpenAIResponsesModel(ChatEndpoint):
     to that loop from then on) and closed by :meth:`aclose` or by leaving ``async with``.
 
     What a request sends: the leading system messages as ``instructions``; the rest of the conversation as
-    input items (text messages, ``function_call`` and ``function_call_output`` items, and the reasoning
-    items of earlier answers, see the module); tools as ``function`` tools (``strict`` as each tool says);
+    input items (text messages, a user message's images and documents as ``input_image`` and
+    ``input_file`` parts, ``function_call`` and ``function_call_output`` items, and the reasoning items of
+    earlier answers, see the module); tools as ``function`` tools (``strict`` as each tool says);
     ``tool_choice``; ``max_tokens`` as ``max_output_tokens``; a response format as ``text.format``;
     ``stream``; ``store: false`` and ``include: ["reasoning.encrypted_content"]``; the request's ``extra``
     last (it may override any of these). The API has no stop sequences and no seed: a request that sets
@@ -76,7 +77,7 @@ class OpenAIResponsesModel(ChatEndpoint):
         timeouts: connect, idle-read and total timeouts.
         retry: how one call retries (a run's shared budget comes with each request).
         capabilities: what the model accepts (default: tools, forced tool choice, JSON schema output,
-            thinking).
+            thinking, images and documents).
         headers: extra HTTP headers sent with every request.
         connection_limit: most simultaneous connections to the server.
         reasoning_effort: ``reasoning.effort`` for reasoning models (``None``: the server's default, and

