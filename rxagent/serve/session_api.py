@@ -11,6 +11,7 @@ import json
 import weakref
 from collections import deque
 from collections.abc import Iterable
+from contextlib import aclosing
 from typing import Any
 
 from aiohttp import web
@@ -24,8 +25,9 @@ from rxagent.state import PendingCall
 
 __all__ = ["encode_feed", "pending_json", "routes", "status_json"]
 
-_CHUNK = 64 * 1024
-"""Bytes per write at most: a stalled client holds one such write, however much it missed."""
+_CHUNK = 16 * 1024
+"""Bytes per write at most (more only for one larger fact): a stalled client holds one such write beside
+its connection's buffer, however much it missed."""
 
 
 def routes() -> list[web.RouteDef]:
@@ -123,15 +125,22 @@ async def get_feed(request: web.Request) -> web.StreamResponse:
         )
     settings = hub.settings
     stream = EventStream(
-        request, heartbeat=settings.heartbeat, send_timeout=settings.send_timeout, clock=hub.agent.clock
+        request,
+        heartbeat=settings.heartbeat,
+        send_timeout=settings.send_timeout,
+        clock=hub.agent.clock,
+        session=handle.key[1],
     )
-
     encoded = _encoded(feed)
 
     async def body() -> None:
-        async for batch in feed.watch_batches(after):
-            for chunk in encoded.get(batch):
-                await stream.send(chunk)
+        cursor = after
+        while True:
+            cursor, (data, last) = await _write_while_read(stream, feed, encoded, cursor)
+            # The client is behind: of all it missed, this one write is all that is held for it.
+            await stream.send(data, drain=True)
+            cursor = last
+            del data  # its connection's buffer has it
 
     hub.streams.add(stream)
     try:
@@ -139,6 +148,33 @@ async def get_feed(request: web.Request) -> web.StreamResponse:
     finally:
         hub.streams.discard(stream)
     return stream.response
+
+
+async def _write_while_read(
+    stream: EventStream, feed: SessionFeed, encoded: _Encoded, cursor: int
+) -> tuple[int, tuple[bytes, int]]:
+    """Write the feed after fact ``cursor`` for as long as the client takes it; at the first write that
+    could wait for the client, return it unwritten with the fact written up to, having let go of the
+    watcher (and the page of the log it read) and of the batch (see :mod:`rxagent.serve.streams`)."""
+    async with aclosing(feed.watch_batches(cursor)) as batches:
+        async for batch in batches:
+            cursor, waiting = await _write_batch(stream, encoded.get(batch), cursor)
+            if waiting is not None:
+                return cursor, waiting
+            del batch  # a watcher that waits for new facts holds nothing of those it wrote
+    raise AssertionError("a session's feed never ends")
+
+
+async def _write_batch(
+    stream: EventStream, writes: list[tuple[bytes, int]], cursor: int
+) -> tuple[int, tuple[bytes, int] | None]:
+    """Write ``writes`` up to the first that could wait for the client (returned, unwritten)."""
+    for write in writes:
+        if stream.would_wait(len(write[0])):
+            return cursor, write
+        await stream.send(write[0])
+        cursor = write[1]
+    return cursor, None
 
 
 def _after(request: web.Request) -> int:
@@ -162,9 +198,9 @@ class _Encoded:
     __slots__ = ("entries",)
 
     def __init__(self) -> None:
-        self.entries: deque[tuple[FeedItem, FeedItem, list[bytes]]] = deque(maxlen=4)
+        self.entries: deque[tuple[FeedItem, FeedItem, list[tuple[bytes, int]]]] = deque(maxlen=4)
 
-    def get(self, batch: list[FeedItem] | FeedGap) -> list[bytes]:
+    def get(self, batch: list[FeedItem] | FeedGap) -> list[tuple[bytes, int]]:
         if isinstance(batch, FeedGap):
             return list(encode_feed(batch))
         first, last = batch[0], batch[-1]
@@ -186,12 +222,12 @@ def _encoded(feed: SessionFeed) -> _Encoded:
     return encoded
 
 
-def encode_feed(batch: list[FeedItem] | FeedGap) -> Iterable[bytes]:
-    """A batch of the feed as SSE events (see the wire format in :mod:`rxagent.serve`), in writes of at
-    most 64 KiB (one item may be larger)."""
+def encode_feed(batch: list[FeedItem] | FeedGap) -> Iterable[tuple[bytes, int]]:
+    """A batch of the feed as SSE events (see the wire format in :mod:`rxagent.serve`), in writes of about
+    16 KiB at most (more only for one larger fact), each with the sequence number of its last fact."""
     if isinstance(batch, FeedGap):
         data = json.dumps({"first": batch.first, "last": batch.last})
-        yield f"id: {batch.last}\nevent: gap\ndata: {data}\n\n".encode()
+        yield f"id: {batch.last}\nevent: gap\ndata: {data}\n\n".encode(), batch.last
         return
     parts: list[str] = []
     size = 0
@@ -208,10 +244,10 @@ def encode_feed(batch: list[FeedItem] | FeedGap) -> Iterable[bytes]:
         parts.append(part)
         size += len(part)
         if size >= _CHUNK:
-            yield "".join(parts).encode()
+            yield "".join(parts).encode(), seq
             parts, size = [], 0
     if parts:
-        yield "".join(parts).encode()
+        yield "".join(parts).encode(), batch[-1].seq
 
 
 # ---- driving ---------------------------------------------------------------------------------------------
