@@ -1,4 +1,5 @@
-"""The session API: list and read sessions, follow a session's feed (SSE), submit, steer, respond, interrupt.
+"""The session API: list, read and delete sessions, follow a session's feed (SSE), submit, steer, respond,
+interrupt, read a run and cancel a queued one.
 
 The contract (statuses, bodies, the feed's wire format) is in :mod:`rxagent.serve`'s docstring; this
 module implements it. Every endpoint checks its input whole before it changes anything.
@@ -16,9 +17,18 @@ from typing import Any
 
 from aiohttp import web
 
-from rxagent.agent import ExternalResult, PendingToolCallsError, SessionHandle, SessionStatus, ToolDecision
+from rxagent.agent import (
+    ExternalResult,
+    PendingToolCallsError,
+    RunHandle,
+    SessionBusyError,
+    SessionHandle,
+    SessionStatus,
+    ToolDecision,
+)
 from rxagent.serve.http import ApiError, JsonObject, json_response, read_json
-from rxagent.serve.hub import HUB, RECONCILE_HOW, refusal, uncertain_json
+from rxagent.serve.hub import HUB, RECONCILE_HOW, SESSION_ID, refusal, uncertain_json
+from rxagent.serve.runs import run_record
 from rxagent.serve.streams import EventStream
 from rxagent.session import FeedGap, FeedItem, Reconcile, SessionFeed
 from rxagent.state import PendingCall
@@ -35,9 +45,13 @@ def routes() -> list[web.RouteDef]:
     return [
         web.get("/api/sessions", list_sessions),
         web.get("/api/sessions/{sid}", get_session),
+        web.delete("/api/sessions/{sid}", delete_session),
         web.get("/api/sessions/{sid}/turns", get_turns),
+        web.get("/api/sessions/{sid}/messages", get_messages),
         web.get("/api/sessions/{sid}/feed", get_feed, allow_head=False),  # a HEAD would hold a watcher
         web.post("/api/sessions/{sid}/runs", post_run),
+        web.get("/api/sessions/{sid}/runs/{run_id}", get_run),
+        web.delete("/api/sessions/{sid}/runs/{run_id}", cancel_run),
         web.post("/api/sessions/{sid}/steer", post_steer),
         web.post("/api/sessions/{sid}/respond", post_respond),
         web.post("/api/sessions/{sid}/reconcile", post_reconcile),
@@ -79,6 +93,133 @@ async def get_turns(request: web.Request) -> web.Response:
     handle = await hub.existing(request.match_info["sid"])
     turns = await hub.agent.sessions.turns(handle.ctx)
     return json_response({"turns": [dataclasses.asdict(t) for t in turns]})
+
+
+async def get_messages(request: web.Request) -> web.Response:
+    """``GET /api/sessions/{sid}/messages``: the session's conversation as its log has it."""
+    hub = request.app[HUB]
+    handle = await hub.existing(request.match_info["sid"])
+    state = await hub.agent.sessions.state(handle.ctx)
+    return json_response(
+        {"session_id": handle.key[1], "messages": [m.model_dump(mode="json") for m in state.messages]}
+    )
+
+
+async def get_run(request: web.Request) -> web.Response:
+    """``GET /api/sessions/{sid}/runs/{run_id}``: where a run stands, and how it ended (its result and
+    usage)."""
+    hub = request.app[HUB]
+    handle = await hub.existing(request.match_info["sid"])
+    run_id = _run_id(request)
+    session_id = handle.key[1]
+    here = hub.run(session_id, run_id)
+    if isinstance(here, RunHandle):
+        return json_response(_run_json(run_id, here.status, position=here.position))
+    record = run_record(await hub.agent.sessions.facts(handle.ctx), run_id)
+    if record is None or (record.status == "unfinished" and here is not None):
+        if here is None:
+            raise ApiError(404, f"no run {run_id!r} in session {session_id!r}")
+        return json_response(_run_json(run_id, here.status, error=here.error))  # not in the log (yet)
+    return json_response(
+        _run_json(
+            run_id,
+            record.status,
+            started=record.started,
+            ended=record.ended,
+            reason=record.reason,
+            error=record.error,
+            result=record.result,
+        )
+    )
+
+
+def _run_json(
+    run_id: str,
+    status: str,
+    *,
+    position: int | None = None,
+    started: int | None = None,
+    ended: int | None = None,
+    reason: str | None = None,
+    error: str | None = None,
+    result: JsonObject | None = None,
+) -> JsonObject:
+    return {
+        "run_id": run_id,
+        "status": status,
+        "position": position if status == "queued" else None,
+        "started": started,
+        "ended": ended,
+        "reason": reason,
+        "error": error,
+        "result": result,
+        "usage": None if result is None else result.get("usage"),
+    }
+
+
+async def cancel_run(request: web.Request) -> web.Response:
+    """``DELETE /api/sessions/{sid}/runs/{run_id}``: cancel a run queued here before it starts."""
+    hub = request.app[HUB]
+    handle = await hub.existing(request.match_info["sid"])
+    run_id = _run_id(request)
+    session_id = handle.key[1]
+    here = hub.run(session_id, run_id)
+    if isinstance(here, RunHandle) and here.status == "queued":
+        here.cancel()
+        return json_response({"run_id": run_id, "cancelled": True})
+    if isinstance(here, RunHandle):
+        raise ApiError(
+            409, f"run {run_id!r} is running: interrupt it (POST /api/sessions/{session_id}/interrupt)"
+        )
+    record = run_record(await hub.agent.sessions.facts(handle.ctx), run_id)
+    if here is None and record is None:
+        raise ApiError(
+            404,
+            f"no run {run_id!r} queued on this server in session {session_id!r} (a run queued on another "
+            "server is cancelled there)",
+        )
+    status = here.status if here is not None else record.status if record is not None else "unfinished"
+    raise ApiError(409, f"run {run_id!r} is not queued: it {_STATES.get(status, status)}", run_status=status)
+
+
+_STATES = {
+    "finished": "has finished",
+    "failed": "has failed",
+    "cancelled": "was cancelled",
+    "unfinished": "has started",
+}
+
+
+async def delete_session(request: web.Request) -> web.Response:
+    """``DELETE /api/sessions/{sid}``: delete the session and its log, when no run of it is going or
+    queued (here, or on another server of the same store)."""
+    hub = request.app[HUB]
+    handle = await hub.existing(request.match_info["sid"])
+    hub.refuse_while_stopping()
+    session_id = handle.key[1]
+    status = handle.status()
+    if status.state in ("running", "queued") or status.held_elsewhere:
+        raise ApiError(
+            409,
+            f"a run of session {session_id!r} is going or queued: interrupt it (POST "
+            f"/api/sessions/{session_id}/interrupt) or cancel it, then delete the session",
+            state="running" if status.held_elsewhere else status.state,
+        )
+    try:
+        await hub.agent.sessions.delete(handle.ctx)
+    except SessionBusyError as busy:  # a run of another server took it meanwhile
+        raise ApiError(409, str(busy)) from None
+    hub.deleted(session_id)
+    return json_response({"session_id": session_id, "deleted": True})
+
+
+def _run_id(request: web.Request) -> str:
+    raw = request.match_info["run_id"]
+    if SESSION_ID.fullmatch(raw) is None:
+        raise ApiError(
+            400, "a run id is 1 to 128 letters, digits and '._:@-', starting with a letter or a digit"
+        )
+    return raw
 
 
 def status_json(status: SessionStatus) -> JsonObject:
@@ -256,11 +397,12 @@ def encode_feed(batch: list[FeedItem] | FeedGap) -> Iterable[tuple[bytes, int]]:
 async def post_run(request: web.Request) -> web.Response:
     """``POST /api/sessions/{sid}/runs`` ``{"input": "text"}``: queue a run (the session is made if new)."""
     hub = request.app[HUB]
-    handle = hub.handle(hub.session_id(request.match_info["sid"]))
+    session_id = hub.session_id(request.match_info["sid"])
     body = await read_json(request, hub.settings.max_body)
     _only(body, required={"input"})
     text = _text(body, "input")
     hub.refuse_while_stopping()
+    handle = hub.handle(session_id)  # once the body passed: a refused one brings nothing into memory
     hub.refuse_while_waiting(await handle.read_status(), "new input")
     run = hub.submit(handle, text, request)
     return json_response({"run_id": run.id}, 202)
