@@ -105,6 +105,11 @@ class EventStream:
         if self._dropped:
             raise ConnectionResetError(f"the client took no data for {self.send_timeout:g} s")
 
+    @property
+    def waiting(self) -> bool:
+        """Whether a write waits for the client now (it took none of it yet, or too little)."""
+        return self._writing
+
     def would_wait(self, size: int) -> bool:
         """Whether writing ``size`` more bytes now could wait for the client: what its connection holds
         unsent, with them, would pass the transport's high-water mark (where aiohttp waits for it to drain).
