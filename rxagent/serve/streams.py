@@ -132,7 +132,11 @@ class EventStream:
     ) -> None:
         """Open the response, run ``body`` with heartbeats beside it, then ``last_word`` (which may write a
         closing event; it runs after the body returns or was ended, not when the client went away)."""
-        await self.response.prepare(self.request)
+        try:
+            await self.response.prepare(self.request)
+        except ConnectionError:  # gone before the answer's head could be written: nothing to serve
+            self.closed.set()
+            return
         loop = asyncio.get_running_loop()
         self._last_write = self.clock.now()
         task = asyncio.current_task()
