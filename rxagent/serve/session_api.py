@@ -113,8 +113,9 @@ async def get_run(request: web.Request) -> web.Response:
     run_id = _run_id(request)
     session_id = handle.key[1]
     here = hub.run(session_id, run_id)
-    if isinstance(here, RunHandle):
-        return json_response(_run_json(run_id, here.status, position=here.position))
+    if isinstance(here, RunHandle):  # "done": its result is out, its end being recorded: still running
+        status = "queued" if here.status == "queued" else "running"
+        return json_response(_run_json(run_id, status, position=here.position))
     record = run_record(await hub.agent.sessions.facts(handle.ctx), run_id)
     if record is None or (record.status == "unfinished" and here is not None):
         if here is None:
