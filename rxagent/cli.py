@@ -482,13 +482,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--trusted-proxy",
-        "--forwarded-allow-ips",
         dest="trusted_proxies",
         action="append",
         default=[],
         metavar="ADDRESSES",
         help="a reverse proxy's address or network (repeatable, or comma-separated): from it alone, "
         "X-Forwarded-Proto, -Host and -For say a request's scheme, host and client (needs a token)",
+    )
+    serve.add_argument(
+        "--forwarded-allow-ips",
+        dest="trusted_proxies",
+        action="append",
+        metavar="ADDRESSES",
+        help="the same as --trusted-proxy (the name uvicorn and gunicorn give it)",
     )
     serve.add_argument(
         "--gc-threshold",
