@@ -15,6 +15,14 @@ peak of traced Python allocations, for each: the stalled client's own cost is th
 flat (about zero) however long the answer. (What the run itself holds, with or without the client, is the
 store's write queue and the feed's ring, both bounded.)
 
+Then 200 stalled clients (``--stalled``): a fresh server (SQLite store, a send buffer of 16 KiB per
+connection so that the system takes little and the server's own buffering is what is measured) whose
+session has a ``--deltas`` answer in its log; 200 clients ask for its feed from the start and never read.
+The server's traced Python allocations and RSS once every one of them waits on its client, ÷ 200, then
+after they all went away (the memory is given back: traced back to where it was). The contract's bound is
+128 KiB per stalled client; before the fix a client held a page of the log and its encoding besides
+(about 0.6 MB each, and 200 of them took the server from 61 to 189 MB).
+
 Last line: ``serve_p99_ms: X`` (the 99th percentile of the per-event latency). Goal: ≤ 20.
 
 Run: ``.venv/bin/python bench/serve.py [--clients N] [--deltas N] [--pace S]``.
@@ -24,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import socket
@@ -33,7 +42,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from reactivex import Observable
@@ -82,25 +91,46 @@ class Paced:
 # ---- the server (child process) -------------------------------------------------------------------------
 
 
-async def run_server(deltas: list[int], pace: float, db: str | None, trace: bool) -> None:
+async def run_server(
+    deltas: list[int], pace: float, db: str | None, trace: bool, send_buffer: int | None
+) -> None:
     from rxagent.serve import AgentServer, ServeSettings
 
     agent = ReActAgent(Paced(deltas, pace), store=db)
-    server = AgentServer(agent, ServeSettings(port=0, send_timeout=3600.0))
+    server = AgentServer(agent, ServeSettings(port=0, send_timeout=3600.0, send_buffer=send_buffer))
     await server.start()
     if trace:
         tracemalloc.start()
     print(server.url, flush=True)
     loop = asyncio.get_running_loop()
-    while True:  # commands on stdin: "reset" (a new traced peak) or the end of input (stop)
+    while True:  # commands on stdin (see Server), or the end of input (stop)
         line = await loop.run_in_executor(None, sys.stdin.readline)
         if not line:
             break
-        if trace:
+        command, *argument = line.split()
+        streams = server.hub.streams
+        if command == "stalled":  # until that many feed streams wait on their clients
+            count = int(argument[0])
+            await _until(lambda: sum(s.waiting for s in streams) >= count)  # noqa: B023 - awaited here
+        elif command == "gone":  # until no feed stream is left
+            await _until(lambda: not streams)  # noqa: B023 - awaited here
+        if command in ("stalled", "gone"):
+            await asyncio.sleep(0.2)  # what the last of them started settles
+            gc.collect()
+            print(f"traced {tracemalloc.get_traced_memory()[0]}", flush=True)
+        elif trace:
             print(f"traced {tracemalloc.get_traced_memory()[1]}", flush=True)
             tracemalloc.reset_peak()
     await server.stop()
     await agent.aclose()
+
+
+async def _until(done: Callable[[], bool]) -> None:
+    """Look every 50 ms until ``done()`` (a benchmark's wait for many clients: it may take its time)."""
+    while True:
+        if done():
+            return
+        await asyncio.sleep(0.05)
 
 
 # ---- the clients ----------------------------------------------------------------------------------------
@@ -109,7 +139,14 @@ async def run_server(deltas: list[int], pace: float, db: str | None, trace: bool
 class Server:
     """The child process running the server."""
 
-    def __init__(self, deltas: list[int], pace: float, db: str | None = None, trace: bool = False) -> None:
+    def __init__(
+        self,
+        deltas: list[int],
+        pace: float,
+        db: str | None = None,
+        trace: bool = False,
+        send_buffer: int | None = None,
+    ) -> None:
         profile = (
             ["-m", "cProfile", "-o", os.environ["BENCH_PROFILE"]] if os.environ.get("BENCH_PROFILE") else []
         )
@@ -127,6 +164,8 @@ class Server:
             args += ["--db", db]
         if trace:
             args.append("--trace")
+        if send_buffer is not None:
+            args += ["--send-buffer", str(send_buffer)]
         self.process = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert self.process.stdout is not None
         self.url = self.process.stdout.readline().strip()
@@ -142,9 +181,14 @@ class Server:
 
     def traced_peak(self) -> int:
         """The peak of traced allocations since the last call (and starts a new peak)."""
+        return self.ask("peak")
+
+    def ask(self, command: str) -> int:
+        """Send a command (``peak``; ``stalled N``: once N feed streams wait on their clients; ``gone``:
+        once none is left) and read the traced bytes it answers (the peak, or what is traced now)."""
         assert self.process.stdin is not None
         assert self.process.stdout is not None
-        self.process.stdin.write("peak\n")
+        self.process.stdin.write(f"{command}\n")
         self.process.stdin.flush()
         return int(self.process.stdout.readline().split()[1])
 
@@ -353,12 +397,52 @@ async def memory_phase(deltas: int, stalled: bool) -> tuple[int, int]:
             server.stop()
 
 
+async def stalled_phase(clients: int, deltas: int) -> None:
+    """``clients`` feed clients that never read, on a session with a ``deltas`` answer: what each costs the
+    server, and what is left once they went away."""
+    with tempfile.TemporaryDirectory() as folder:
+        server = Server([deltas], 0.0, db=os.path.join(folder, "bench.db"), trace=True, send_buffer=16384)
+        stalled: list[socket.socket] = []
+        try:
+            await request(server, "POST", f"/api/sessions/{SESSION}/runs", {"input": "a long answer"})
+            await until_result(server, 0)
+            # Asked from a thread: this loop must go on meanwhile (closing the clients it closed).
+            before, rss_before = await asyncio.to_thread(server.ask, "gone"), server.rss()
+            loop = asyncio.get_running_loop()
+            for _ in range(clients):
+                client = socket.socket()
+                stalled.append(client)
+                client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                client.setblocking(False)
+                await loop.sock_connect(client, (server.host, server.port))
+                path = f"/api/sessions/{SESSION}/feed"
+                await loop.sock_sendall(
+                    client, f"GET {path} HTTP/1.0\r\nHost: {server.host}\r\n\r\n".encode()
+                )
+            during, rss_during = await asyncio.to_thread(server.ask, f"stalled {clients}"), server.rss()
+            for client in stalled:
+                client.close()
+            stalled.clear()
+            after, rss_after = await asyncio.to_thread(server.ask, "gone"), server.rss()
+        finally:
+            for client in stalled:
+                client.close()
+            server.stop()
+    kib = 1024
+    print(
+        f"{clients} stalled feed clients: traced +{(during - before) / clients / kib:.0f} KiB each "
+        f"(+{(during - before) / 2**20:.1f} MiB), RSS +{(rss_during - rss_before) / 2**20:.1f} MiB; "
+        f"after they left: traced {(after - before) / kib:+.0f} KiB, "
+        f"RSS {(rss_after - rss_before) / 2**20:+.1f} MiB"
+    )
+
+
 def percentile(values: list[float], fraction: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
-async def main(clients: int, deltas: int, pace: float, memory: bool) -> None:
+async def main(clients: int, deltas: int, pace: float, memory: bool, stalled: int) -> None:
     latencies = await latency_phase(clients, deltas, pace)
     ms = [v * 1000 for v in latencies]
     print(
@@ -378,6 +462,8 @@ async def main(clients: int, deltas: int, pace: float, memory: bool) -> None:
             )
             extra.append(f"{(traced_stalled - traced) / 2**20:+.1f} MiB at {answer} deltas")
         print(f"the stalled client's own cost (traced peak, with − without): {', '.join(extra)}")
+    if stalled:
+        await stalled_phase(stalled, deltas)
     print(f"serve_p99_ms: {percentile(ms, 0.99):.2f}")
 
 
@@ -386,13 +472,17 @@ if __name__ == "__main__":
     parser.add_argument("--clients", type=int, default=100)
     parser.add_argument("--deltas", default="5000")
     parser.add_argument("--pace", type=float, default=0.001, help="seconds between two deltas")
-    parser.add_argument("--no-memory", action="store_true", help="skip the stalled-client memory part")
+    parser.add_argument("--no-memory", action="store_true", help="skip the stalled-client memory parts")
+    parser.add_argument("--stalled", type=int, default=200, help="stalled feed clients at once (0: none)")
     parser.add_argument("--server", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--db", help=argparse.SUPPRESS)
     parser.add_argument("--trace", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--send-buffer", type=int, help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.server:
         counts = [int(n) for n in options.deltas.split(",")]
-        asyncio.run(run_server(counts, options.pace, options.db, options.trace))
+        asyncio.run(run_server(counts, options.pace, options.db, options.trace, options.send_buffer))
     else:
-        asyncio.run(main(options.clients, int(options.deltas), options.pace, not options.no_memory))
+        memory = not options.no_memory
+        stalled = options.stalled if memory else 0
+        asyncio.run(main(options.clients, int(options.deltas), options.pace, memory, stalled))

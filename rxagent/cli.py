@@ -470,8 +470,31 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--port", type=_port, default=8765, help="the port (0 picks a free one)")
     serve.add_argument(
+        "--token-file",
+        metavar="PATH",
+        help="every request must carry the token this file holds (its first line; else $RXAGENT_TOKEN; "
+        "required off loopback and behind a proxy)",
+    )
+    serve.add_argument(
         "--token",
-        help="every request must carry this token (else $RXAGENT_TOKEN; required off loopback)",
+        help="the token itself: every user of this machine sees it in `ps` (prefer --token-file or "
+        "$RXAGENT_TOKEN)",
+    )
+    serve.add_argument(
+        "--trusted-proxy",
+        dest="trusted_proxies",
+        action="append",
+        default=[],
+        metavar="ADDRESSES",
+        help="a reverse proxy's address or network (repeatable, or comma-separated): from it alone, "
+        "X-Forwarded-Proto, -Host and -For say a request's scheme, host and client (needs a token)",
+    )
+    serve.add_argument(
+        "--forwarded-allow-ips",
+        dest="trusted_proxies",
+        action="append",
+        metavar="ADDRESSES",
+        help="the same as --trusted-proxy (the name uvicorn and gunicorn give it)",
     )
     serve.add_argument(
         "--gc-threshold",
@@ -1026,12 +1049,36 @@ def _serve_settings(parser: argparse.ArgumentParser, args: argparse.Namespace) -
         from rxagent.serve import ServeSettings
     except ImportError as error:
         parser.error(f"serve needs the extra: pip install 'rxagent[serve]' ({error})")
+    if args.token is not None and args.token_file is not None:
+        parser.error("give the token once: --token-file or --token, not both")
+    token: str | None = args.token
+    if args.token is not None:
+        print(
+            "rxagent: --token shows in `ps` to every user of this machine: prefer --token-file or "
+            "$RXAGENT_TOKEN",
+            file=sys.stderr,
+        )
+    elif args.token_file is not None:
+        token = _read_token(parser, args.token_file)
+    proxies = tuple(p.strip() for given in args.trusted_proxies for p in given.split(",") if p.strip())
     try:
         # The environment is read here, not as the option's default: --help shows defaults.
-        token = args.token or os.environ.get("RXAGENT_TOKEN") or None
-        return ServeSettings(host=args.host, port=args.port, token=token)
+        token = token or os.environ.get("RXAGENT_TOKEN") or None
+        return ServeSettings(host=args.host, port=args.port, token=token, trusted_proxies=proxies)
     except ValueError as error:
         parser.error(str(error))
+
+
+def _read_token(parser: argparse.ArgumentParser, path: str) -> str:
+    """The token in the file at ``path``: its first line, without the line's end."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            token = file.readline().rstrip("\r\n")
+    except (OSError, UnicodeDecodeError) as error:
+        parser.error(f"--token-file {path}: cannot read it ({type(error).__name__}: {error.args[-1]})")
+    if not token.strip():
+        parser.error(f"--token-file {path}: its first line is empty (the token goes there)")
+    return token
 
 
 class _CannotStart(Exception):

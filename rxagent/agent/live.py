@@ -454,6 +454,12 @@ class SessionHandle:
         if not self._runs and not self._chores and not self._mail and self._mail_busy is None:
             self._idle.set()
 
+    @property
+    def idle(self) -> bool:
+        """Whether no run submitted through this handle is queued or running, and no message steered or
+        injected through it is on its way in (what :meth:`wait` waits for)."""
+        return self._idle.is_set()
+
     async def wait(self) -> None:
         """Return once no run submitted through this handle is queued or running (on the loop)."""
         await self._idle.wait()

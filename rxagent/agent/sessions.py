@@ -6,7 +6,7 @@ The agent runs; :class:`Sessions` reads and changes what its store keeps between
 read     ``state(ctx)``, ``facts(ctx)``, ``turns(ctx)``, ``uncertain(ctx)``, ``list()``
 change   ``add_messages(ctx, messages)``, ``reconcile(ctx, outcomes)``, ``delete(ctx)`` (each waits
          for the session as a run would), ``fork(ctx, at, into)``
-live     ``handle(ctx)`` (also ``agent.session(ctx)``), ``active_run(ctx)``
+live     ``handle(ctx)`` (also ``agent.session(ctx)``), ``active_run(ctx)``, ``evict(ctx)``
 =======  ======================================================================================
 
 A session is named by a :class:`~rxagent.context.RuntimeContext`: its ``(user_id, session_id)``
@@ -184,6 +184,25 @@ class Sessions:
             context = ctx or RuntimeContext(session_id=DEFAULT_SESSION)
             handle = self._handles[key] = SessionHandle(self._agent, context)
         return handle
+
+    def evict(self, ctx: RuntimeContext | None = None) -> bool:
+        """Let the session go from this process's memory when nothing here uses it: its handle (no run
+        submitted through it is queued or running, no message is on its way in), the projection kept
+        between runs, and no run, place in its line or feed watcher of this process holds it. The log
+        keeps everything: the next :meth:`handle` or run loads it again. A handle let go of is not to be
+        used again (ask :meth:`handle` for the session's current one).
+
+        Returns:
+            Whether it went (``False``: something uses it; nothing changed).
+        """
+        key = session_key(ctx)
+        handle = self._handles.get(key)
+        keeper = self._agent.keeper
+        if (handle is not None and not handle.idle) or key in self._active or keeper.in_use(key):
+            return False
+        self._handles.pop(key, None)
+        keeper.forget(key)
+        return True
 
     def active_run(self, ctx: RuntimeContext | None = None) -> RunState | None:
         """The run holding the session in this process now, if any (where steered messages go)."""

@@ -17,9 +17,10 @@ Errors are ``{"error": "<clear message>"}`` and **nothing changes** on one:
        empty text, an invalid session id, a bad ``after`` / ``Last-Event-ID``, lists and objects
        nested deeper than 100 levels (checked before the body is parsed), text that is not valid
        Unicode (a lone surrogate such as ``"\\udc80"``, which UTF-8 cannot encode)
-401    a token is set and the request does not carry it
-403    a change (POST) from another origin
-404    no such session (or route)
+401    a token is set and the request does not carry it (the health checks need none)
+403    a change (POST, DELETE) from another origin
+404    no such session, run (or route)
+408    a body that did not arrive whole within ``body_timeout`` (30 s); the connection is closed
 409    the input does not fit the session now: an answer for a call that is not pending (unknown
        id, answered twice, the wrong kind of answer), edited arguments the tool refuses, new text
        while calls wait for answers, answers while a run is going or queued. A call takes one
@@ -29,11 +30,15 @@ Errors are ``{"error": "<clear message>"}`` and **nothing changes** on one:
        ``uncertain`` lists them), an outcome for a call that is not uncertain, or an AG-UI
        reconciliation that leaves one out; a feed position past the log's head (the body's ``head``
        and ``reconnect_from`` say where to resume); a session whose log holds a fact that cannot be
-       read (``unreadable_fact``: its sequence number), on every endpoint that reads the session
-413    a body over the limit (1 MiB by default)
+       read (``unreadable_fact``: its sequence number), on every endpoint that reads the session.
+       Deleting a session whose run is going or queued (``state``), cancelling a run that is not queued
+       (``run_status``)
+413    a body over the limit (1 MiB by default): at once from its ``Content-Length``, before any of it is
+       read, and the connection is closed
 415    a body that is not ``application/json``
 421    a request not addressed to the server's loopback name (without a token)
-503    the server is stopping
+503    the server is stopping; or it holds ``max_connections`` connections (1000) already: that one more is
+       answered ``503`` with ``Retry-After: 1`` and closed
 =====  =======================================================================================
 
 Sessions
@@ -57,6 +62,15 @@ Sessions
 ``GET /api/sessions/{sid}/turns``
     ``{"turns": [{"turn_id", "started", "input", "runs": [{"run_id", "started", "ended", "outcome",
     "reason", "error"}], "finished", "reason"}]}`` (see :mod:`rxagent.session.history`).
+``GET /api/sessions/{sid}/messages``
+    ``{"session_id", "messages": [{"id", "role", "name", "content": [{"type": "text", "text"}, …],
+    "metadata", "created_at"}]}``: the conversation as the session's log has it (a running run's
+    messages once it recorded them).
+``DELETE /api/sessions/{sid}``
+    ``200 {"session_id", "deleted": true}``: the session and its log are gone (its feed streams end; the
+    id may be used again, for a new session). Refused ``409`` (``state``) while a run of it is going or
+    queued, here or on another server of the same store: interrupt or cancel it first. A session
+    waiting for answers, or with uncertain calls, is deleted (what may have happened is then nowhere).
 ``GET /api/sessions/{sid}/feed?after=N`` — SSE
     Every fact of the session after sequence number ``N`` (default 0: all of it), then each new one as it
     comes. One SSE event per fact::
@@ -74,16 +88,35 @@ Sessions
     ``{"error", "head": N, "reconnect_from": N}``, never skipped silently. While
     nothing happens, a comment line ``: ping`` comes every 15 s (``ServeSettings.heartbeat``). Several
     facts that come together are written together (one write per wake of the feed, at most every 10 ms).
-    A client that stops reading costs the server a bounded amount (one write of at most 64 KiB and its
-    connection's buffers): nothing is queued for it, and when it reads again it catches up from the log
-    (exactly, no gap). One that takes no data for 60 s (``send_timeout``) is dropped, and resumes with
-    ``Last-Event-ID``. An ``event: gap`` (``data: {"first", "last"}``) would say facts were skipped; this
-    server never skips. Disconnecting never affects a run.
+    A client that stops reading costs the server at most 128 KiB (its connection's buffer, up to the
+    transport's 64 KiB high-water mark, and one write of about 16 KiB, more only for one larger fact;
+    measured: about 105 KiB) and the system's send buffer (``send_buffer``); nothing of the log is kept
+    for it, and when it reads again it catches up from the log (exactly, no gap). One that takes no data
+    for 60 s (``send_timeout``) is dropped, its memory given back, and resumes with ``Last-Event-ID``.
+    An ``event: gap`` (``data: {"first", "last"}``) would say facts were skipped; this server never skips.
+    Disconnecting never affects a run.
 ``POST /api/sessions/{sid}/runs`` ``{"input": "text"}``
-    ``202 {"run_id"}``: the run is queued behind the session's others; follow it on the feed. A W3C
+    ``202 {"run_id"}``: the run is queued behind the session's others; follow it on the feed, or read it
+    (below). A W3C
     ``traceparent`` header joins the run to the caller's trace (its events carry that trace id; with
     :class:`rxagent.telemetry.Telemetry` on the agent, its spans are children of the caller's span); an
     invalid one is ignored. The same holds for ``respond`` and ``/ag-ui``.
+``GET /api/sessions/{sid}/runs/{run_id}``
+    ``{"run_id", "status", "position", "started", "ended", "reason", "error", "result", "usage"}``:
+    ``status`` is ``queued`` (``position``: its place in the session's line, ``1``: next), ``running``,
+    ``finished`` (``reason``: ``MODEL_STOP``, ``PERMISSION_ASKING``, …), ``failed`` (``error``),
+    ``cancelled``, or ``unfinished`` (the log has its start and no end: it runs on another server of the
+    same store, or its server stopped before it could record its end). ``started`` and ``ended`` are the
+    sequence numbers of its first and last facts; ``result`` is its ``agent_result`` event (``message``,
+    ``reason``, ``structured``, ``structured_error``, ``usage``, ``iterations``, ``pending``,
+    ``detail``), ``null`` until it ended or when it never got that far; ``usage`` is the result's
+    (``input_tokens``, ``output_tokens``, ``cache_read_tokens``, ``reasoning_tokens``, ``model_calls``).
+    A run submitted here is known from its ``202`` on; one cancelled while queued never reaches the log,
+    and this server answers for it while it keeps the session in memory (``404`` after).
+``DELETE /api/sessions/{sid}/runs/{run_id}``
+    ``200 {"run_id", "cancelled": true}``: a run queued on this server is cancelled before it starts.
+    ``409`` (``run_status``) for one that runs (interrupt it instead) or has ended; ``404`` for a run this
+    server has not queued (one queued on another server is cancelled there).
 ``POST /api/sessions/{sid}/steer`` ``{"message": "text"}``
     ``202 {}``: the message joins the running run at its next reasoning boundary; with no run going (or
     none reaching a boundary) it starts the next run.
@@ -124,13 +157,36 @@ AG-UI interrupts, answered by the next input's ``resume`` entries; uncertain cal
 mapping, the interrupt payloads and how the input is read. Input errors are answered before the stream
 opens, as the table above says.
 
+Health
+------
+``GET /healthz``
+    ``200 {"status": "ok"}`` when the session store answers; ``503 {"status": "unavailable", "error"}``
+    when it does not (within 5 s).
+``GET /readyz``
+    ``200 {"status": "ready"}`` when the server takes work; ``503`` with ``"status": "stopping"`` while it
+    stops, or ``"unavailable"`` when its store does not answer.
+
+Neither needs the token (a load balancer calls them without one); they say nothing else. See
+:mod:`rxagent.serve.health`.
+
 Security
 --------
 Binds 127.0.0.1 by default; any other host needs a token (the server refuses to start without one).
 With a token every request carries it (``Authorization: Bearer <token>``; where a browser cannot set
 headers, a ``token`` query parameter or an ``rxagent_token_<port>`` cookie). Changes from another origin are
-refused; bodies are limited; no response, event or log line carries a secret (API keys, the token). See
+refused; bodies are limited; no response, event or log line carries a secret (API keys, the token).
+Behind a reverse proxy that ends TLS, ``trusted_proxies`` lists the proxies whose ``X-Forwarded-Proto``,
+``X-Forwarded-Host`` and ``X-Forwarded-For`` count (from anyone else they are ignored). See
 :mod:`rxagent.serve.security`.
+
+Limits
+------
+A connection has ``header_timeout`` seconds (75) to send a whole request head, from when it opens or its
+last answer ended (then it is closed, unanswered), and a request ``body_timeout`` seconds (30) to send its
+body (408). At most ``max_connections`` (1000) are open at once. A session nothing uses (no run going or
+queued, no request, no feed client) leaves the server's memory ``session_ttl`` seconds (600) after its
+last use, within a quarter of that; its log keeps it, and the next request loads it again. A refused
+request leaves nothing in memory. See :mod:`rxagent.serve.server` and :class:`ServeSettings`.
 
 Stopping
 --------

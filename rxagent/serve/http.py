@@ -5,6 +5,12 @@ turns it, and aiohttp's own HTTP errors (unknown route, wrong method, body over 
 ``{"error": "<message>"}`` with the status (and, where a client has something to do, fields saying
 what). Refusals happen before anything changes.
 
+A body is read whole before any endpoint sees the request (:func:`bodies`): refused with 413 from its
+``Content-Length`` alone when that is over the limit (nothing of it is read), and while it is read when it
+comes without one (chunked); refused with 408 when it does not arrive within ``body_timeout``. Either
+answer closes the connection (a body left unread cannot be told from the next request). So a request
+refused for its body never reaches an endpoint, and changes nothing.
+
 A body is checked before it is believed (:func:`read_json`): its size while it is read (413 past the app's
 ``client_max_size``), its nesting before it is parsed (400 deeper than
 :data:`~rxagent.agent.inputs.MAX_NESTING`, so no parser recursion is ever at stake), and its text after
@@ -26,9 +32,10 @@ from typing import Any, cast
 from aiohttp import web
 
 from rxagent.agent.inputs import MAX_NESTING, InvalidInputError, check_input_value
+from rxagent.clock import Clock
 from rxagent.session import UnreadableFactError
 
-__all__ = ["ApiError", "JsonObject", "json_errors", "json_response", "read_json"]
+__all__ = ["ApiError", "JsonObject", "bodies", "json_errors", "json_response", "read_json"]
 
 JsonObject = dict[str, Any]
 """A decoded JSON object (a request body)."""
@@ -85,7 +92,7 @@ async def read_json(request: web.Request, limit: int) -> JsonObject:
     try:
         raw = await request.read()
     except web.HTTPRequestEntityTooLarge:
-        raise ApiError(413, f"the body is over the limit of {limit} bytes") from None
+        raise ApiError(413, _over(limit)) from None
     shallow = _shallow(raw, MAX_NESTING)  # before parsing: the parser recurses once per level
     try:
         body: Any = json.loads(raw)
@@ -130,10 +137,45 @@ def _depth(raw: bytes) -> int:
     return _deepest(b"".join(_BRACKET_OUTSIDE_STRINGS.findall(raw)))
 
 
+def bodies(max_body: int, timeout: float, clock: Clock) -> Any:
+    """The middleware that reads a request's body whole before the endpoint runs (see the module):
+    at most ``max_body`` bytes (413 at once from a larger ``Content-Length``), within ``timeout`` seconds
+    on ``clock`` (408)."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.body_exists:
+            length = request.content_length
+            if length is not None and length > max_body:
+                raise ApiError(413, _over(max_body))
+            try:
+                async with clock.timeout(timeout):
+                    await request.read()  # kept by the request: the endpoint's read returns it
+            except TimeoutError:
+                raise ApiError(408, f"the body did not arrive whole within {timeout:g} s") from None
+            except web.HTTPRequestEntityTooLarge:
+                raise ApiError(413, _over(max_body)) from None
+        return await handler(request)
+
+    return middleware
+
+
+def _over(limit: int) -> str:
+    return f"the body is over the limit of {limit} bytes"
+
+
 @web.middleware
 async def json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Answer refusals (:class:`ApiError`, aiohttp's HTTP errors) as ``{"error": ...}``; an unexpected
-    failure as a 500 that says nothing of its cause (the log has it)."""
+    failure as a 500 that says nothing of its cause (the log has it). An answer given before the body
+    was read whole closes the connection."""
+    response = await _answer(request, handler)
+    if not request.content.is_eof() and not response.prepared:
+        response.force_close()  # what is left of the body cannot be told from a next request
+    return response
+
+
+async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
     except ApiError as error:

@@ -3,6 +3,14 @@
 Sessions are named by their id alone (``RuntimeContext(session_id=…)``, no user id): the server serves one
 agent's sessions whose key has no user. A session *exists* once its log has a fact, or while a run
 submitted here waits for its turn.
+
+**Memory.** The hub keeps a session in memory (its handle, the runs submitted here) while something uses
+it, and lets it go after ``ServeSettings.session_ttl`` seconds with no request, no run going or queued and
+no feed client (checked every quarter of that, on the agent's clock); its log keeps everything, and the
+next request loads it again. A handle is made by a request that needs one, after the request's body was
+read and checked (:func:`~rxagent.serve.http.bodies`); a request that is refused lets go at once of a
+session it brought into memory (see :meth:`SessionHub.scope`), so refused requests for new session ids
+leave nothing behind.
 """
 
 from __future__ import annotations
@@ -10,9 +18,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import contextvars
 import logging
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from aiohttp import web
 
@@ -28,12 +39,12 @@ from rxagent.agent import (
 )
 from rxagent.context import RuntimeContext
 from rxagent.messages import ToolUseBlock
-from rxagent.serve.http import ApiError, JsonObject
+from rxagent.serve.http import ApiError, Handler, JsonObject
 from rxagent.serve.settings import ServeSettings
 from rxagent.serve.streams import EventStream
 from rxagent.session import Reconcile, ReconcileError
 
-__all__ = ["HUB", "RECONCILE_HOW", "SESSION_ID", "SessionHub", "refusal", "uncertain_json"]
+__all__ = ["HUB", "RECONCILE_HOW", "SESSION_ID", "RunEnd", "SessionHub", "refusal", "uncertain_json"]
 
 _log = logging.getLogger("rxagent.serve.runs")
 
@@ -60,7 +71,8 @@ class SessionHub:
         """The server is stopping: nothing new is started, no new stream is opened."""
         self.streams: set[EventStream] = set()
         """The event streams open now."""
-        self._handles: dict[str, SessionHandle] = {}
+        self._sessions: dict[str, _Held] = {}
+        self._sweeper: asyncio.Task[None] | None = None
 
     def session_id(self, raw: str) -> str:
         """``raw`` if it is a valid session id (see :data:`SESSION_ID`).
@@ -75,18 +87,118 @@ class SessionHub:
         return raw
 
     def handle(self, session_id: str) -> SessionHandle:
-        """The handle of the session (made on first use)."""
-        handle = self._handles.get(session_id)
-        if handle is None:
-            handle = self._handles[session_id] = self.agent.session(RuntimeContext(session_id=session_id))
-        return handle
+        """The handle of the session (brought into memory on first use; within a request, kept there at
+        least until the request ends)."""
+        return self._held(session_id).handle
+
+    def _held(self, session_id: str) -> _Held:
+        held = self._sessions.get(session_id)
+        made = held is None
+        if held is None:
+            handle = self.agent.session(RuntimeContext(session_id=session_id))
+            held = self._sessions[session_id] = _Held(handle, self.agent.clock.now())
+        scope = _SCOPE.get()
+        if scope is not None and held not in scope:
+            scope[held] = made
+            held.users += 1
+        return held
 
     async def exists(self, session_id: str) -> bool:
         """Whether the session has facts, or runs submitted here are waiting or going."""
-        handle = self._handles.get(session_id)
-        if handle is not None and handle.status().state in ("running", "queued"):
+        held = self._sessions.get(session_id)
+        if held is not None and held.handle.status().state in ("running", "queued"):
             return True
         return await self.agent.store.head((None, session_id)) > 0
+
+    # ---- memory ---------------------------------------------------------------------------------------
+
+    def scope(self) -> Any:
+        """The middleware that keeps the sessions a request uses in memory until it ends, and lets go at
+        once of those it brought in when it is refused (see the module)."""
+
+        @web.middleware
+        async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+            used: dict[_Held, bool] = {}
+            token = _SCOPE.set(used)
+            refused = True
+            try:
+                response = await handler(request)
+                refused = False
+                return response
+            finally:
+                _SCOPE.reset(token)
+                now = self.agent.clock.now()
+                for held, made in used.items():
+                    held.users -= 1
+                    held.used = now
+                    if refused and made:
+                        self._let_go(held)
+
+        return middleware
+
+    def _let_go(self, held: _Held) -> bool:
+        """Drop the session from memory if nothing uses it (its log keeps it)."""
+        session_id = held.handle.key[1]
+        if held.users or held.runs or self._sessions.get(session_id) is not held:
+            return False
+        if not self.agent.sessions.evict(held.handle.ctx):
+            return False
+        del self._sessions[session_id]
+        return True
+
+    def sweep(self) -> int:
+        """Let go of the sessions nothing has used for ``session_ttl`` seconds; how many went."""
+        oldest = self.agent.clock.now() - self.settings.session_ttl
+        return sum(1 for held in list(self._sessions.values()) if held.used <= oldest and self._let_go(held))
+
+    @property
+    def in_memory(self) -> int:
+        """How many sessions the hub holds in memory now."""
+        return len(self._sessions)
+
+    def start(self) -> None:
+        """Start letting idle sessions go (on the running loop; a no-op when started already)."""
+        if self._sweeper is None:
+            self._sweeper = asyncio.get_running_loop().create_task(self._sweep(), name="rxagent.serve.sweep")
+
+    async def _sweep(self) -> None:
+        while True:
+            await self.agent.clock.sleep(self.settings.session_ttl / 4)
+            self.sweep()
+
+    # ---- runs -----------------------------------------------------------------------------------------
+
+    def run(self, session_id: str, run_id: str) -> RunHandle | RunEnd | None:
+        """A run submitted here to the session: its handle while it is queued or running, how it ended
+        when its log may not say (it ended without beginning, or a moment ago); ``None`` otherwise."""
+        held = self._sessions.get(session_id)
+        if held is None:
+            return None
+        return held.runs.get(run_id) or held.ended.get(run_id)
+
+    def _ran(self, held: _Held, run: RunHandle) -> None:
+        """``run`` (submitted to ``held``'s session) ended: keep how, the last few only."""
+        held.runs.pop(run.id, None)
+        held.used = self.agent.clock.now()
+        try:
+            run.result()
+            end = RunEnd("finished")
+        except (asyncio.CancelledError, concurrent.futures.CancelledError):
+            end = RunEnd("cancelled")
+        except Exception as error:
+            end = RunEnd("failed", f"{type(error).__name__}: {error}")
+        held.ended[run.id] = end
+        while len(held.ended) > _ENDS_KEPT:
+            del held.ended[next(iter(held.ended))]
+
+    def deleted(self, session_id: str) -> None:
+        """The session was deleted: end its feed streams and forget its runs."""
+        for stream in list(self.streams):
+            if stream.session == session_id:
+                stream.end()
+        held = self._sessions.get(session_id)
+        if held is not None:
+            held.ended.clear()
 
     async def existing(self, raw: str) -> SessionHandle:
         """The handle of the session ``raw`` names, which must exist.
@@ -99,8 +211,7 @@ class SessionHub:
             raise ApiError(404, f"no session {session_id!r}")
         return self.handle(session_id)
 
-    @staticmethod
-    def submit(handle: SessionHandle, input: AgentInput, request: web.Request) -> RunHandle:
+    def submit(self, handle: SessionHandle, input: AgentInput, request: web.Request) -> RunHandle:
         """Queue a run of ``input`` on the session, joined to the caller's trace when the request carries
         a valid ``traceparent`` header (an invalid one is ignored, as the W3C asks: the run starts its
         own trace)."""
@@ -113,7 +224,9 @@ class SessionHub:
             run = handle.submit(input)
         ids = {"run_id": run.id, "session_id": handle.ctx.session_id, "trace_id": run.ctx.trace_id}
         _log.info("run %s queued on session %s", run.id, handle.ctx.session_id, extra=ids)
-        run.add_done_callback(lambda ended: _log_end(ended, ids))
+        held = self._held(handle.key[1])
+        held.runs[run.id] = run
+        run.add_done_callback(lambda ended: (self._ran(held, ended), _log_end(ended, ids)))
         return run
 
     async def submit_answers(
@@ -197,9 +310,13 @@ class SessionHub:
 
     async def stop(self) -> None:
         """Stop every session's work: queued runs are cancelled, running ones interrupted (they end
-        ``INTERRUPTED`` and are saved); waits ``stop_timeout`` seconds, then cancels what still runs."""
+        ``INTERRUPTED`` and are saved); waits ``stop_timeout`` seconds, then cancels what still runs.
+        Idle sessions are no longer let go of (:meth:`start` again)."""
         self.stopping = True
-        handles = list(self._handles.values())
+        sweeper, self._sweeper = self._sweeper, None
+        if sweeper is not None:
+            sweeper.cancel()
+        handles = [held.handle for held in self._sessions.values()]
         await asyncio.gather(*(h.stop(self.settings.stop_timeout) for h in handles))
 
     async def end_streams(self, grace: float) -> None:
@@ -212,6 +329,44 @@ class SessionHub:
                     await asyncio.gather(*finishing)
         for stream in list(self.streams):
             stream.end()
+
+
+_ENDS_KEPT = 32
+"""How many ends of runs submitted here the hub keeps per session in memory (for the runs whose log says
+nothing of their end: cancelled before they began, or ended a moment ago)."""
+
+_SCOPE: contextvars.ContextVar[dict[_Held, bool] | None] = contextvars.ContextVar(
+    "rxagent.serve.scope", default=None
+)
+"""The sessions the current request uses, each with whether the request brought it into memory."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunEnd:
+    """How a run submitted here ended, as its handle says.
+
+    Attributes:
+        status: ``finished``, ``failed`` or ``cancelled``.
+        error: why a failed run failed.
+    """
+
+    status: Literal["finished", "failed", "cancelled"]
+    error: str | None = None
+
+
+@dataclass(eq=False, slots=True)
+class _Held:
+    """A session the hub holds in memory."""
+
+    handle: SessionHandle
+    used: float
+    """When a request last used it, or a run of it ended (the agent's clock)."""
+    users: int = 0
+    """Requests using it now."""
+    runs: dict[str, RunHandle] = field(default_factory=lambda: {})
+    """Runs submitted here that have not ended."""
+    ended: dict[str, RunEnd] = field(default_factory=lambda: {})
+    """How the last runs submitted here ended (at most :data:`_ENDS_KEPT`)."""
 
 
 def uncertain_json(call: ToolUseBlock) -> JsonObject:

@@ -15,6 +15,18 @@ Every request passes :func:`guard` before it reaches an endpoint (unknown paths 
    ``<scheme>://<Host>`` (``null`` included), or ``Sec-Fetch-Site: cross-site``, is refused with 403.
    Requests without those headers (programs, ``curl``) are not browser pages and pass.
 
+The health checks (``GET /healthz``, ``GET /readyz``) need no token: a load balancer calls them without
+one, and they say nothing but whether the server can work.
+
+**Behind a reverse proxy** (:func:`behind_proxies`, with ``ServeSettings.trusted_proxies``). A proxy that
+ends TLS talks plain HTTP to the server, so the page's origin (``https://agents.example``) is not the
+connection's (``http://127.0.0.1:8765``). From a listed proxy's address, and from no other, the request's
+scheme, host and client are those its ``X-Forwarded-Proto``, ``X-Forwarded-Host`` (else ``Host``) and
+``X-Forwarded-For`` say (of a list, the last entry: the one the listed proxy wrote). The origin check, the
+cookie's ``Secure`` flag and the access log then see the request as the browser sent it. Anyone else's
+``X-Forwarded-*`` headers are ignored, so a client that reaches the server directly cannot claim another
+origin.
+
 Bodies are limited by the app (``client_max_size``: 413), and JSON bodies must say ``application/json``
 (415), which a cross-site form cannot send without asking first.
 
@@ -25,21 +37,34 @@ as a query parameter never reaches a log line; nothing else the server logs carr
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import logging
+import re
 from typing import Any
 
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
 from rxagent.serve.http import ApiError, Handler
-from rxagent.serve.settings import ServeSettings, is_loopback
+from rxagent.serve.settings import ProxyNetwork, ServeSettings, is_loopback, proxy_networks
 
-__all__ = ["TOKEN_COOKIE", "TOKEN_QUERY", "RedactedAccessLogger", "guard", "token_cookie"]
+__all__ = [
+    "HEALTH_PATHS",
+    "TOKEN_COOKIE",
+    "TOKEN_QUERY",
+    "RedactedAccessLogger",
+    "behind_proxies",
+    "guard",
+    "token_cookie",
+]
 
 TOKEN_QUERY = "token"
 """The query parameter that may carry the token (for ``EventSource`` and page loads)."""
 TOKEN_COOKIE = "rxagent_token"
 """The start of the name of the cookie that may carry the token (see :func:`token_cookie`)."""
+
+HEALTH_PATHS = frozenset({"/healthz", "/readyz"})
+"""The health checks, which need no token (see :mod:`rxagent.serve.health`)."""
 
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
@@ -56,7 +81,9 @@ def guard(settings: ServeSettings) -> Any:
             name = _host_name(request.host)
             if not (is_loopback(name) or name == bound):
                 raise ApiError(421, "this server answers requests addressed to its loopback address only")
-        elif not _carries(request, token):
+        elif not _carries(request, token) and not (
+            request.path in HEALTH_PATHS and request.method in ("GET", "HEAD")
+        ):
             raise ApiError(
                 401,
                 "this server needs its token: send 'Authorization: Bearer <token>' "
@@ -67,6 +94,58 @@ def guard(settings: ServeSettings) -> Any:
         return await handler(request)
 
     return middleware
+
+
+def behind_proxies(settings: ServeSettings) -> Any:
+    """The middleware that takes the scheme, host and client of a request from its ``X-Forwarded-*``
+    headers when, and only when, it comes from a trusted proxy (see the module); it runs before
+    :func:`guard`."""
+    networks = proxy_networks(settings.trusted_proxies)
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if _from(request.remote, networks):
+            changes: dict[str, str] = {}
+            proto = _last(request.headers.get("X-Forwarded-Proto")).lower()
+            if proto in ("http", "https"):
+                changes["scheme"] = proto
+            host = _last(request.headers.get("X-Forwarded-Host"))
+            if _HOST.fullmatch(host):
+                changes["host"] = host
+            client = _last(request.headers.get("X-Forwarded-For"))
+            if client:
+                changes["remote"] = client
+                request[_FORWARDED_FOR] = client  # for the access log, which sees the request unchanged
+            if changes:
+                request = request.clone(**changes)  # pyright: ignore[reportArgumentType]
+        return await handler(request)
+
+    return middleware
+
+
+_FORWARDED_FOR = web.RequestKey("rxagent.forwarded_for", str)
+"""Where a request from a trusted proxy keeps the client the proxy names."""
+
+_HOST = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})|\[[0-9A-Fa-f:.]{2,45}\])(?::[0-9]{1,5})?")
+"""A host as ``X-Forwarded-Host`` may name it (a name or an address, and a port); anything else is ignored."""
+
+
+def _from(remote: str | None, networks: tuple[ProxyNetwork, ...]) -> bool:
+    """Whether the peer address ``remote`` is in one of ``networks``."""
+    if remote is None:
+        return False
+    try:
+        address = ipaddress.ip_address(remote)
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped  # a dual-stack socket's view of an IPv4 proxy
+    return any(address in network for network in networks)
+
+
+def _last(value: str | None) -> str:
+    """The last entry of a comma-separated header (the one the nearest proxy wrote), trimmed."""
+    return value.rsplit(",", 1)[-1].strip() if value else ""
 
 
 def _host_name(host: str) -> str:
@@ -109,13 +188,14 @@ def _check_origin(request: web.Request) -> None:
 
 
 class RedactedAccessLogger(AbstractAccessLogger):
-    """One line per request: client, method, path (never the query string: it may carry the token),
-    status and time."""
+    """One line per request: client (the one a trusted proxy names, behind one), method, path (never the
+    query string: it may carry the token), status and time."""
 
     def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
         """Write the request's line."""
+        client = request.get(_FORWARDED_FOR) or request.remote
         self.logger.info(
-            "%s %s %s %d %.3fs", request.remote or "-", request.method, request.path, response.status, time
+            "%s %s %s %d %.3fs", client or "-", request.method, request.path, response.status, time
         )
 
     @property

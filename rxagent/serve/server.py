@@ -1,18 +1,29 @@
-"""The server: the aiohttp app over one agent, started and stopped cleanly (:class:`AgentServer`)."""
+"""The server: the aiohttp app over one agent, started and stopped cleanly (:class:`AgentServer`).
+
+**Connections.** What aiohttp does, it does: a connection has ``header_timeout`` seconds to send a whole
+request head (aiohttp's ``keepalive_timeout``, which also runs from the moment a connection opens, so a
+client that sends part of a head and stops is closed then), and header lines and counts have aiohttp's
+limits (8190 bytes, 128 headers: 400 past them). What it does not, the server adds: at most
+``max_connections`` connections at once (one more is answered ``503`` with ``Retry-After`` and closed
+before anything of it is read), the send buffer of each connection (``send_buffer``, set on the listening
+socket, whose connections take it), and a deadline for the body (:func:`~rxagent.serve.http.bodies`).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import socket
 from types import TracebackType
 from typing import Self
 
 from aiohttp import web
 
 from rxagent.agent import ReActAgent
-from rxagent.serve import agui, dashboard, session_api
-from rxagent.serve.http import json_errors
+from rxagent.serve import agui, dashboard, health, session_api
+from rxagent.serve.http import bodies, json_errors
 from rxagent.serve.hub import HUB, SessionHub
-from rxagent.serve.security import RedactedAccessLogger, guard
+from rxagent.serve.security import RedactedAccessLogger, behind_proxies, guard
 from rxagent.serve.settings import ServeSettings
 from rxagent.session import check_store
 
@@ -30,11 +41,20 @@ def create_app(agent: ReActAgent, settings: ServeSettings | None = None) -> web.
     Other routes (a page) may be added to it before it starts; they pass the same guard.
     """
     settings = settings or ServeSettings()
-    app = web.Application(middlewares=[json_errors, guard(settings)], client_max_size=settings.max_body)
-    app[HUB] = SessionHub(agent, settings)
+    hub = SessionHub(agent, settings)
+    middlewares = [
+        json_errors,
+        *([behind_proxies(settings)] if settings.trusted_proxies else []),
+        guard(settings),
+        bodies(settings.max_body, settings.body_timeout, agent.clock),
+        hub.scope(),
+    ]
+    app = web.Application(middlewares=middlewares, client_max_size=settings.max_body)
+    app[HUB] = hub
     app.add_routes(session_api.routes())
     app.add_routes(agui.routes())
     app.add_routes(dashboard.routes())
+    app.add_routes(health.routes())
     return app
 
 
@@ -82,6 +102,7 @@ class AgentServer:
             raise RuntimeError("the server has started already")
         await check_store(self.hub.agent.store)  # else every request would answer 500
         self.hub.stopping = False  # a server stopped before takes work again
+        settings = self.settings
         runner = web.AppRunner(
             self.app,
             handle_signals=False,
@@ -89,14 +110,16 @@ class AgentServer:
             access_log=ACCESS_LOG,
             access_log_class=RedactedAccessLogger,
             shutdown_timeout=1.0,
+            keepalive_timeout=settings.header_timeout,  # from the connection's start too (see the module)
         )
         await runner.setup()
-        site = web.TCPSite(runner, self.settings.host, self.settings.port)
+        site = _Site(runner, settings.host, settings.port, settings.max_connections, settings.send_buffer)
         try:
             await site.start()
         except BaseException:
             await runner.cleanup()
             raise
+        self.hub.start()
         self._runner = runner
         host, port = runner.addresses[0][:2]
         self._url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
@@ -126,3 +149,61 @@ class AgentServer:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.stop()
+
+
+class _Site(web.BaseSite):
+    """A TCP site that holds at most ``max_connections`` connections at once (one more gets
+    :data:`_BUSY` and is closed) and gives each the send buffer ``send_buffer`` (see the module)."""
+
+    __slots__ = ("_host", "_max_connections", "_port", "_send_buffer")
+
+    def __init__(
+        self, runner: web.AppRunner, host: str, port: int, max_connections: int, send_buffer: int | None
+    ) -> None:
+        super().__init__(runner)
+        self._host = host
+        self._port = port
+        self._max_connections = max_connections
+        self._send_buffer = send_buffer
+
+    @property
+    def name(self) -> str:
+        """Where it listens (as asked)."""
+        return f"http://{self._host}:{self._port}"
+
+    async def start(self) -> None:
+        """Listen."""
+        await super().start()
+        server = self._runner.server
+        assert server is not None
+        limit = self._max_connections
+
+        def connection() -> asyncio.BaseProtocol:
+            return server() if len(server.connections) < limit else _Refused()
+
+        self._server = listening = await asyncio.get_running_loop().create_server(
+            connection, self._host, self._port, backlog=self._backlog
+        )
+        if self._send_buffer is not None:
+            for sock in listening.sockets:  # accepted connections take the listening socket's
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._send_buffer)
+
+
+_BUSY_BODY = b'{"error":"the server has as many connections as it takes: try again in a moment"}'
+_BUSY = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nCache-Control: no-store\r\n"
+    b"Retry-After: 1\r\nConnection: close\r\nContent-Length: "
+    + str(len(_BUSY_BODY)).encode()
+    + b"\r\n\r\n"
+    + _BUSY_BODY
+)
+"""The answer to a connection past ``max_connections``."""
+
+
+class _Refused(asyncio.Protocol):
+    """A connection past the limit: answered :data:`_BUSY` and closed, before anything of it is read."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.WriteTransport)
+        transport.write(_BUSY)
+        transport.close()

@@ -1,4 +1,5 @@
-"""The session API: list and read sessions, follow a session's feed (SSE), submit, steer, respond, interrupt.
+"""The session API: list, read and delete sessions, follow a session's feed (SSE), submit, steer, respond,
+interrupt, read a run and cancel a queued one.
 
 The contract (statuses, bodies, the feed's wire format) is in :mod:`rxagent.serve`'s docstring; this
 module implements it. Every endpoint checks its input whole before it changes anything.
@@ -11,21 +12,32 @@ import json
 import weakref
 from collections import deque
 from collections.abc import Iterable
+from contextlib import aclosing
 from typing import Any
 
 from aiohttp import web
 
-from rxagent.agent import ExternalResult, PendingToolCallsError, SessionHandle, SessionStatus, ToolDecision
+from rxagent.agent import (
+    ExternalResult,
+    PendingToolCallsError,
+    RunHandle,
+    SessionBusyError,
+    SessionHandle,
+    SessionStatus,
+    ToolDecision,
+)
 from rxagent.serve.http import ApiError, JsonObject, json_response, read_json
-from rxagent.serve.hub import HUB, RECONCILE_HOW, refusal, uncertain_json
+from rxagent.serve.hub import HUB, RECONCILE_HOW, SESSION_ID, refusal, uncertain_json
+from rxagent.serve.runs import run_record
 from rxagent.serve.streams import EventStream
 from rxagent.session import FeedGap, FeedItem, Reconcile, SessionFeed
 from rxagent.state import PendingCall
 
 __all__ = ["encode_feed", "pending_json", "routes", "status_json"]
 
-_CHUNK = 64 * 1024
-"""Bytes per write at most: a stalled client holds one such write, however much it missed."""
+_CHUNK = 16 * 1024
+"""Bytes per write at most (more only for one larger fact): a stalled client holds one such write beside
+its connection's buffer, however much it missed."""
 
 
 def routes() -> list[web.RouteDef]:
@@ -33,9 +45,13 @@ def routes() -> list[web.RouteDef]:
     return [
         web.get("/api/sessions", list_sessions),
         web.get("/api/sessions/{sid}", get_session),
+        web.delete("/api/sessions/{sid}", delete_session),
         web.get("/api/sessions/{sid}/turns", get_turns),
+        web.get("/api/sessions/{sid}/messages", get_messages),
         web.get("/api/sessions/{sid}/feed", get_feed, allow_head=False),  # a HEAD would hold a watcher
         web.post("/api/sessions/{sid}/runs", post_run),
+        web.get("/api/sessions/{sid}/runs/{run_id}", get_run),
+        web.delete("/api/sessions/{sid}/runs/{run_id}", cancel_run),
         web.post("/api/sessions/{sid}/steer", post_steer),
         web.post("/api/sessions/{sid}/respond", post_respond),
         web.post("/api/sessions/{sid}/reconcile", post_reconcile),
@@ -77,6 +93,134 @@ async def get_turns(request: web.Request) -> web.Response:
     handle = await hub.existing(request.match_info["sid"])
     turns = await hub.agent.sessions.turns(handle.ctx)
     return json_response({"turns": [dataclasses.asdict(t) for t in turns]})
+
+
+async def get_messages(request: web.Request) -> web.Response:
+    """``GET /api/sessions/{sid}/messages``: the session's conversation as its log has it."""
+    hub = request.app[HUB]
+    handle = await hub.existing(request.match_info["sid"])
+    state = await hub.agent.sessions.state(handle.ctx)
+    return json_response(
+        {"session_id": handle.key[1], "messages": [m.model_dump(mode="json") for m in state.messages]}
+    )
+
+
+async def get_run(request: web.Request) -> web.Response:
+    """``GET /api/sessions/{sid}/runs/{run_id}``: where a run stands, and how it ended (its result and
+    usage)."""
+    hub = request.app[HUB]
+    handle = await hub.existing(request.match_info["sid"])
+    run_id = _run_id(request)
+    session_id = handle.key[1]
+    here = hub.run(session_id, run_id)
+    if isinstance(here, RunHandle):  # "done": its result is out, its end being recorded: still running
+        status = "queued" if here.status == "queued" else "running"
+        return json_response(_run_json(run_id, status, position=here.position))
+    record = run_record(await hub.agent.sessions.facts(handle.ctx), run_id)
+    if record is None or (record.status == "unfinished" and here is not None):
+        if here is None:
+            raise ApiError(404, f"no run {run_id!r} in session {session_id!r}")
+        return json_response(_run_json(run_id, here.status, error=here.error))  # not in the log (yet)
+    return json_response(
+        _run_json(
+            run_id,
+            record.status,
+            started=record.started,
+            ended=record.ended,
+            reason=record.reason,
+            error=record.error,
+            result=record.result,
+        )
+    )
+
+
+def _run_json(
+    run_id: str,
+    status: str,
+    *,
+    position: int | None = None,
+    started: int | None = None,
+    ended: int | None = None,
+    reason: str | None = None,
+    error: str | None = None,
+    result: JsonObject | None = None,
+) -> JsonObject:
+    return {
+        "run_id": run_id,
+        "status": status,
+        "position": position if status == "queued" else None,
+        "started": started,
+        "ended": ended,
+        "reason": reason,
+        "error": error,
+        "result": result,
+        "usage": None if result is None else result.get("usage"),
+    }
+
+
+async def cancel_run(request: web.Request) -> web.Response:
+    """``DELETE /api/sessions/{sid}/runs/{run_id}``: cancel a run queued here before it starts."""
+    hub = request.app[HUB]
+    handle = await hub.existing(request.match_info["sid"])
+    run_id = _run_id(request)
+    session_id = handle.key[1]
+    here = hub.run(session_id, run_id)
+    if isinstance(here, RunHandle) and here.status == "queued":
+        here.cancel()
+        return json_response({"run_id": run_id, "cancelled": True})
+    if isinstance(here, RunHandle):
+        raise ApiError(
+            409, f"run {run_id!r} is running: interrupt it (POST /api/sessions/{session_id}/interrupt)"
+        )
+    record = run_record(await hub.agent.sessions.facts(handle.ctx), run_id)
+    if here is None and record is None:
+        raise ApiError(
+            404,
+            f"no run {run_id!r} queued on this server in session {session_id!r} (a run queued on another "
+            "server is cancelled there)",
+        )
+    status = here.status if here is not None else record.status if record is not None else "unfinished"
+    raise ApiError(409, f"run {run_id!r} is not queued: it {_STATES.get(status, status)}", run_status=status)
+
+
+_STATES = {
+    "finished": "has finished",
+    "failed": "has failed",
+    "cancelled": "was cancelled",
+    "unfinished": "has started",
+}
+
+
+async def delete_session(request: web.Request) -> web.Response:
+    """``DELETE /api/sessions/{sid}``: delete the session and its log, when no run of it is going or
+    queued (here, or on another server of the same store)."""
+    hub = request.app[HUB]
+    handle = await hub.existing(request.match_info["sid"])
+    hub.refuse_while_stopping()
+    session_id = handle.key[1]
+    status = handle.status()
+    if status.state in ("running", "queued") or status.held_elsewhere:
+        raise ApiError(
+            409,
+            f"a run of session {session_id!r} is going or queued: interrupt it (POST "
+            f"/api/sessions/{session_id}/interrupt) or cancel it, then delete the session",
+            state="running" if status.held_elsewhere else status.state,
+        )
+    try:
+        await hub.agent.sessions.delete(handle.ctx)
+    except SessionBusyError as busy:  # a run of another server took it meanwhile
+        raise ApiError(409, str(busy)) from None
+    hub.deleted(session_id)
+    return json_response({"session_id": session_id, "deleted": True})
+
+
+def _run_id(request: web.Request) -> str:
+    raw = request.match_info["run_id"]
+    if SESSION_ID.fullmatch(raw) is None:
+        raise ApiError(
+            400, "a run id is 1 to 128 letters, digits and '._:@-', starting with a letter or a digit"
+        )
+    return raw
 
 
 def status_json(status: SessionStatus) -> JsonObject:
@@ -123,15 +267,22 @@ async def get_feed(request: web.Request) -> web.StreamResponse:
         )
     settings = hub.settings
     stream = EventStream(
-        request, heartbeat=settings.heartbeat, send_timeout=settings.send_timeout, clock=hub.agent.clock
+        request,
+        heartbeat=settings.heartbeat,
+        send_timeout=settings.send_timeout,
+        clock=hub.agent.clock,
+        session=handle.key[1],
     )
-
     encoded = _encoded(feed)
 
     async def body() -> None:
-        async for batch in feed.watch_batches(after):
-            for chunk in encoded.get(batch):
-                await stream.send(chunk)
+        cursor = after
+        while True:
+            cursor, (data, last) = await _write_while_read(stream, feed, encoded, cursor)
+            # The client is behind: of all it missed, this one write is all that is held for it.
+            await stream.send(data, drain=True)
+            cursor = last
+            del data  # its connection's buffer has it
 
     hub.streams.add(stream)
     try:
@@ -139,6 +290,33 @@ async def get_feed(request: web.Request) -> web.StreamResponse:
     finally:
         hub.streams.discard(stream)
     return stream.response
+
+
+async def _write_while_read(
+    stream: EventStream, feed: SessionFeed, encoded: _Encoded, cursor: int
+) -> tuple[int, tuple[bytes, int]]:
+    """Write the feed after fact ``cursor`` for as long as the client takes it; at the first write that
+    could wait for the client, return it unwritten with the fact written up to, having let go of the
+    watcher (and the page of the log it read) and of the batch (see :mod:`rxagent.serve.streams`)."""
+    async with aclosing(feed.watch_batches(cursor)) as batches:
+        async for batch in batches:
+            cursor, waiting = await _write_batch(stream, encoded.get(batch), cursor)
+            if waiting is not None:
+                return cursor, waiting
+            del batch  # a watcher that waits for new facts holds nothing of those it wrote
+    raise AssertionError("a session's feed never ends")
+
+
+async def _write_batch(
+    stream: EventStream, writes: list[tuple[bytes, int]], cursor: int
+) -> tuple[int, tuple[bytes, int] | None]:
+    """Write ``writes`` up to the first that could wait for the client (returned, unwritten)."""
+    for write in writes:
+        if stream.would_wait(len(write[0])):
+            return cursor, write
+        await stream.send(write[0])
+        cursor = write[1]
+    return cursor, None
 
 
 def _after(request: web.Request) -> int:
@@ -162,9 +340,9 @@ class _Encoded:
     __slots__ = ("entries",)
 
     def __init__(self) -> None:
-        self.entries: deque[tuple[FeedItem, FeedItem, list[bytes]]] = deque(maxlen=4)
+        self.entries: deque[tuple[FeedItem, FeedItem, list[tuple[bytes, int]]]] = deque(maxlen=4)
 
-    def get(self, batch: list[FeedItem] | FeedGap) -> list[bytes]:
+    def get(self, batch: list[FeedItem] | FeedGap) -> list[tuple[bytes, int]]:
         if isinstance(batch, FeedGap):
             return list(encode_feed(batch))
         first, last = batch[0], batch[-1]
@@ -186,12 +364,12 @@ def _encoded(feed: SessionFeed) -> _Encoded:
     return encoded
 
 
-def encode_feed(batch: list[FeedItem] | FeedGap) -> Iterable[bytes]:
-    """A batch of the feed as SSE events (see the wire format in :mod:`rxagent.serve`), in writes of at
-    most 64 KiB (one item may be larger)."""
+def encode_feed(batch: list[FeedItem] | FeedGap) -> Iterable[tuple[bytes, int]]:
+    """A batch of the feed as SSE events (see the wire format in :mod:`rxagent.serve`), in writes of about
+    16 KiB at most (more only for one larger fact), each with the sequence number of its last fact."""
     if isinstance(batch, FeedGap):
         data = json.dumps({"first": batch.first, "last": batch.last})
-        yield f"id: {batch.last}\nevent: gap\ndata: {data}\n\n".encode()
+        yield f"id: {batch.last}\nevent: gap\ndata: {data}\n\n".encode(), batch.last
         return
     parts: list[str] = []
     size = 0
@@ -208,10 +386,10 @@ def encode_feed(batch: list[FeedItem] | FeedGap) -> Iterable[bytes]:
         parts.append(part)
         size += len(part)
         if size >= _CHUNK:
-            yield "".join(parts).encode()
+            yield "".join(parts).encode(), seq
             parts, size = [], 0
     if parts:
-        yield "".join(parts).encode()
+        yield "".join(parts).encode(), batch[-1].seq
 
 
 # ---- driving ---------------------------------------------------------------------------------------------
@@ -220,11 +398,12 @@ def encode_feed(batch: list[FeedItem] | FeedGap) -> Iterable[bytes]:
 async def post_run(request: web.Request) -> web.Response:
     """``POST /api/sessions/{sid}/runs`` ``{"input": "text"}``: queue a run (the session is made if new)."""
     hub = request.app[HUB]
-    handle = hub.handle(hub.session_id(request.match_info["sid"]))
+    session_id = hub.session_id(request.match_info["sid"])
     body = await read_json(request, hub.settings.max_body)
     _only(body, required={"input"})
     text = _text(body, "input")
     hub.refuse_while_stopping()
+    handle = hub.handle(session_id)  # once the body passed: a refused one brings nothing into memory
     hub.refuse_while_waiting(await handle.read_status(), "new input")
     run = hub.submit(handle, text, request)
     return json_response({"run_id": run.id}, 202)

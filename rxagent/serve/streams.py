@@ -5,11 +5,14 @@ the body reads the session's feed and :meth:`~EventStream.send`\\ s what it has,
 the feed. Beside it a small watchdog task writes ``: ping`` after ``heartbeat`` seconds without a write,
 and drops a client that takes nothing for ``send_timeout`` seconds.
 
-**Memory per client stays bounded.** A client that stops reading fills its connection's buffers; a write
-then waits (aiohttp drains once 64 KiB are pending), so the body stops taking items from the feed, whose
-shared ring moves on without it. Nothing is queued for the client: when it reads again its watcher catches
-up from the session's log. A client that takes nothing for ``send_timeout`` seconds while data waits for
-it is dropped (its connection aborted, its buffers freed); it can come back with ``Last-Event-ID``.
+**Memory per client stays bounded.** A client that stops reading fills its connection's buffers: the
+system's, then the transport's, up to its high-water mark (64 KiB). A body asks :meth:`EventStream.would_wait`
+before each write; once a write could wait for the client, it lets go of everything it read from the feed
+(its watcher, the batch and its encoding) and waits with that one write alone, so a stalled client holds the
+transport's buffer and one write, and nothing else. Nothing is queued for it: when it reads again its
+watcher catches up from the session's log. A client that takes nothing for ``send_timeout`` seconds while
+data waits for it is dropped (its connection aborted, its buffers freed); it can come back with
+``Last-Event-ID``.
 
 **Ending.** :meth:`~EventStream.end` asks the body to stop where it waits (the server stopping, a run
 that ended without telling the feed): the body's task is cancelled, the stream takes that cancellation
@@ -43,6 +46,7 @@ class EventStream:
         ends_by_itself: the body returns on its own once it has said everything (an AG-UI run's stream);
             a stopping server lets such streams finish before it ends the others.
         clock: what heartbeats and the send deadline are timed on (the agent's).
+        session: the id of the session it streams, if one (ended when the session is deleted).
     """
 
     def __init__(
@@ -53,8 +57,10 @@ class EventStream:
         send_timeout: float,
         ends_by_itself: bool = False,
         clock: Clock = SYSTEM_CLOCK,
+        session: str | None = None,
     ) -> None:
         self.request = request
+        self.session = session
         self.clock = clock
         self.ends_by_itself = ends_by_itself
         self.closed = asyncio.Event()
@@ -77,8 +83,10 @@ class EventStream:
         self._dropped = False
         self._last_write = 0.0
 
-    async def send(self, data: bytes) -> None:
-        """Write ``data`` (whole SSE events) to the client.
+    async def send(self, data: bytes, *, drain: bool = False) -> None:
+        """Write ``data`` (whole SSE events) to the client; with ``drain``, then wait until the client has
+        taken enough that the next write would not wait (the connection's buffer is under its low-water
+        mark): what a body that let go of its data before the write does (see the module).
 
         Raises:
             ConnectionError: the client went away, or was dropped for taking nothing for
@@ -89,11 +97,27 @@ class EventStream:
         self._writing = True
         try:
             await self.response.write(data)
+            if drain:  # aiohttp drains only past 64 KiB written since its last drain
+                await self.request.writer.drain()
         finally:
             self._writing = False
             self._last_write = self.clock.now()
         if self._dropped:
             raise ConnectionResetError(f"the client took no data for {self.send_timeout:g} s")
+
+    @property
+    def waiting(self) -> bool:
+        """Whether a write waits for the client now (it took none of it yet, or too little)."""
+        return self._writing
+
+    def would_wait(self, size: int) -> bool:
+        """Whether writing ``size`` more bytes now could wait for the client: what its connection holds
+        unsent, with them, would pass the transport's high-water mark (where aiohttp waits for it to drain).
+        A body that holds data read for the client lets go of it first (see the module)."""
+        transport = self.request.transport
+        if transport is None:
+            return False  # gone: the write raises at once
+        return transport.get_write_buffer_size() + size > transport.get_write_buffer_limits()[1]
 
     def end(self) -> None:
         """Ask the body to stop (from any code on the loop): it is cancelled where it waits, and
@@ -108,7 +132,11 @@ class EventStream:
     ) -> None:
         """Open the response, run ``body`` with heartbeats beside it, then ``last_word`` (which may write a
         closing event; it runs after the body returns or was ended, not when the client went away)."""
-        await self.response.prepare(self.request)
+        try:
+            await self.response.prepare(self.request)
+        except ConnectionError:  # gone before the answer's head could be written: nothing to serve
+            self.closed.set()
+            return
         loop = asyncio.get_running_loop()
         self._last_write = self.clock.now()
         task = asyncio.current_task()

@@ -330,6 +330,9 @@ class SessionFeed:
                     if facts:
                         cursor = facts[-1].seq
                         yield [FeedItem.of(fact) for fact in facts]
+                    # A watcher that waits next must not keep the page it was given (a page per idle
+                    # watcher, read from the log and held by no one else).
+                    del facts
                     continue
                 caught_up = True
                 durable = self.durable_head
@@ -340,6 +343,7 @@ class SessionFeed:
                     batch.reverse()
                     cursor = batch[-1].seq
                     yield batch
+                    del batch  # nor the items the ring has let go of since
                     continue
                 await self._next_change()
         finally:

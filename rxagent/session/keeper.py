@@ -555,6 +555,12 @@ class SessionKeeper:
         """The session's projection as this process last held it (``None``: not in memory)."""
         return self._projections.get(key)
 
+    def in_use(self, key: SessionKey) -> bool:
+        """Whether something of this process holds the session now: a run holding it or waiting in its
+        line, or a watcher of its feed."""
+        feed = self._feeds.get(key)
+        return key in self._claims or key in self._lines or (feed is not None and feed.watchers > 0)
+
     def forget(self, key: SessionKey) -> None:
         """Drop the session's projection from memory (the next run loads it from the store)."""
         self._projections.pop(key, None)

@@ -314,6 +314,9 @@ class _Worker:
                 if batch:
                     outcomes = self._run_writes(conn, batch) if self._write else _run_reads(conn, batch)
                     _settle_from_thread(batch, outcomes)
+                    del outcomes
+                # The thread waits for the next jobs now: it must not keep what it read alive meanwhile.
+                del batch
         finally:
             try:
                 conn.close()

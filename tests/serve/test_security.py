@@ -42,8 +42,12 @@ ROUTES: list[tuple[str, str, Any]] = [
         {"threadId": "s", "runId": "r", "messages": [{"id": "m", "role": "user", "content": "hi"}]},
     ),
     ("GET", "/no/such/route", None),
+    ("GET", "/api/sessions/s/messages", None),
+    ("GET", "/api/sessions/s/runs/run_x", None),
+    ("DELETE", "/api/sessions/s/runs/run_x", None),
+    ("DELETE", "/api/sessions/s", None),
 ]
-"""Every route, with a body each would accept."""
+"""Every route, with a body each would accept (the health checks, open to all, are not here)."""
 
 
 # ---- where it listens --------------------------------------------------------------------------------------

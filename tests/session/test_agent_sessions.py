@@ -3,7 +3,8 @@ are refused until reconciled, and the log reads back as turns.
 
 Every test runs on each store of the conformance suite (the ``store`` fixture). Bad inputs tried: an
 append that fails right after a tool ran (a crash in all but name), reconciling an id that is not
-uncertain or the same id twice, forking onto a session that exists.
+uncertain or the same id twice, forking onto a session that exists, letting go of a session whose run is
+going or whose feed is watched.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pytest
 
 from rxagent import ScriptedModel, ScriptedResponse, ScriptedToolCall
 from rxagent.agent import PendingToolCallsError, ReActAgent, ToolDecision
+from rxagent.agent.sessions import session_key
 from rxagent.context import RuntimeContext
 from rxagent.messages import mend_surrogates
 from rxagent.model.scripted import FunctionModel
@@ -304,6 +306,44 @@ async def test_fork_and_delete(store: SessionStore) -> None:
     await agent.sessions.delete(branch)
     assert await agent.sessions.facts(branch) == []
     assert [m.text for m in (await agent.sessions.state(ADA)).messages] == ["first", "one", "second", "two"]
+
+
+async def test_a_session_leaves_memory_only_when_nothing_uses_it_and_comes_back_whole(
+    store: SessionStore,
+) -> None:
+    gate = asyncio.Event()
+
+    async def respond(request: ChatRequest) -> str:
+        await gate.wait()
+        return f"answer {len(request.messages)}"
+
+    agent = ReActAgent(FunctionModel(respond), store=store)
+    handle = agent.session(ADA)
+    run = handle.submit("first")
+    assert not handle.idle
+    assert not agent.sessions.evict(ADA)  # its run is queued or going: nothing changes
+    assert agent.session(ADA) is handle
+    gate.set()
+    await run
+    await handle.wait()
+    feed = await handle.open_feed()
+    watching = feed.watch_batches(0)
+    await anext(watching)  # a watcher of its feed holds it too
+    assert not agent.sessions.evict(ADA)
+    await watching.aclose()
+    assert handle.idle
+    assert agent.keeper.cached(session_key(ADA)) is not None
+    assert agent.sessions.evict(ADA)
+    assert agent.keeper.cached(session_key(ADA)) is None  # its projection went with it
+    again = agent.session(ADA)
+    assert again is not handle  # a new handle, loaded from the log
+    assert (await again.submit("second")).text == "answer 3"
+    assert [m.text for m in (await agent.sessions.state(ADA)).messages] == [
+        "first",
+        "answer 1",
+        "second",
+        "answer 3",
+    ]
 
 
 async def test_a_turn_appends_only_its_own_facts(store: SessionStore) -> None:
