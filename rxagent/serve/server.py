@@ -9,7 +9,7 @@ from typing import Self
 from aiohttp import web
 
 from rxagent.agent import ReActAgent
-from rxagent.serve import agui, dashboard, session_api
+from rxagent.serve import agui, dashboard, harness_api, session_api
 from rxagent.serve.http import json_errors
 from rxagent.serve.hub import HUB, SessionHub
 from rxagent.serve.security import RedactedAccessLogger, guard
@@ -33,6 +33,7 @@ def create_app(agent: ReActAgent, settings: ServeSettings | None = None) -> web.
     app = web.Application(middlewares=[json_errors, guard(settings)], client_max_size=settings.max_body)
     app[HUB] = SessionHub(agent, settings)
     app.add_routes(session_api.routes())
+    app.add_routes(harness_api.routes())
     app.add_routes(agui.routes())
     app.add_routes(dashboard.routes())
     return app

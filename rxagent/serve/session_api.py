@@ -64,7 +64,7 @@ async def list_sessions(request: web.Request) -> web.Response:
 async def get_session(request: web.Request) -> web.Response:
     """``GET /api/sessions/{sid}``: the session's head and where it stands."""
     hub = request.app[HUB]
-    handle = await hub.existing(request.match_info["sid"])
+    handle = await hub.readable(request.match_info["sid"])
     feed = await handle.open_feed()
     status = await handle.read_status()
     head = feed.durable_head
@@ -74,7 +74,7 @@ async def get_session(request: web.Request) -> web.Response:
 async def get_turns(request: web.Request) -> web.Response:
     """``GET /api/sessions/{sid}/turns``: the session's turns, each with its runs."""
     hub = request.app[HUB]
-    handle = await hub.existing(request.match_info["sid"])
+    handle = await hub.readable(request.match_info["sid"])
     turns = await hub.agent.sessions.turns(handle.ctx)
     return json_response({"turns": [dataclasses.asdict(t) for t in turns]})
 
@@ -104,7 +104,7 @@ def pending_json(pending: PendingCall) -> JsonObject:
 async def get_feed(request: web.Request) -> web.StreamResponse:
     """``GET /api/sessions/{sid}/feed``: the session's feed as SSE, after ``Last-Event-ID`` or ``after``."""
     hub = request.app[HUB]
-    handle = await hub.existing(request.match_info["sid"])
+    handle = await hub.readable(request.match_info["sid"])
     hub.refuse_while_stopping()
     after = _after(request)
     feed = await handle.open_feed()
