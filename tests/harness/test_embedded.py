@@ -41,7 +41,8 @@ async def test_the_embedded_model_writes_a_file_inside_its_workspace(tmp_path: P
     work.mkdir()
     harness = Harness(workspace=Workspace(work, per_session=False))
     agent = harness.agent(
-        LlamaCppModel(n_ctx=4096, max_tokens=96),
+        # Strings of at most 40 characters: the call's JSON fits in the 96 tokens, so it is always whole.
+        LlamaCppModel(n_ctx=4096, max_tokens=96, string_max_length=40),
         system_prompt="You are a helpful assistant. Use the tools.",
         options=AgentOptions(max_iters=1, max_tokens=96, first_tool_choice=ForceTool("write")),
         store=str(tmp_path / "sessions.db"),
