@@ -5,6 +5,10 @@
 ``--json`` prints the event stream as JSON lines for other programs, and nothing else on standard output.
 ``python -m rxagent`` is the same command.
 
+``--workspace DIR`` builds the agent with :class:`rxagent.harness.Harness`: it works in DIR with the file
+tools and a todo list; ``--skills``, ``--shell`` (whose calls ask as ``--ask`` does) and ``--budget`` add the
+other parts. Without ``--workspace`` they are usage errors, and the agent is the plain one.
+
 Sessions live in one SQLite file in the user's data folder (:func:`~rxagent.session.default_db_path`;
 ``--db`` picks another store, ``--db :memory:`` none that outlives the command). ``run`` and ``chat`` start
 a new session unless given ``--session NAME``; ``rxagent sessions`` lists and shows them, and a run that
