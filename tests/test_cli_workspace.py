@@ -236,6 +236,22 @@ async def test_run_writes_in_the_workspace_and_refuses_a_path_out_of_it(
     assert state.extras[WORKSPACE_KEY] == {"folder": str(work)}
 
 
+async def test_require_tool_forces_a_call_with_the_harness_tools_alone(
+    server: OpenAIServer, work: Path, tmp_path: Path
+) -> None:
+    server.script(call_reply("list", {}), text_reply("Empty."))
+
+    done = await rxagent(
+        *on(server, "run", "What is here?", "--workspace", str(work), "--tools", "none", "--require-tool"),
+        *db(tmp_path),
+    )
+
+    assert done.code == ExitCode.ANSWER, done.stderr
+    first, second = (request.body for request in server.requests)
+    assert first["tool_choice"] == "required"  # no demo tool, but the harness's: the first step calls one
+    assert "tool_choice" not in second or second["tool_choice"] == "auto"
+
+
 async def test_per_session_workspaces_keep_sessions_apart(
     server: OpenAIServer, work: Path, tmp_path: Path
 ) -> None:
