@@ -41,7 +41,7 @@ SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
 """What a session id may look like: up to 128 letters, digits and ``._:@-``, starting with a letter or a
 digit (UUIDs and the ids AG-UI clients make fit)."""
 
-TASK_SESSION_ID = re.compile(rf"(?:{SESSION_ID.pattern})(?:/tasks/[A-Za-z0-9_-]{{1,64}})+")
+_TASK_SESSION_ID = re.compile(rf"(?:{SESSION_ID.pattern})(?:/tasks/[A-Za-z0-9_-]{{1,64}})+")
 """What the session of a background task of a session looks like (``{session}/tasks/{task id}``, see
 :attr:`rxagent.harness.TaskInfo.session_id`): the API reads it, and its task alone drives it."""
 
@@ -72,7 +72,7 @@ class SessionHub:
         Raises:
             ApiError: 400, it is not; 409, it is a background task's session (see :meth:`readable`).
         """
-        if TASK_SESSION_ID.fullmatch(raw) is not None:
+        if _TASK_SESSION_ID.fullmatch(raw) is not None:
             # Its task runs it with the task's subagent; a run of this server's agent there would mix two
             # agents in one conversation.
             raise ApiError(
@@ -88,12 +88,12 @@ class SessionHub:
 
     async def readable(self, raw: str) -> SessionHandle:
         """The handle of the session ``raw`` names, which must exist, to read: a session, or the session of
-        one of its background tasks (see :data:`TASK_SESSION_ID`).
+        one of its background tasks (``{session}/tasks/{task id}``).
 
         Raises:
             ApiError: 400 an invalid id, 404 no such session.
         """
-        if TASK_SESSION_ID.fullmatch(raw) is None:
+        if _TASK_SESSION_ID.fullmatch(raw) is None:
             return await self.existing(raw)
         if not await self.exists(raw):
             raise ApiError(404, f"no session {raw!r}")
