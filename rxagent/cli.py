@@ -5,6 +5,10 @@
 ``--json`` prints the event stream as JSON lines for other programs, and nothing else on standard output.
 ``python -m rxagent`` is the same command.
 
+``--workspace DIR`` builds the agent with :class:`rxagent.harness.Harness`: it works in DIR with the file
+tools and a todo list; ``--skills``, ``--shell`` (whose calls ask as ``--ask`` does) and ``--budget`` add the
+other parts. Without ``--workspace`` they are usage errors, and the agent is the plain one.
+
 Sessions live in one SQLite file in the user's data folder (:func:`~rxagent.session.default_db_path`;
 ``--db`` picks another store, ``--db :memory:`` none that outlives the command). ``run`` and ``chat`` start
 a new session unless given ``--session NAME``; ``rxagent sessions`` lists and shows them, and a run that
@@ -87,7 +91,9 @@ from rxagent.tools.toolkit import Toolkit
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from rxagent.harness import Harness
     from rxagent.serve import ServeSettings
+    from rxagent.tools import Tool
 
 __all__ = ["ExitCode", "TerminalSafeStream", "exit_code_for", "main", "terminal_safe"]
 
@@ -327,6 +333,18 @@ def _file(text: str) -> str:
     return text
 
 
+def _folder(text: str) -> str:
+    """An existing folder, as an absolute path (so the `respond` command a run names works from anywhere).
+    A missing one is refused rather than made: a typo would otherwise become a new tree."""
+    path = Path(text) if text and "\x00" not in text else None
+    if path is None or not path.is_dir():
+        problem = (
+            f"{text!r} is not a folder" if path is not None and path.exists() else f"no folder at {text!r}"
+        )
+        raise argparse.ArgumentTypeError(f"{problem}: give a folder that exists (make it first)")
+    return os.path.abspath(text)
+
+
 def _version() -> str:
     try:
         return f"rxagent {importlib.metadata.version('rxagent')}"
@@ -400,6 +418,47 @@ def _parser() -> argparse.ArgumentParser:
         action=argparse.BooleanOptionalAction,
         default=False,
         help="make the first step call a tool",
+    )
+    common.add_argument(
+        "--workspace",
+        type=_folder,
+        metavar="DIR",
+        help="work in DIR, a folder that exists: file tools (read, write, edit, list, glob, grep) that "
+        "cannot leave it, and a todo list kept in the session",
+    )
+    common.add_argument(
+        "--workspace-per-session",
+        action="store_true",
+        help="with --workspace: each session works in a folder of its own below DIR (made when first used)",
+    )
+    common.add_argument(
+        "--skills",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a folder of skills, each a sub-folder with a SKILL.md: the system prompt lists their names "
+        "and descriptions, use_skill loads one (repeatable; needs --workspace)",
+    )
+    common.add_argument(
+        "--shell",
+        action="store_true",
+        help="a shell tool whose every command needs your approval (`chat` asks, `run` stops with exit code "
+        f"{ExitCode.WAITING}), run in the workspace under bubblewrap: the system read-only, no network "
+        "(needs --workspace)",
+    )
+    common.add_argument(
+        "--shell-unsandboxed",
+        action="store_true",
+        help="with --shell, where bubblewrap is not installed: run commands without a sandbox, with this "
+        "command's rights and network",
+    )
+    common.add_argument(
+        "--budget",
+        type=_positive,
+        metavar="TOKENS",
+        help="the model's context: every request (system prompt, messages, tool schemas) and the reply fit "
+        "in it; a large tool result goes to a file of the workspace, and a request still too large is "
+        "compressed and retried once (more than --max-tokens; needs --workspace)",
     )
     events_json = argparse.ArgumentParser(add_help=False)
     events_json.add_argument(
@@ -591,12 +650,72 @@ def _tool_names(args: argparse.Namespace) -> list[str]:
     return [] if args.tools in ("", "none") else [n.strip() for n in args.tools.split(",") if n.strip()]
 
 
-def _agent(args: argparse.Namespace, model: ChatModel, toolkit: Toolkit) -> ReActAgent:
+def _harness(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Harness | None:
+    """The harness ``--workspace`` asks for (``None``: none), its options checked; a wrong one is a usage
+    error in a sentence."""
+    if args.workspace is None:
+        given = [
+            flag
+            for flag, value in (
+                ("--workspace-per-session", args.workspace_per_session),
+                ("--skills", args.skills),
+                ("--shell", args.shell),
+                ("--shell-unsandboxed", args.shell_unsandboxed),
+                ("--budget", args.budget is not None),
+            )
+            if value
+        ]
+        if given:
+            parser.error(f"{', '.join(given)} {'needs' if len(given) == 1 else 'need'} --workspace DIR")
+        return None
+    if args.shell_unsandboxed and not args.shell:
+        parser.error("--shell-unsandboxed needs --shell")
+    if args.budget is not None and args.budget <= args.max_tokens:
+        parser.error(
+            f"--budget {args.budget} leaves no room for a request: the reply's {args.max_tokens} tokens "
+            "(--max-tokens) must fit in it too"
+        )
+    from rxagent.harness import ContextBudget, Harness, Shell, ShellUnavailableError, SkillError, Workspace
+
+    budget = None
+    if args.budget is not None:
+        room = args.budget - args.max_tokens
+        # A result over a quarter of the room a request has (2 000 tokens at most, the budget's default)
+        # goes to a file, so that one result never crowds out the conversation.
+        budget = ContextBudget(
+            args.budget, reply_reserve=args.max_tokens, evict_over_tokens=max(1, min(2_000, room // 4))
+        )
+    shell = Shell(timeout=args.tool_timeout, unsandboxed=args.shell_unsandboxed) if args.shell else False
+    try:
+        return Harness(
+            workspace=Workspace(args.workspace, per_session=args.workspace_per_session),
+            shell=shell,
+            skills=args.skills,
+            budget=budget,
+        )
+    except SkillError as error:
+        parser.error(f"--skills: {error}")
+    except ShellUnavailableError as error:
+        parser.error(f"--shell: {error} (here, that is --shell-unsandboxed)")
+
+
+def _every_tool_name(tools: list[Tool], harness: Harness | None) -> tuple[str, ...]:
+    """The names of the tools the agent gets: the demo tools, then the harness's."""
+    if harness is None:
+        return Toolkit(tools).names
+    from rxagent.harness import compose_parts
+
+    return Toolkit([*tools, *compose_parts(harness.parts).tools]).names
+
+
+def _agent(
+    args: argparse.Namespace, model: ChatModel, tools: list[Tool], harness: Harness | None
+) -> ReActAgent:
     options = AgentOptions(
         max_iters=args.max_iters,
         max_tokens=args.max_tokens,
         tool_timeout=args.tool_timeout,
-        first_tool_choice="required" if args.require_tool and toolkit.names else None,
+        first_tool_choice="required" if args.require_tool and (tools or harness is not None) else None,
     )
     lease_ttl: float | None = getattr(args, "lease_ttl", None)  # serve's option
     if lease_ttl is not None:
@@ -610,9 +729,20 @@ def _agent(args: argparse.Namespace, model: ChatModel, toolkit: Toolkit) -> ReAc
 
         middleware.append(Telemetry())
     make_default_folder(args.db)
+    if harness is not None:
+        return harness.agent(
+            model,
+            tools,
+            system_prompt=args.system,
+            name="rxagent-cli",
+            options=options,
+            permissions=permissions,
+            middleware=middleware,
+            store=args.db,
+        )
     return ReActAgent(
         model,
-        toolkit,
+        Toolkit(tools),
         system_prompt=args.system,
         name="rxagent-cli",
         options=options,
@@ -884,7 +1014,7 @@ async def _decide(prompter: _Prompter, calls: Sequence[ToolUseBlock]) -> list[To
     return decisions
 
 
-async def _main(args: argparse.Namespace, toolkit: Toolkit) -> ExitCode:
+async def _main(args: argparse.Namespace, tools: list[Tool], harness: Harness | None) -> ExitCode:
     from rich.console import Console
 
     asyncio.get_running_loop().set_default_executor(_DaemonThreads())
@@ -892,7 +1022,7 @@ async def _main(args: argparse.Namespace, toolkit: Toolkit) -> ExitCode:
     agent: ReActAgent | None = None
     try:
         with _said_plainly():
-            agent = _agent(args, model, toolkit)
+            agent = _agent(args, model, tools, harness)
             await check_store(agent.store)
         output: _Output = (
             _JsonLines()
@@ -986,7 +1116,9 @@ def _agent_options(args: argparse.Namespace) -> list[str]:
     return words
 
 
-async def _serve(args: argparse.Namespace, toolkit: Toolkit, settings: ServeSettings) -> ExitCode:
+async def _serve(
+    args: argparse.Namespace, tools: list[Tool], harness: Harness | None, settings: ServeSettings
+) -> ExitCode:
     """``rxagent serve``: listen, say where on stdout, then serve until SIGINT or SIGTERM."""
     from rxagent.serve import AgentServer
 
@@ -1001,7 +1133,7 @@ async def _serve(args: argparse.Namespace, toolkit: Toolkit, settings: ServeSett
         loop.add_signal_handler(number, stop.set)
     try:
         with _said_plainly():  # before it listens: a store that cannot be opened, an address in use
-            agent = _agent(args, model, toolkit)
+            agent = _agent(args, model, tools, harness)
             server = AgentServer(agent, settings)
             await server.start()
         try:
@@ -1139,13 +1271,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.model != "local" and not args.base_url:
         parser.error("--model NAME needs --base-url (or use --model local)")
     try:
-        toolkit = Toolkit(demo_tools(_tool_names(args), files_root=args.files_root))
+        tools = demo_tools(_tool_names(args), files_root=args.files_root)
     except ValueError as error:
         parser.error(str(error))
+    harness = _harness(parser, args)
+    names = _every_tool_name(tools, harness)
     for pattern in args.ask:  # a glob that matches no tool would never ask: a typo, not a rule
-        if not any(fnmatchcase(name, pattern) for name in toolkit.names):
-            tools = ", ".join(toolkit.names) or "none: see --tools"
-            parser.error(f"--ask {pattern!r} matches none of the tools ({tools})")
+        if not any(fnmatchcase(name, pattern) for name in names):
+            listed = ", ".join(names) or "none: see --tools"
+            parser.error(f"--ask {pattern!r} matches none of the tools ({listed})")
     settings = _serve_settings(parser, args) if args.command == "serve" else None
     if settings is not None and args.otel:
         try:
@@ -1169,8 +1303,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     stream=sys.stderr,
                     format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                 )
-            return asyncio.run(_serve(args, toolkit, settings))
-        return asyncio.run(_main(args, toolkit))
+            return asyncio.run(_serve(args, tools, harness, settings))
+        return asyncio.run(_main(args, tools, harness))
 
     return _exit_code_of(work)
 

@@ -441,6 +441,81 @@ def test_sessions_and_recovery_notebook_continues_after_a_restart_and_reconciles
     committed_as_run("04_sessions_and_recovery.ipynb", notebook)
 
 
+def harness_scripted(notebook: NotebookNode) -> None:
+    """The scripted sections of 06_harness: files, todos, skills, a background task, the budget."""
+    assert plain(notebook, "setup") == (
+        "parts: ['files', 'todos', 'skills', 'budget'] + the background tasks of each agent\n"
+    )
+    files = plain(notebook, "files")
+    assert (
+        "write(path='notes/plan.md', content='1. look up the height\\n2. write it down\\n') → ok: "
+        "Wrote 2 lines (39 bytes) to notes/plan.md (a new file)." in files
+    )
+    assert "-2. write it down\n+2. write a haiku about it" in files  # edit answers with a diff
+    assert (
+        "read(path='notes/plan.md') → ok:      1\t1. look up the height\n     2\t2. write a haiku about it"
+        in files
+    )
+    assert (
+        "read(path='../../etc/passwd') → error: Error: PathRefused: '../../etc/passwd': '..' is not allowed"
+        in files
+    )
+    assert "grep(pattern='haiku') → ok: notes/plan.md:2: 2. write a haiku about it" in files
+    assert re.search(r"the session's folder: work/notes-[0-9a-f]{10}$", files.strip())
+    todos = plain(notebook, "todos").splitlines()
+    assert todos[:3] == [
+        "completed    look up the height",
+        "in_progress  write a haiku about it",
+        "pending      read it aloud",
+    ]
+    assert todos[3].startswith(
+        "the last request ends with a system message: Reminder: 2 item(s) of your todo"
+    )
+    assert "look up the height" not in todos[3]  # only the open items are recalled
+    skills = plain(notebook, "skills")
+    assert skills.startswith("in the system prompt: ['- haiku: Writes a haiku about anything.']\n")
+    assert "use_skill(name='haiku') → ok: # Skill: haiku" in skills
+    assert "read(path='skills/haiku/example.md') → ok:      1\tAn old silent pond" in skills
+    assert "write(path='skills/haiku/mine.md', content='no') → error: Error: PathRefused:" in skills
+    assert plain(notebook, "tasks").splitlines() == [
+        "The researcher says: The Eiffel tower is 330 m tall.",
+        "model calls in the lead's result: 4 (the task's one included)",
+        "the task: finished, by researcher, answer: 'The Eiffel tower is 330 m tall.'",
+        "its own session: research/tasks/<task id>",
+        "the parent's log: ['task_started', 'task_collected', 'task_finished']",
+    ]
+    budget = plain(notebook, "budget").splitlines()
+    assert budget[0] == "Line 5000 reads: 05000 GET /page/53 200 0 ms"  # read back through the pointer
+    size = int(budget[1].removeprefix("export_log answered ").removesuffix(" bytes").replace(",", ""))
+    assert size > 200_000
+    assert budget[2].startswith("what the request carried instead: [The result of `export_log` is ")
+    saved = re.search(r"saved to the file `tool-results/([^`]+)`", budget[2])
+    assert saved is not None
+    assert budget[3] == f"the file: {saved[1]} ({size:,} bytes)"
+    assert budget[4] == "the file holds the result, and so does the session: True"
+
+
+def test_harness_notebook_runs_its_scripted_sections_without_the_embedded_model(tmp_path: Path) -> None:
+    notebook = execute("06_harness.ipynb", tmp_path, embedded=False)
+    harness_scripted(notebook)
+    without_model(notebook, "local-write", "local-transcript")
+    committed_as_run("06_harness.ipynb", notebook)
+
+
+@pytest.mark.llm
+def test_harness_notebook_gives_the_embedded_model_a_workspace_it_writes_in(tmp_path: Path) -> None:
+    notebook = execute("06_harness.ipynb", tmp_path, embedded=True)
+    harness_scripted(notebook)
+    # Its first step was forced to call write: whatever path it chose, the write landed in its folder.
+    wrote, listed = plain(notebook, "local-write").splitlines()
+    done = re.fullmatch(
+        r"write\(path='(.+)'\) → ok: Wrote \d+ lines \(\d+ bytes\) to (.+) \(a new file\)\.", wrote
+    )
+    assert done is not None, wrote
+    assert listed == f"in its folder: [{done[2]!r}]"
+    assert plain(notebook, "local-transcript").startswith("AgentState: ")
+
+
 # ---- the committed notebooks, and what writes them ------------------------------------------------------
 
 

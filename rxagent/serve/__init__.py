@@ -139,12 +139,39 @@ Sessions
     ``200 {"interrupted": bool}`` (``false``: no run was going). The run ends ``INTERRUPTED``, what it
     finished kept.
 
+The harness
+-----------
+An agent made by :class:`rxagent.harness.Harness` (``rxagent serve --workspace DIR`` serves one) has more
+to read:
+
+``GET /api/sessions/{sid}/tasks``
+    ``{"session_id", "tasks": [{"task_id", "agent", "instructions", "status", "user_id", "session_id",
+    "attempt", "parent_run_id", "call_id", "run_id", "answer", "error", "usage", "collected",
+    "position"}]}``: the session's background tasks in the order they started, as
+    :class:`rxagent.harness.TaskInfo` says: ``status`` is ``queued`` (``position``: its place in line,
+    ``1``: next), ``running``, ``finished`` (``answer``), ``failed``, ``cancelled`` or ``interrupted`` (its
+    process stopped; ``error`` says why); ``usage`` (``input_tokens``, ``output_tokens``, …) is a task's
+    that ended having run, else ``null``. ``[]`` when the agent has no background tasks.
+A task's own session
+    Each task's ``session_id`` is ``{sid}/tasks/{task_id}``. The endpoints that read a session (``GET``
+    the session, its ``turns``, its ``feed``, its ``tasks``) serve it as any other, its ``/`` written
+    ``%2F`` in the path (``/api/sessions/s1%2Ftasks%2Ftask_…/feed``). Every other one answers ``409``: its
+    task alone drives it (``resume_task``, ``cancel_task``), since a run of this server's agent there
+    would mix two agents in one conversation.
+The todo list
+    A session's todo list (``write_todos``) is kept in its extras: every change is an ``extras`` fact of
+    the feed, whose ``data.extras.todos`` is the whole list, each item ``{"content", "status"}`` with
+    ``status`` ``pending``, ``in_progress`` or ``completed`` (the run's ``todos_updated`` event says the
+    same).
+
 The dashboard
 -------------
 ``GET /``
     A page (HTML; inline script and style only, under a hash-only ``Content-Security-Policy``) that reads
     and drives the API above: sessions, the live answer, a timeline of model and tool calls, tokens per
-    model call, approvals, interrupt, steer, new messages, replay from the log. ``GET /?token=<token>``
+    model call, approvals, interrupt, steer, new messages, replay from the log; and, for a harness's
+    agent, the todo list and the background tasks, each with its status and a link to its session
+    (shown read-only). ``GET /?token=<token>``
     answers ``303`` to ``/`` and sets the token as an ``HttpOnly`` ``rxagent_token_<port>`` cookie, so
     the token leaves the address bar. See :mod:`rxagent.serve.dashboard`.
 

@@ -3,10 +3,12 @@
 The page (``dashboard.html`` beside this module: inline CSS and JavaScript, SVG for the charts; no build
 step, nothing loaded from another site) reads only the public HTTP API of :mod:`rxagent.serve`: the
 sessions list, each session's status, its feed (``EventSource``, so a reconnect resumes with
-``Last-Event-ID``; the page drops any fact whose ``seq`` it has rendered), and the ``runs``, ``steer``,
-``respond`` and ``interrupt`` endpoints. It shows the answer as it streams, a timeline of model and tool
-calls, the tokens of each model call, the calls waiting for approval (approve, deny, approve with edited
-arguments), and plays a session back from its log (replay never runs anything).
+``Last-Event-ID``; the page drops any fact whose ``seq`` it has rendered), its background tasks
+(``tasks``), and the ``runs``, ``steer``, ``respond`` and ``interrupt`` endpoints. It shows the answer as it
+streams, a timeline of model and tool calls, the tokens of each model call, the calls waiting for approval
+(approve, deny, approve with edited arguments), the todo list (from the feed's ``extras`` facts), the
+background tasks with their status and a link to each one's session (shown read-only), and plays a session
+back from its log (replay never runs anything).
 
 Routes, behind the same guard as the rest (:func:`rxagent.serve.security.guard`):
 

@@ -52,6 +52,10 @@ SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}")
 """What a session id may look like: up to 128 letters, digits and ``._:@-``, starting with a letter or a
 digit (UUIDs and the ids AG-UI clients make fit)."""
 
+_TASK_SESSION_ID = re.compile(rf"(?:{SESSION_ID.pattern})(?:/tasks/[A-Za-z0-9_-]{{1,64}})+")
+"""What the session of a background task of a session looks like (``{session}/tasks/{task id}``, see
+:attr:`rxagent.harness.TaskInfo.session_id`): the API reads it, and its task alone drives it."""
+
 RECONCILE_HOW = "POST /api/sessions/{id}/reconcile with an outcome for each"
 """How a client of the session API reconciles uncertain calls (what a 409 says)."""
 
@@ -75,16 +79,37 @@ class SessionHub:
         self._sweeper: asyncio.Task[None] | None = None
 
     def session_id(self, raw: str) -> str:
-        """``raw`` if it is a valid session id (see :data:`SESSION_ID`).
+        """``raw`` if it is a valid session id (see :data:`SESSION_ID`) of a session this server may run.
 
         Raises:
-            ApiError: 400, it is not.
+            ApiError: 400, it is not; 409, it is a background task's session (see :meth:`readable`).
         """
+        if _TASK_SESSION_ID.fullmatch(raw) is not None:
+            # Its task runs it with the task's subagent; a run of this server's agent there would mix two
+            # agents in one conversation.
+            raise ApiError(
+                409,
+                f"session {raw!r} is a background task's: read it here, and drive it through its task "
+                "(resume_task, cancel_task)",
+            )
         if SESSION_ID.fullmatch(raw) is None:
             raise ApiError(
                 400, "a session id is 1 to 128 letters, digits and '._:@-', starting with a letter or a digit"
             )
         return raw
+
+    async def readable(self, raw: str) -> SessionHandle:
+        """The handle of the session ``raw`` names, which must exist, to read: a session, or the session of
+        one of its background tasks (``{session}/tasks/{task id}``).
+
+        Raises:
+            ApiError: 400 an invalid id, 404 no such session.
+        """
+        if _TASK_SESSION_ID.fullmatch(raw) is None:
+            return await self.existing(raw)
+        if not await self.exists(raw):
+            raise ApiError(404, f"no session {raw!r}")
+        return self.handle(raw)
 
     def handle(self, session_id: str) -> SessionHandle:
         """The handle of the session (brought into memory on first use; within a request, kept there at

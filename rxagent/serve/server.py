@@ -20,7 +20,7 @@ from typing import Self
 from aiohttp import web
 
 from rxagent.agent import ReActAgent
-from rxagent.serve import agui, dashboard, health, session_api
+from rxagent.serve import agui, dashboard, harness_api, health, session_api
 from rxagent.serve.http import bodies, json_errors
 from rxagent.serve.hub import HUB, SessionHub
 from rxagent.serve.security import RedactedAccessLogger, behind_proxies, guard
@@ -52,6 +52,7 @@ def create_app(agent: ReActAgent, settings: ServeSettings | None = None) -> web.
     app = web.Application(middlewares=middlewares, client_max_size=settings.max_body)
     app[HUB] = hub
     app.add_routes(session_api.routes())
+    app.add_routes(harness_api.routes())
     app.add_routes(agui.routes())
     app.add_routes(dashboard.routes())
     app.add_routes(health.routes())

@@ -80,7 +80,7 @@ async def list_sessions(request: web.Request) -> web.Response:
 async def get_session(request: web.Request) -> web.Response:
     """``GET /api/sessions/{sid}``: the session's head and where it stands."""
     hub = request.app[HUB]
-    handle = await hub.existing(request.match_info["sid"])
+    handle = await hub.readable(request.match_info["sid"])
     feed = await handle.open_feed()
     status = await handle.read_status()
     head = feed.durable_head
@@ -90,7 +90,7 @@ async def get_session(request: web.Request) -> web.Response:
 async def get_turns(request: web.Request) -> web.Response:
     """``GET /api/sessions/{sid}/turns``: the session's turns, each with its runs."""
     hub = request.app[HUB]
-    handle = await hub.existing(request.match_info["sid"])
+    handle = await hub.readable(request.match_info["sid"])
     turns = await hub.agent.sessions.turns(handle.ctx)
     return json_response({"turns": [dataclasses.asdict(t) for t in turns]})
 
@@ -98,7 +98,7 @@ async def get_turns(request: web.Request) -> web.Response:
 async def get_messages(request: web.Request) -> web.Response:
     """``GET /api/sessions/{sid}/messages``: the session's conversation as its log has it."""
     hub = request.app[HUB]
-    handle = await hub.existing(request.match_info["sid"])
+    handle = await hub.readable(request.match_info["sid"])
     state = await hub.agent.sessions.state(handle.ctx)
     return json_response(
         {"session_id": handle.key[1], "messages": [m.model_dump(mode="json") for m in state.messages]}
@@ -109,7 +109,7 @@ async def get_run(request: web.Request) -> web.Response:
     """``GET /api/sessions/{sid}/runs/{run_id}``: where a run stands, and how it ended (its result and
     usage)."""
     hub = request.app[HUB]
-    handle = await hub.existing(request.match_info["sid"])
+    handle = await hub.readable(request.match_info["sid"])
     run_id = _run_id(request)
     session_id = handle.key[1]
     here = hub.run(session_id, run_id)
@@ -248,7 +248,7 @@ def pending_json(pending: PendingCall) -> JsonObject:
 async def get_feed(request: web.Request) -> web.StreamResponse:
     """``GET /api/sessions/{sid}/feed``: the session's feed as SSE, after ``Last-Event-ID`` or ``after``."""
     hub = request.app[HUB]
-    handle = await hub.existing(request.match_info["sid"])
+    handle = await hub.readable(request.match_info["sid"])
     hub.refuse_while_stopping()
     after = _after(request)
     feed = await handle.open_feed()

@@ -884,3 +884,89 @@ async def test_an_uncertain_call_gets_a_card_and_its_outcome_lets_the_session_ca
         assert len(dash.posts("/reconcile")) == 1
     assert ran == []  # never run twice
     await store.aclose()
+
+
+# ---- the harness: the todo list and background tasks -------------------------------------------------------
+
+
+TODOS_JS = (
+    "() => [...document.querySelectorAll('#todos li')]"
+    ".map((li) => [li.dataset.status, li.querySelector('.content').textContent])"
+)
+TASKS_JS = (
+    "() => [...document.querySelectorAll('#tasks li')].map((li) => [li.dataset.status,"
+    " li.querySelector('.state').textContent, li.querySelector('.what').textContent])"
+)
+
+
+async def test_the_todo_list_and_the_background_tasks_show_with_links_to_their_sessions(
+    browser: Browser, tmp_path: Path
+) -> None:
+    from tests.serve.test_harness_api import TALL, Gate, lead, start
+
+    todos = [
+        {"content": "ask the researcher", "status": "completed"},
+        {"content": "compare " + PAYLOAD, "status": "in_progress"},
+        {"content": "write it up", "status": "pending"},
+    ]
+    first = start(TALL, PAYLOAD)
+    plan = ScriptedResponse(
+        tool_calls=[ScriptedToolCall("write_todos", {"todos": todos}, id="w1"), *first.tool_calls]
+    )
+    gate = Gate()
+    agent = lead(tmp_path, gate, plan, "Two tasks are under way.")
+    async with serving(agent) as live, dashboard(browser, live) as dash:
+        await run_to_end(live, "s1", {"input": "Research the Eiffel tower."})
+        await dash.open("s1")
+        await dash.answer_is("Two tasks are under way.")
+
+        shown = [[t["status"], t["content"]] for t in todos]
+        assert await dash.until(f"() => {{ const t = ({TODOS_JS})(); return t.length === 3 && t; }}") == shown
+        assert await dash.page.locator("#todo-count").text_content() == "(1 of 3 done)"
+        await asyncio.wait_for(gate.entered.wait(), WAIT)
+        await dash.until(f"() => ({TASKS_JS})().map((t) => t[0]).join() === 'running,queued'")
+        assert await dash.page.evaluate(TASKS_JS) == [
+            ["running", "running", TALL],
+            ["queued", "queued (1 in line)", PAYLOAD],
+        ]
+
+        gate.open.set()  # both answer; the page reads it on the feed's task_finished facts
+        await dash.until(f"() => ({TASKS_JS})().map((t) => t[0]).join() === 'finished,finished'")
+        answers = await dash.page.locator("#tasks .detail").all_text_contents()
+        assert answers == [f"Answer to: {TALL}", f"Answer to: {PAYLOAD}"]
+        tasks = (await live.get("/api/sessions/s1/tasks"))[1]["tasks"]
+        links = await dash.page.locator("#tasks a.open").evaluate_all(
+            "(a) => a.map((l) => l.getAttribute('href'))"
+        )
+        assert links == [f"#/s/{t['session_id'].replace('/', '%2F')}" for t in tasks]
+
+        # Replayed from the log, the todo list comes back with the rest.
+        await dash.page.select_option("#speed", "instant")
+        await dash.page.click("#replay")
+        await dash.until("() => document.getElementById('mode').dataset.replay === 'done'")
+        assert await dash.page.evaluate(TODOS_JS) == shown
+        await dash.page.click("#live")
+
+        # A task's link opens its own session, read-only: its conversation, no way to drive it.
+        posts = len(dash.posts(""))
+        await dash.page.locator("#tasks a.open").first.click()
+        await dash.until(
+            "(sid) => document.getElementById('title').textContent === sid", tasks[0]["session_id"]
+        )
+        await dash.answer_is(f"Answer to: {TALL}")
+        assert await dash.page.locator("#drive").is_hidden()
+        assert await dash.page.locator("#interrupt").is_disabled()
+        assert await dash.page.locator("#todos-box").is_hidden()
+        assert await dash.page.locator("#tasks-box").is_hidden()
+        note = dash.page.locator("#task-of")
+        assert (
+            await note.text_content()
+            == "A background task of session s1: read only here, its task drives it."
+        )
+        assert len(dash.posts("")) == posts  # reading it sent nothing that drives it
+        await note.locator("a").click()
+        await dash.until("() => document.getElementById('title').textContent === 's1'")
+        await dash.until(f"() => ({TASKS_JS})().length === 2")
+        assert await dash.page.locator("#drive").is_visible()
+        assert await dash.page.evaluate("() => window.__pwned") is None
+        assert await dash.page.locator("img").count() == 0
