@@ -9,7 +9,7 @@ from typing import Self
 from aiohttp import web
 
 from rxagent.agent import ReActAgent
-from rxagent.serve import agui, dashboard, session_api
+from rxagent.serve import agui, dashboard, session_api, vercel_ai
 from rxagent.serve.http import json_errors
 from rxagent.serve.hub import HUB, SessionHub
 from rxagent.serve.security import RedactedAccessLogger, guard
@@ -23,8 +23,9 @@ ACCESS_LOG = logging.getLogger("rxagent.serve.access")
 
 
 def create_app(agent: ReActAgent, settings: ServeSettings | None = None) -> web.Application:
-    """The aiohttp application serving ``agent``'s sessions: the session API, AG-UI and the dashboard
-    page at ``/`` (:mod:`rxagent.serve.dashboard`), behind the guard (host, token, origin) and the body
+    """The aiohttp application serving ``agent``'s sessions: the session API, AG-UI, the AI SDK's chat
+    route (:mod:`rxagent.serve.vercel_ai`) and the dashboard page at ``/`` (:mod:`rxagent.serve.dashboard`),
+    behind the guard (host, token, origin) and the body
     limit (see :mod:`rxagent.serve`).
 
     Other routes (a page) may be added to it before it starts; they pass the same guard.
@@ -34,6 +35,7 @@ def create_app(agent: ReActAgent, settings: ServeSettings | None = None) -> web.
     app[HUB] = SessionHub(agent, settings)
     app.add_routes(session_api.routes())
     app.add_routes(agui.routes())
+    app.add_routes(vercel_ai.routes())
     app.add_routes(dashboard.routes())
     return app
 
