@@ -46,7 +46,7 @@ from rxagent.messages import Msg, TextBlock, ToolResultBlock, ToolUseBlock
 from rxagent.model.types import ModelCapabilities
 from rxagent.serve.vercel_ai import UIMessageTranslator, encode
 from rxagent.tools import Permissions, Toolkit, tool
-from tests.serve.conftest import WAIT, Live, serving
+from tests.serve.conftest import WAIT, Live, ValveModel, is_result_of, serving
 
 CLIENT = Path(__file__).with_name("vercel_ai_client")
 """The node client and its ``package.json`` (the ``ai`` package, pinned)."""
@@ -475,6 +475,33 @@ async def test_a_failed_turn_runs_again_when_its_message_is_sent_again_and_only_
         ("assistant", "Recovered."),
     ]
     assert len(model.requests) == 2
+
+
+async def test_an_interrupted_run_closes_its_text_and_finishes_interrupted() -> None:
+    model = ValveModel(ScriptedResponse(text="a long story", chunk_size=1))
+    body = chat_body("s", user("u1", said("tell me")))
+    async with serving(ReActAgent(model)) as live, live.sse("/api/chat", json=body) as stream:
+        model.release(2)
+        await stream.until(lambda e: e.data.startswith('{"type":"text-delta"'))
+        assert await live.post("/api/sessions/s/interrupt") == (200, {"interrupted": True})
+        rest = [e.data for e in await stream.rest()]
+    assert [json.loads(d)["type"] for d in rest[-4:-1]] == ["text-end", "finish-step", "finish"]
+    assert json.loads(rest[-2]) == {"type": "finish", "finishReason": "interrupted"}
+    assert rest[-1] == "[DONE]"
+
+
+async def test_a_run_that_never_starts_is_an_error_then_finish() -> None:
+    model = ValveModel(ScriptedResponse(text="holding the session"))
+    agent = ReActAgent(model, options=AgentOptions(session_wait=0.0))
+    async with serving(agent) as live:
+        _, first = await live.post("/api/sessions/s/runs", {"input": "hold it"})
+        await asyncio.wait_for(model.waiting.wait(), WAIT)
+        chunks = chunks_of(await stream_of(live, chat_body("s", user("u1", said("me too")))))
+        assert [c["type"] for c in chunks] == ["start", "error", "finish"]
+        assert "SessionBusyError" in chunks[1]["errorText"]
+        model.open()
+        async with live.sse("/api/sessions/s/feed") as feed:
+            await feed.until(is_result_of(first["run_id"]))
 
 
 async def test_a_return_direct_answer_is_the_last_steps_text() -> None:
