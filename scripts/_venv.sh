@@ -195,4 +195,29 @@ _rxagent_install_test_programs() {
   fi
 }
 
-case ",$extras," in *,test,*) _rxagent_install_test_programs ;; esac
+_rxagent_install_js_clients() {
+  # The JavaScript clients the serve tests drive (the Vercel AI SDK's own code, from npm), each a folder of
+  # tests/ pinned by its package-lock.json: installed with `npm ci` (the registry is needed then, never at
+  # test time), once per version of the lock (a stamp in its node_modules remembers which). A failure is
+  # reported here and those tests then say why they cannot run (CI fails them; never a silent skip).
+  local lock dir stamp
+  for lock in tests/*/*/package-lock.json; do
+    [ -f "$lock" ] || continue # no such folder: the pattern is left as it is
+    dir=$(dirname "$lock")
+    stamp="$dir/node_modules/.rxagent-$(sha256sum "$lock" | cut -c1-16)"
+    [ -f "$stamp" ] && continue
+    if ! command -v npm >/dev/null 2>&1; then
+      echo "the tests in $dir need Node.js 20 or later with npm: install them, then set up again" >&2
+      continue
+    fi
+    echo "installing $dir's JavaScript packages (npm ci)" >&2
+    if (cd "$dir" && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error) >.venv/npm-install.log 2>&1; then
+      touch "$stamp"
+    else
+      tail -n 20 .venv/npm-install.log >&2
+      echo "could not install $dir's packages (see .venv/npm-install.log): the tests that need them cannot run" >&2
+    fi
+  done
+}
+
+case ",$extras," in *,test,*) _rxagent_install_test_programs; _rxagent_install_js_clients ;; esac

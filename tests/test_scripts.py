@@ -1,6 +1,7 @@
 """The set-up scripts: ``main.sh`` runs the README's examples as the README says, and ``_venv.sh`` tells
 what it is doing during the long first install, compiles llama.cpp for no particular CPU, checks once that
-it runs (and compiles it again when it does not), and stays silent and quick once installed.
+it runs (and compiles it again when it does not), installs the JavaScript clients the serve tests drive
+(``npm ci``, once per lock), and stays silent and quick once installed.
 
 No test sets anything up in the checkout: every script runs in a scratch copy of the project whose
 ``.venv/bin/python`` is a stand-in that logs how it was called and plays pip and the set-up's check of
@@ -450,6 +451,50 @@ def test_the_test_set_up_installs_the_missing_test_programs_with_apt(project: Pr
     assert "installing bubblewrap (apt) for the browser and sandbox tests\n" in said
     apt = [call for call in project.calls() if call.startswith("apt-get")]
     assert apt == ["apt-get update -qq", "apt-get install -y -qq --no-install-recommends bubblewrap"]
+
+
+NPM = """#!/bin/sh
+# A stand-in for npm: logs where and how it was called; `ci` makes node_modules (or fails, when told to).
+echo "npm $* in ${PWD#"$PROJECT"/}" >> "$LOG"
+[ -n "${NPM_FAILS:-}" ] && { echo "npm ERR! 404 Not Found - ai@7.0.173" >&2; exit 1; }
+mkdir -p node_modules
+"""
+
+
+def test_the_test_set_up_installs_each_javascript_client_with_npm_ci_once_per_lock(project: Project) -> None:
+    client = project.root / "tests" / "serve" / "js_client"
+    client.mkdir(parents=True)
+    (client / "package-lock.json").write_text('{"lockfileVersion": 3}\n')
+    executable(project.root / "stand-ins" / "npm", NPM)
+
+    code, _, said = project.set_up("test", CACHED_WHEEL="1", PROJECT=str(project.root)).finish()
+    assert code == 0, said
+    assert "installing tests/serve/js_client's JavaScript packages (npm ci)\n" in said
+    npm = ["npm ci --no-audit --no-fund --ignore-scripts --loglevel=error in tests/serve/js_client"]
+    assert [c for c in project.calls() if c.startswith("npm")] == npm
+
+    assert project.set_up("test", PROJECT=str(project.root)).finish() == (0, "", "")  # installed: quiet
+    (client / "package-lock.json").write_text('{"lockfileVersion": 3, "packages": {}}\n')  # a new pin
+    code, _, said = project.set_up("test", PROJECT=str(project.root)).finish()
+    assert code == 0, said
+    assert [c for c in project.calls() if c.startswith("npm")] == npm * 2
+
+
+def test_a_javascript_client_that_cannot_be_installed_is_reported_and_the_set_up_goes_on(
+    project: Project,
+) -> None:
+    client = project.root / "tests" / "serve" / "js_client"
+    client.mkdir(parents=True)
+    (client / "package-lock.json").write_text("{}\n")
+    executable(project.root / "stand-ins" / "npm", NPM)
+
+    code, _, said = project.set_up(
+        "test", CACHED_WHEEL="1", PROJECT=str(project.root), NPM_FAILS="1"
+    ).finish()
+    assert code == 0, said
+    assert "npm ERR! 404 Not Found - ai@7.0.173\n" in said
+    assert "could not install tests/serve/js_client's packages (see .venv/npm-install.log)" in said
+    assert not list(client.glob("node_modules/.rxagent-*"))  # not stamped: the next set-up tries again
 
 
 def test_an_install_never_checked_is_checked_once(project: Project) -> None:

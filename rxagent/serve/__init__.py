@@ -1,4 +1,5 @@
-"""The live surface: an agent's sessions on HTTP — the session API with its SSE feed, AG-UI and a dashboard.
+"""The live surface: an agent's sessions on HTTP — the session API with its SSE feed, AG-UI, the Vercel AI
+SDK's chat route and a dashboard.
 
 ``rxagent serve`` (or :class:`AgentServer` from Python) serves one agent's sessions. Needs the extra:
 ``pip install 'rxagent[serve]'`` (AG-UI's types and encoder, from ``ag-ui-protocol``).
@@ -8,7 +9,8 @@ The contract
 
 JSON in and out unless it says SSE. A session is named by its id (1–128 letters, digits and ``._:@-``,
 starting with a letter or a digit; the store key has no user id). A session exists once its log has a
-fact (or a run submitted here waits for its turn); ``POST …/runs`` and ``POST /ag-ui`` make new ones.
+fact (or a run submitted here waits for its turn); ``POST …/runs``, ``POST /ag-ui`` and ``POST /api/chat``
+make new ones.
 
 Errors are ``{"error": "<clear message>"}`` and **nothing changes** on one:
 
@@ -184,6 +186,19 @@ AG-UI interrupts, answered by the next input's ``resume`` entries; uncertain cal
 mapping, the interrupt payloads and how the input is read. Input errors are answered before the stream
 opens, as the table above says.
 
+The Vercel AI SDK
+-----------------
+``POST /api/chat`` with ``useChat``'s body (``{"id", "messages": [UIMessage, …], "trigger"}``; ``id`` =
+session id) → the AI SDK's UI message stream: SSE ``data:`` JSON chunks (``start``, ``start-step``,
+``text-*``, ``reasoning-*``, ``tool-input-*``, ``tool-output-*``, ``tool-approval-request``,
+``finish-step``, ``finish``, ``error``), then ``data: [DONE]``, with the header
+``x-vercel-ai-ui-message-stream: v1``. ``/api/chat`` is ``useChat``'s default route. The last message is
+the input: a user message (its text and file parts; sent twice, it runs once), or the assistant message
+``useChat`` continues after ``addToolApprovalResponse`` or ``addToolOutput``, whose tool parts answer the
+calls waiting (approvals are ``tool-approval-request`` chunks whose ``approvalId`` is the call's id). See
+:mod:`rxagent.serve.vercel_ai` for the mapping and how the request is read. Input errors are answered
+before the stream opens, as the table above says.
+
 Health
 ------
 ``GET /healthz``
@@ -218,8 +233,8 @@ request leaves nothing in memory. See :mod:`rxagent.serve.server` and :class:`Se
 Stopping
 --------
 On SIGINT or SIGTERM ``rxagent serve`` stops taking connections, cancels queued runs and interrupts running
-ones (they end ``INTERRUPTED`` and their sessions are saved; AG-UI clients get their ``RUN_FINISHED``),
-ends the event streams, closes the connections and the session store.
+ones (they end ``INTERRUPTED`` and their sessions are saved; AG-UI clients get their ``RUN_FINISHED``, AI SDK
+clients their ``finish``), ends the event streams, closes the connections and the session store.
 """
 
 from __future__ import annotations

@@ -68,7 +68,6 @@ feed (``GET /api/sessions/{threadId}/feed``).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import Iterable, Mapping
@@ -113,7 +112,6 @@ from rxagent.agent import (
     AnswerTakenError,
     ExternalResult,
     PendingToolCallsError,
-    RunHandle,
     SessionHandle,
     ToolDecision,
 )
@@ -141,9 +139,9 @@ from rxagent.events import (
 from rxagent.messages import Msg, ToolResultBlock, ToolUseBlock
 from rxagent.serve.http import ApiError, read_json
 from rxagent.serve.hub import HUB, refusal
+from rxagent.serve.run_stream import stream_run
 from rxagent.serve.session_api import pending_json
-from rxagent.serve.streams import EventStream
-from rxagent.session import FeedGap, FeedItem, Reconcile
+from rxagent.session import Reconcile
 from rxagent.state import PendingCall
 
 __all__ = [
@@ -386,57 +384,7 @@ async def run_agui(request: web.Request) -> web.StreamResponse:
         waiting=still_waiting,
         warnings=warnings,
     )
-    settings = hub.settings
-    stream = EventStream(
-        request,
-        heartbeat=settings.heartbeat,
-        send_timeout=settings.send_timeout,
-        ends_by_itself=True,
-        clock=hub.agent.clock,
-    )
-    cursor = after
-    outcome: list[BaseException | None] = []
-
-    async def take(upto: int | None) -> None:
-        nonlocal cursor
-        if upto is not None and cursor >= upto:
-            return
-        async for batch in feed.watch_batches(cursor):
-            if isinstance(batch, FeedGap):  # not with the catch-up policy; kept exact all the same
-                cursor = batch.last
-                continue
-            events = _take_batch(batch, run.id, translator)
-            cursor = batch[-1].seq
-            if events:
-                await stream.send(_encode(events))
-            if translator.closed or (upto is not None and cursor >= upto):
-                return
-
-    async def body() -> None:
-        await take(None)
-
-    async def last_word() -> None:
-        if translator.closed:
-            return
-        if run.done():  # it ended before its end reached this stream: read the feed up to now
-            try:
-                async with hub.agent.clock.timeout(hub.settings.stop_timeout):
-                    await take(feed.durable_head)
-            except TimeoutError:
-                pass
-            if translator.closed:
-                return
-        await stream.send(_encode(translator.fail(*_why_no_end(run, outcome, hub.stopping))))
-
-    settled = asyncio.ensure_future(_settle(run, outcome))
-    settled.add_done_callback(lambda _: stream.end())
-    hub.streams.add(stream)
-    try:
-        await stream.serve(body, last_word)
-    finally:
-        hub.streams.discard(stream)
-        settled.cancel()
-    return stream.response
+    return await stream_run(request, run, feed, after, translator, _encode)
 
 
 async def _refuse_taken(handle: SessionHandle, interrupt_ids: list[str]) -> None:
@@ -448,43 +396,6 @@ async def _refuse_taken(handle: SessionHandle, interrupt_ids: list[str]) -> None
     for interrupt_id in interrupt_ids:
         if interrupt_id in taken:
             raise refusal(AnswerTakenError(taken[interrupt_id]))
-
-
-def _take_batch(batch: list[FeedItem], run_id: str, translator: AguiTranslator) -> list[BaseEvent]:
-    events: list[BaseEvent] = []
-    for item in batch:
-        # The run's own facts carry its id; of its events, nested runs' (agents used as tools) are skipped.
-        if item.run_id != run_id or item.kind != "event":
-            continue
-        event = item.event
-        if event is None or event.run_id != run_id:
-            continue
-        events.extend(translator.translate(event))
-        if translator.closed:
-            break
-    return events
-
-
-async def _settle(run: RunHandle, outcome: list[BaseException | None]) -> None:
-    try:
-        await run
-        outcome.append(None)
-    except BaseException as error:
-        outcome.append(error)
-
-
-def _why_no_end(run: RunHandle, outcome: list[BaseException | None], stopping: bool) -> tuple[str, str]:
-    """Why a run's stream ends without the run's own end: message and code for ``RUN_ERROR``."""
-    if not run.done():
-        return "the server stopped before the run ended", "server_stopping"
-    error = outcome[0] if outcome else None
-    if isinstance(error, asyncio.CancelledError):
-        return (
-            "the run was cancelled (the server is stopping)" if stopping else "the run was cancelled"
-        ), "cancelled"
-    if error is not None:
-        return f"{type(error).__name__}: {error}", type(error).__name__
-    return "the run ended without reporting how", "no_result"
 
 
 def _encode(events: Iterable[BaseEvent]) -> bytes:

@@ -20,7 +20,7 @@ from typing import Self
 from aiohttp import web
 
 from rxagent.agent import ReActAgent
-from rxagent.serve import agui, dashboard, harness_api, health, session_api
+from rxagent.serve import agui, dashboard, harness_api, health, session_api, vercel_ai
 from rxagent.serve.http import bodies, json_errors
 from rxagent.serve.hub import HUB, SessionHub
 from rxagent.serve.security import RedactedAccessLogger, behind_proxies, guard
@@ -34,8 +34,9 @@ ACCESS_LOG = logging.getLogger("rxagent.serve.access")
 
 
 def create_app(agent: ReActAgent, settings: ServeSettings | None = None) -> web.Application:
-    """The aiohttp application serving ``agent``'s sessions: the session API, AG-UI and the dashboard
-    page at ``/`` (:mod:`rxagent.serve.dashboard`), behind the guard (host, token, origin) and the body
+    """The aiohttp application serving ``agent``'s sessions: the session API, AG-UI, the AI SDK's chat
+    route (:mod:`rxagent.serve.vercel_ai`) and the dashboard page at ``/`` (:mod:`rxagent.serve.dashboard`),
+    behind the guard (host, token, origin) and the body
     limit (see :mod:`rxagent.serve`).
 
     Other routes (a page) may be added to it before it starts; they pass the same guard.
@@ -54,6 +55,7 @@ def create_app(agent: ReActAgent, settings: ServeSettings | None = None) -> web.
     app.add_routes(session_api.routes())
     app.add_routes(harness_api.routes())
     app.add_routes(agui.routes())
+    app.add_routes(vercel_ai.routes())
     app.add_routes(dashboard.routes())
     app.add_routes(health.routes())
     return app
