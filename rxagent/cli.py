@@ -78,7 +78,7 @@ from rxagent.events import (
     event_to_json,
 )
 from rxagent.messages import ToolUseBlock
-from rxagent.model.types import ChatModel
+from rxagent.model.types import ChatModel, ForceTool, ToolChoice
 from rxagent.operators import to_async_iterator
 from rxagent.redaction import mask_url
 from rxagent.session import MemoryStore, check_store
@@ -420,6 +420,12 @@ def _parser() -> argparse.ArgumentParser:
         help="make the first step call a tool",
     )
     common.add_argument(
+        "--first-tool",
+        metavar="NAME",
+        help="make the first step call the tool NAME (a well-formed call: the embedded model's grammar "
+        "allows nothing else)",
+    )
+    common.add_argument(
         "--workspace",
         type=_folder,
         metavar="DIR",
@@ -708,6 +714,15 @@ def _every_tool_name(tools: list[Tool], harness: Harness | None) -> tuple[str, .
     return Toolkit([*tools, *compose_parts(harness.parts).tools]).names
 
 
+def _first_tool_choice(
+    args: argparse.Namespace, tools: list[Tool], harness: Harness | None
+) -> ToolChoice | None:
+    """The first step's tool choice: ``--first-tool NAME`` forces that tool, ``--require-tool`` any tool."""
+    if args.first_tool:
+        return ForceTool(args.first_tool)
+    return "required" if args.require_tool and (tools or harness is not None) else None
+
+
 def _agent(
     args: argparse.Namespace, model: ChatModel, tools: list[Tool], harness: Harness | None
 ) -> ReActAgent:
@@ -715,7 +730,7 @@ def _agent(
         max_iters=args.max_iters,
         max_tokens=args.max_tokens,
         tool_timeout=args.tool_timeout,
-        first_tool_choice="required" if args.require_tool and (tools or harness is not None) else None,
+        first_tool_choice=_first_tool_choice(args, tools, harness),
     )
     lease_ttl: float | None = getattr(args, "lease_ttl", None)  # serve's option
     if lease_ttl is not None:
@@ -1280,6 +1295,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not any(fnmatchcase(name, pattern) for name in names):
             listed = ", ".join(names) or "none: see --tools"
             parser.error(f"--ask {pattern!r} matches none of the tools ({listed})")
+    if args.first_tool and args.first_tool not in names:
+        listed = ", ".join(names) or "none: see --tools"
+        parser.error(f"--first-tool {args.first_tool!r} is none of the tools ({listed})")
     settings = _serve_settings(parser, args) if args.command == "serve" else None
     if settings is not None and args.otel:
         try:

@@ -16,6 +16,7 @@ that matches none of the tools (they now include the harness's); a model's path 
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import signal
 from pathlib import Path
@@ -134,6 +135,15 @@ def results(events: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
             "--budget 256 leaves no room for a request: the reply's 256 tokens (--max-tokens) must fit",
         ),
         (
+            ["run", "hi", "--workspace", "{work}", "--first-tool", "bash"],
+            "--first-tool 'bash' is none of the tools (calculator, clock, read, write, edit, list, glob, "
+            "grep, write_todos, read_todos)",
+        ),
+        (
+            ["run", "hi", "--first-tool", "write"],
+            "--first-tool 'write' is none of the tools (calculator, clock)",
+        ),
+        (
             ["run", "hi", "--workspace", "{work}", "--ask", "bash"],
             "--ask 'bash' matches none of the tools (calculator, clock, read, write, edit, list, glob, grep, "
             "write_todos, read_todos)",
@@ -250,6 +260,65 @@ async def test_require_tool_forces_a_call_with_the_harness_tools_alone(
     first, second = (request.body for request in server.requests)
     assert first["tool_choice"] == "required"  # no demo tool, but the harness's: the first step calls one
     assert "tool_choice" not in second or second["tool_choice"] == "auto"
+
+
+async def test_first_tool_forces_that_tool_on_the_first_step_only(
+    server: OpenAIServer, work: Path, tmp_path: Path
+) -> None:
+    server.script(call_reply("write", {"path": "a.txt", "content": "a\n"}), text_reply("Written."))
+
+    done = await rxagent(
+        *on(server, "run", "Write a.txt.", "--workspace", str(work), "--first-tool", "write"),
+        *db(tmp_path),
+    )
+
+    assert done.code == ExitCode.ANSWER, done.stderr
+    first, second = (request.body for request in server.requests)
+    assert first["tool_choice"] == {"type": "function", "function": {"name": "write"}}
+    assert "tool_choice" not in second or second["tool_choice"] == "auto"
+    assert (work / "a.txt").read_text() == "a\n"
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    """Every file below ``folder`` with its content (what "nothing changed" compares)."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def written_inside(work: Path, path: str, content: str) -> bool:
+    """Whether ``path`` (as the model gave it) names a file inside ``work`` that holds ``content``."""
+    written = (work / path).resolve()
+    return written.is_relative_to(work.resolve()) and written.read_text() == content
+
+
+@pytest.mark.llm
+async def test_the_embedded_model_writes_a_file_with_workspace(work: Path, tmp_path: Path) -> None:
+    """The main job's forced first step, with ``--workspace``: the embedded model's first message is a
+    well-formed call of ``write`` (its grammar allows nothing else) that lands inside the workspace. What
+    it writes, and says after, are the model's own choice: only rxagent's guarantees are checked."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "notes.txt").write_text("left alone\n")
+    before = snapshot(outside)
+
+    done = await rxagent(
+        "run", "Write a file named hello.txt that says hello.", "--workspace", str(work), "--tools", "none",
+        "--first-tool", "write", "--max-iters", "2", "--json", *db(tmp_path),
+    )  # fmt: skip
+
+    assert done.code in {int(code) for code in ExitCode}, done.stderr
+    events = [json.loads(line) for line in done.stdout.splitlines()]
+    calls = [e["call"] for e in events if e["type"] == "tool_call_completed"]
+    assert calls, done.stdout
+    assert calls[0]["name"] == "write"
+    assert calls[0]["state"] == "complete"
+    results = {e["result"]["tool_use_id"]: e["result"] for e in events if e["type"] == "tool_result"}
+    first = results[calls[0]["id"]]
+    if first["status"] == "ok":  # a path the tool took: the file is inside the workspace, as written
+        assert written_inside(work, calls[0]["input"]["path"], calls[0]["input"]["content"])
+    else:  # a path the tool refused (the model's choice): refused in words, nothing written
+        assert first["status"] == "error"
+        assert snapshot(work) == {}
+    assert snapshot(outside) == before
 
 
 async def test_per_session_workspaces_keep_sessions_apart(
