@@ -29,17 +29,9 @@ def frame(
     inject: Callable[[Callable[[_T], None]], Callable[[], None]] | None = None,
 ) -> Operator[_T, _R]:
     """Frame a stream in one subscription (see the facade for the full contract)."""
-
-    def operator(source: Observable[_T]) -> Observable[_R]:
-        def subscribe(
-            observer: abc.ObserverBase[_R], scheduler: abc.SchedulerBase | None = None
-        ) -> abc.DisposableBase:
-            framed = _Framed(observer, scheduler, each, after, recover)
-            return framed.attach(source, before=before, until=until, inject=inject)
-
-        return Source(subscribe)
-
-    return operator
+    return _framing(
+        lambda observer, scheduler: _Framed(observer, scheduler, each, after, recover), before, until, inject
+    )
 
 
 def frame_pushing(
@@ -52,13 +44,24 @@ def frame_pushing(
     inject: Callable[[Callable[[_T], None]], Callable[[], None]] | None = None,
 ) -> Operator[_T, _R]:
     """Frame a stream, the mapper emitting its results itself (see the facade for the full contract)."""
+    return _framing(
+        lambda observer, scheduler: _Pushing(observer, scheduler, push, after, recover), before, until, inject
+    )
+
+
+def _framing(
+    make: Callable[[abc.ObserverBase[_R], abc.SchedulerBase | None], Frame[_T, _R]],
+    before: Callable[[], Iterable[_R]] | None,
+    until: Callable[[Callable[[], None]], Callable[[], None]] | None,
+    inject: Callable[[Callable[[_T], None]], Callable[[], None]] | None,
+) -> Operator[_T, _R]:
+    """The operator whose each subscription is one frame ``make`` builds, attached with the hooks."""
 
     def operator(source: Observable[_T]) -> Observable[_R]:
         def subscribe(
             observer: abc.ObserverBase[_R], scheduler: abc.SchedulerBase | None = None
         ) -> abc.DisposableBase:
-            framed = _Pushing(observer, scheduler, push, after, recover)
-            return framed.attach(source, before=before, until=until, inject=inject)
+            return make(observer, scheduler).attach(source, before=before, until=until, inject=inject)
 
         return Source(subscribe)
 
