@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple, TypeGuard
+from typing import Any, Literal, NamedTuple
 
 import msgspec
 from pydantic import JsonValue
@@ -50,7 +50,7 @@ from rxagent.messages import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from rxagent.model._json import LazyJsonObject, dumps, loads, make
+from rxagent.model._json import SHAPE_ERRORS, LazyJsonObject, dumps, is_object, make, reread
 from rxagent.model.errors import MalformedStreamError, ModelError, ModelStreamError, UnsupportedContentError
 from rxagent.model.sse import SSEEvent
 from rxagent.model.types import (
@@ -128,10 +128,6 @@ class _Encoded(NamedTuple):
     """Every other block, in order."""
     markable: int
     """The index in ``others`` of the last block that may carry a cache mark (thinking may not); -1: none."""
-
-
-def _is_object(value: object) -> TypeGuard[dict[str, Any]]:
-    return isinstance(value, dict)
 
 
 def _tool_use_to_wire(block: ToolUseBlock) -> bytes:
@@ -465,8 +461,6 @@ class _Event(_Wire):
 
 _decode_event = msgspec.json.Decoder(_Event).decode
 
-_SHAPE_ERRORS = (TypeError, AttributeError, KeyError, IndexError, ValueError)
-"""What reading a decoded value of an unexpected shape raises; reported as a malformed stream."""
 
 _STOP_REASONS: Mapping[str, FinishReason] = {
     "end_turn": "stop",
@@ -500,8 +494,8 @@ def finish_reason_of(stop_reason: str | None) -> FinishReason:
 
 def _stream_error(error: Any, redact: Callable[[str], str]) -> ModelStreamError:
     """The error for an ``{"type": "error", "error": {...}}`` event or body."""
-    kind = error.get("type") if _is_object(error) else None
-    message = error.get("message") if _is_object(error) else error
+    kind = error.get("type") if is_object(error) else None
+    message = error.get("message") if is_object(error) else error
     if not isinstance(message, str):
         message = json.dumps(error, ensure_ascii=False, default=str)
     kind = kind if isinstance(kind, str) and kind else "api_error"
@@ -573,7 +567,7 @@ class StreamParser:
             return self._reread(event)
         try:
             return self._chunk(wire, data)
-        except _SHAPE_ERRORS as error:
+        except SHAPE_ERRORS as error:
             problem = f"unexpected event shape ({type(error).__name__}: {self._redact(str(error))})"
         raise MalformedStreamError(problem, line=event.line, data=self._redact(data))
 
@@ -609,27 +603,12 @@ class StreamParser:
         return ChatChunk(usage=counts.usage()) if counts is not None else None
 
     def _reread(self, event: SSEEvent) -> ChatChunk | None:
-        # What msgspec refused, read the slow way, to say what is wrong (or to accept a lone surrogate
-        # escape, which the standard library takes). Errors are raised outside the `except` blocks: a
-        # decoder's exception may hold the server's text, which may quote the API key.
-        data = event.data
-        try:
-            decoded = loads(data)
-        except ValueError as error:
-            if not data.strip():  # `data:` with nothing after it: an event without content, not an error
-                return None
-            problem = f"malformed JSON in the event stream ({error})"
-        else:
-            if not _is_object(decoded):
-                problem = "stream data is not a JSON object"
-            else:
-                try:
-                    return self._chunk(msgspec.convert(decoded, _Event), decoded)
-                except msgspec.ValidationError as error:
-                    problem = f"unexpected event shape ({self._redact(str(error))})"
-                except _SHAPE_ERRORS as error:
-                    problem = f"unexpected event shape ({type(error).__name__}: {self._redact(str(error))})"
-        raise MalformedStreamError(problem, line=event.line, data=self._redact(data))
+        return reread(
+            event,
+            lambda decoded: self._chunk(msgspec.convert(decoded, _Event), decoded),
+            self._redact,
+            "event",
+        )
 
     def _chunk(self, wire: _Event, raw: str | dict[str, Any]) -> ChatChunk | None:
         """The chunk of ``wire``; ``raw`` is its JSON text, or the object when it was read the slow way."""
@@ -730,7 +709,7 @@ def chunks_from_message(obj: Any, redact: Callable[[str], str] = str) -> list[Ch
         MalformedStreamError: the body is not a message (the message says what is wrong, and where).
         ModelStreamError: the body is an ``{"type": "error", …}`` object.
     """
-    if not _is_object(obj):
+    if not is_object(obj):
         raise MalformedStreamError("the response body is not a JSON object", data=redact(str(obj)))
     try:
         message = msgspec.convert(obj, _Message)

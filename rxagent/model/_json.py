@@ -6,12 +6,61 @@ Shared by every wire format here (:mod:`rxagent.model._openai_wire`, :mod:`rxage
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar
 
+import msgspec
 from pydantic_core import from_json
 
-__all__ = ["LazyJsonObject", "dumps", "loads", "make"]
+from rxagent.model.errors import MalformedStreamError
+
+if TYPE_CHECKING:
+    from rxagent.model.sse import SSEEvent
+
+__all__ = ["SHAPE_ERRORS", "LazyJsonObject", "dumps", "is_object", "loads", "make", "reread"]
+
+_T = TypeVar("_T")
+
+SHAPE_ERRORS: tuple[type[Exception], ...] = (TypeError, AttributeError, KeyError, IndexError, ValueError)
+"""What reading a decoded value of an unexpected shape raises."""
+
+
+def is_object(value: object) -> TypeGuard[dict[str, Any]]:
+    """Whether decoded JSON is an object."""
+    return isinstance(value, dict)
+
+
+def reread(
+    event: SSEEvent, read: Callable[[dict[str, Any]], _T], redact: Callable[[str], str], what: str
+) -> _T | None:
+    """``event``'s data, which msgspec refused, read the slow way with ``read``: the standard library
+    accepts a little more (a lone surrogate escape, "\\ud800", sent by servers that cut a token inside an
+    emoji), and otherwise says what is wrong. ``None`` for ``data:`` with nothing after it (an event
+    without content).
+
+    Raises:
+        MalformedStreamError: not JSON, not an object, or not of the shape ``read`` takes (``what`` names
+            it: "chunk", "event"). Raised outside the ``except`` blocks: a decoder's exception may hold the
+            server's text (which may quote the API key) and would ride along as ``__context__``.
+    """
+    data = event.data
+    try:
+        decoded = loads(data)
+    except ValueError as error:
+        if not data.strip():
+            return None
+        problem = f"malformed JSON in the event stream ({error})"
+    else:
+        if not is_object(decoded):
+            problem = "stream data is not a JSON object"
+        else:
+            try:
+                return read(decoded)
+            except msgspec.ValidationError as error:
+                problem = f"unexpected {what} shape ({redact(str(error))})"
+            except SHAPE_ERRORS as error:
+                problem = f"unexpected {what} shape ({type(error).__name__}: {redact(str(error))})"
+    raise MalformedStreamError(problem, line=event.line, data=redact(data))
 
 
 def loads(data: str) -> Any:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeAlias, TypeGuard
+from typing import Any, TypeAlias
 
 import msgspec
 from pydantic import JsonValue
@@ -44,7 +44,7 @@ from rxagent.messages import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from rxagent.model._json import LazyJsonObject, dumps, loads, make
+from rxagent.model._json import SHAPE_ERRORS, LazyJsonObject, dumps, is_object, make, reread
 from rxagent.model.errors import MalformedStreamError, ModelError, UnsupportedContentError
 from rxagent.model.sse import SSEEvent
 from rxagent.model.types import (
@@ -84,13 +84,6 @@ __all__ = [
 
 WireDict: TypeAlias = dict[str, JsonValue]
 """One JSON object as sent to the server."""
-
-_SHAPE_ERRORS = (TypeError, AttributeError, KeyError, IndexError, ValueError)
-"""What reading a decoded value of an unexpected type raises; reported as a malformed stream."""
-
-
-def _is_object(value: object) -> TypeGuard[dict[str, Any]]:
-    return isinstance(value, dict)
 
 
 # ---- encoding: Msg → wire ----------------------------------------------------------------------------
@@ -560,7 +553,7 @@ def usage_of(raw: _Usage) -> Usage | None:
 
 def stream_error_of(error: Any, redact: Callable[[str], str]) -> ModelError:
     """The error for an ``{"error": {...}}`` object sent by the server instead of a chunk."""
-    message = error.get("message") if _is_object(error) else error
+    message = error.get("message") if is_object(error) else error
     text = message if isinstance(message, str) else json.dumps(error, ensure_ascii=False, default=str)
     return ModelError(f"the model server reported an error: {redact(text)}")
 
@@ -613,7 +606,7 @@ class StreamParser:
             return self._reread(event)
         try:
             return self._chunk(wire, data)
-        except _SHAPE_ERRORS as error:
+        except SHAPE_ERRORS as error:
             problem = f"unexpected chunk shape ({type(error).__name__}: {self._redact(str(error))})"
         raise MalformedStreamError(problem, line=event.line, data=self._redact(data))
 
@@ -648,28 +641,12 @@ class StreamParser:
         return self.feed(tail)
 
     def _reread(self, event: SSEEvent) -> ChatChunk | None:
-        # What msgspec refused, read the slow way: the standard library accepts a little more (a lone
-        # surrogate escape, "\ud800", sent by servers that cut a token inside an emoji), and otherwise
-        # says what is wrong. Errors are raised outside the `except` blocks: a decoder's exception may
-        # hold the server's text (which may quote the API key) and would ride along as __context__.
-        data = event.data
-        try:
-            decoded = loads(data)
-        except ValueError as error:
-            if not data.strip():  # `data:` with nothing after it: an event without content, not an error
-                return None
-            problem = f"malformed JSON in the event stream ({error})"
-        else:
-            if not _is_object(decoded):
-                problem = "stream data is not a JSON object"
-            else:
-                try:
-                    return self._chunk(msgspec.convert(decoded, _Chunk), decoded)
-                except msgspec.ValidationError as error:
-                    problem = f"unexpected chunk shape ({self._redact(str(error))})"
-                except _SHAPE_ERRORS as error:
-                    problem = f"unexpected chunk shape ({type(error).__name__}: {self._redact(str(error))})"
-        raise MalformedStreamError(problem, line=event.line, data=self._redact(data))
+        return reread(
+            event,
+            lambda decoded: self._chunk(msgspec.convert(decoded, _Chunk), decoded),
+            self._redact,
+            "chunk",
+        )
 
     def usage_chunk(self) -> ChatChunk | None:
         """The final usage as a chunk of its own, if the server sent any."""
@@ -740,13 +717,13 @@ def chunks_from_completion(obj: Any, redact: Callable[[str], str] = str) -> list
         MalformedStreamError: the body is not a completion (the message says what is wrong, and where).
         ModelError: the body is an ``{"error": …}`` object.
     """
-    if not _is_object(obj):
+    if not is_object(obj):
         raise MalformedStreamError("the response body is not a JSON object", data=redact(str(obj)))
     try:
         return _completion_chunks(msgspec.convert(obj, _Chunk), obj, redact)
     except msgspec.ValidationError as error:
         problem = f"unexpected completion shape ({redact(str(error))})"
-    except _SHAPE_ERRORS as error:
+    except SHAPE_ERRORS as error:
         problem = f"unexpected completion shape ({type(error).__name__}: {redact(str(error))})"
     raise MalformedStreamError(problem, data=redact(json.dumps(obj)[:200]))
 

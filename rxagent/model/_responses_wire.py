@@ -50,7 +50,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
-from typing import Any, Final, TypeGuard, cast
+from typing import Any, Final, cast
 
 import msgspec
 from pydantic import JsonValue
@@ -65,7 +65,7 @@ from rxagent.messages import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from rxagent.model._json import LazyJsonObject, dumps, loads, make
+from rxagent.model._json import SHAPE_ERRORS, LazyJsonObject, dumps, is_object, loads, make
 from rxagent.model._openai_wire import WireDict, call_arguments, document_text, result_text
 from rxagent.model.errors import MalformedStreamError, ModelError, ModelStreamError, UnsupportedContentError
 from rxagent.model.sse import SSEEvent
@@ -91,14 +91,6 @@ _CODE_STATUS: Final = {"rate_limit_exceeded": 429, "server_error": 500}
 
 _PART_BREAK: Final = "\n\n"
 """Between two parts of a reasoning summary, and between two reasoning items, in the thinking text."""
-
-
-_SHAPE_ERRORS = (TypeError, AttributeError, KeyError, IndexError, ValueError)
-"""What reading a decoded value of an unexpected type raises; reported as a malformed stream."""
-
-
-def _is_object(value: object) -> TypeGuard[dict[str, Any]]:
-    return isinstance(value, dict)
 
 
 # ---- encoding: Msg → input items ---------------------------------------------------------------------
@@ -137,7 +129,7 @@ def reasoning_item_of(block: ThinkingBlock) -> dict[str, Any] | None:
         item = loads(signature)
     except ValueError:
         return None
-    if not _is_object(item) or item.get("type") != "reasoning":
+    if not is_object(item) or item.get("type") != "reasoning":
         return None
     content = item.get("encrypted_content")
     return item if isinstance(content, str) and content else None
@@ -420,7 +412,7 @@ def _provider_error(code: Any, message: Any, redact: Callable[[str], str]) -> Mo
 
 def _error_of(value: Any, redact: Callable[[str], str]) -> ModelError:
     """The error for an ``error`` object (``{"code", "message"}``, or ``{"type", "message"}``)."""
-    if _is_object(value):
+    if is_object(value):
         code = value.get("code") or value.get("type")
         return _provider_error(code, value.get("message", value), redact)
     return _provider_error(None, value if value is not None else "no details given", redact)
@@ -565,7 +557,7 @@ class ResponsesParser:
         try:
             self._take(wire, data, event.event, into)
             return
-        except _SHAPE_ERRORS as error:
+        except SHAPE_ERRORS as error:
             problem = f"unexpected event shape ({type(error).__name__}: {self._redact(str(error))})"
         raise MalformedStreamError(problem, line=event.line, data=self._redact(data))
 
@@ -583,7 +575,7 @@ class ResponsesParser:
             if event.event == "error":  # an `error` event whose data is plain text: raised below
                 problem = None
         else:
-            if not _is_object(decoded):
+            if not is_object(decoded):
                 problem = "stream data is not a JSON object"
             else:
                 try:
@@ -591,7 +583,7 @@ class ResponsesParser:
                     return
                 except msgspec.ValidationError as error:
                     problem = f"unexpected event shape ({self._redact(str(error))})"
-                except _SHAPE_ERRORS as error:
+                except SHAPE_ERRORS as error:
                     problem = f"unexpected event shape ({type(error).__name__}: {self._redact(str(error))})"
         if problem is None:
             raise _provider_error(None, data, self._redact)
@@ -845,7 +837,7 @@ def _member(raw: str | dict[str, Any], name: str) -> Any:
     """``name`` of the event whose JSON is ``raw``, as the server sent it (decoded whole, only when a
     reasoning item's signature needs it)."""
     decoded = loads(raw) if isinstance(raw, str) else raw
-    if not _is_object(decoded):
+    if not is_object(decoded):
         raise TypeError("the event is not a JSON object")
     return decoded[name]
 
@@ -861,7 +853,7 @@ def chunks_from_response(obj: Any, redact: Callable[[str], str] = str) -> list[C
         MalformedStreamError: the body is not a response (the message says what is wrong, and where).
         ModelError: the body is an ``{"error": …}`` object or a failed response.
     """
-    if not _is_object(obj):
+    if not is_object(obj):
         raise MalformedStreamError("the response body is not a JSON object", data=redact(str(obj)[:200]))
     if obj.get("object") != "response" and obj.get("error") and "output" not in obj:
         raise _error_of(obj["error"], redact)
@@ -869,6 +861,6 @@ def chunks_from_response(obj: Any, redact: Callable[[str], str] = str) -> list[C
         return ResponsesParser(redact).whole(obj)
     except msgspec.ValidationError as error:
         problem = f"unexpected response shape ({redact(str(error))})"
-    except _SHAPE_ERRORS as error:
+    except SHAPE_ERRORS as error:
         problem = f"unexpected response shape ({type(error).__name__}: {redact(str(error))})"
     raise MalformedStreamError(problem, data=redact(dumps(obj)[:200].decode("utf-8", "replace")))
