@@ -10,6 +10,7 @@ from aiohttp import web
 
 from rxagent.agent import ReActAgent
 from rxagent.serve import agui, dashboard, session_api
+from rxagent.serve.cors import allow_cross_origin
 from rxagent.serve.http import json_errors
 from rxagent.serve.hub import HUB, SessionHub
 from rxagent.serve.security import RedactedAccessLogger, guard
@@ -25,7 +26,8 @@ ACCESS_LOG = logging.getLogger("rxagent.serve.access")
 def create_app(agent: ReActAgent, settings: ServeSettings | None = None) -> web.Application:
     """The aiohttp application serving ``agent``'s sessions: the session API, AG-UI and the dashboard
     page at ``/`` (:mod:`rxagent.serve.dashboard`), behind the guard (host, token, origin) and the body
-    limit (see :mod:`rxagent.serve`).
+    limit (see :mod:`rxagent.serve`); front ends on the origins the settings allow may call it
+    (:mod:`rxagent.serve.cors`).
 
     Other routes (a page) may be added to it before it starts; they pass the same guard.
     """
@@ -33,6 +35,7 @@ def create_app(agent: ReActAgent, settings: ServeSettings | None = None) -> web.
     app = web.Application(middlewares=[json_errors, guard(settings)], client_max_size=settings.max_body)
     app[HUB] = SessionHub(agent, settings)
     app.add_routes(session_api.routes())
+    allow_cross_origin(app, settings.allow_origins)  # preflights first; pages of listed origins let in
     app.add_routes(agui.routes())
     app.add_routes(dashboard.routes())
     return app

@@ -5,6 +5,8 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
+from rxagent.serve.cors import origin_of
+
 __all__ = ["LOOPBACK_NAMES", "ServeSettings", "is_loopback"]
 
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.", "ip6-localhost"})
@@ -39,9 +41,16 @@ class ServeSettings:
             client (which resumes with ``Last-Event-ID``).
         max_body: the largest request body accepted, in bytes (larger: 413).
         stop_timeout: seconds a stopping server waits for interrupted runs to end before it cancels them.
+        allow_origins: origins (``http://localhost:5173``) whose pages may call the server from the
+            browser: their CORS preflights are answered and their requests may change things (still with
+            the token, which such a page sends as ``Authorization: Bearer …``). See
+            :mod:`rxagent.serve.cors`.
+        cancel_on_disconnect: an AG-UI client that goes away before its run ends interrupts the run (each
+            request may say otherwise, see :mod:`rxagent.serve.agui`); by default the run goes on.
 
     Raises:
-        ValueError: a host off loopback without a token, an empty token, or a setting out of range.
+        ValueError: a host off loopback without a token, an empty token, or a setting out of range, or an
+            allowed origin that is not ``scheme://host[:port]``.
     """
 
     host: str = "127.0.0.1"
@@ -51,8 +60,14 @@ class ServeSettings:
     send_timeout: float = 60.0
     max_body: int = 1 << 20
     stop_timeout: float = 10.0
+    allow_origins: tuple[str, ...] = ()
+    cancel_on_disconnect: bool = False
 
     def __post_init__(self) -> None:
+        origins = self.allow_origins
+        if isinstance(origins, str):  # a lone string would be read letter by letter
+            raise ValueError("allow_origins must be a tuple of origins, not a string")
+        object.__setattr__(self, "allow_origins", tuple(origin_of(o) for o in origins))
         if self.token is not None and not self.token.strip():
             raise ValueError("the token must not be empty")
         if not is_loopback(self.host) and self.token is None:
