@@ -195,4 +195,26 @@ _rxagent_install_test_programs() {
   fi
 }
 
-case ",$extras," in *,test,*) _rxagent_install_test_programs ;; esac
+_rxagent_install_js_clients() {
+  # The JavaScript clients the tests drive the server with (the official @ag-ui/client, in node): installed
+  # into tests/js/node_modules from tests/js/package-lock.json with `npm ci`, once per change of the lock
+  # file (a stamp file remembers it). Without node and npm those tests say why they cannot run (CI fails
+  # them; never a silent skip).
+  local lock=tests/js/package-lock.json stamp
+  [ -f "$lock" ] || return 0
+  stamp=".venv/.rxagent-js-$(sha256sum "$lock" | cut -c1-16)"
+  [ -f "$stamp" ] && [ -d tests/js/node_modules ] && return 0
+  if ! command -v npm >/dev/null 2>&1; then
+    echo "the AG-UI client tests need node and npm (node 20 or later): install them" >&2
+    return 0
+  fi
+  echo "installing the JavaScript clients the tests drive (npm ci in tests/js)" >&2
+  if npm ci --prefix tests/js --no-audit --no-fund >.venv/npm-install.log 2>&1; then
+    touch "$stamp"
+  else
+    tail -n 20 .venv/npm-install.log >&2
+    echo "npm ci failed (see .venv/npm-install.log): the tests that drive JavaScript clients cannot run" >&2
+  fi
+}
+
+case ",$extras," in *,test,*) _rxagent_install_test_programs; _rxagent_install_js_clients ;; esac
