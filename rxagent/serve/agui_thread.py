@@ -74,7 +74,6 @@ __all__ = [
     "FrontEnd",
     "front_end_of",
     "message_id_of",
-    "messages_of",
     "tool_results",
 ]
 
@@ -245,43 +244,51 @@ _Key: TypeAlias = tuple[object, ...]
 
 @dataclass(frozen=True, slots=True)
 class _Unit:
-    """One AG-UI message as compared: its key, and the message (its id in the thread for a user message)."""
+    """One AG-UI message as compared: its key, its id (and its id in the thread), and where it comes from (a
+    message of the thread is made an AG-UI message only when a snapshot needs it)."""
 
     key: _Key
-    message: Message
+    id: str
     thread_id: str
+    source: Msg | Message
+    result: int = 0
+    """Which of a tool message's results (one AG-UI message each)."""
 
-
-def messages_of(history: Sequence[Msg]) -> list[Message]:
-    """The thread's messages as AG-UI messages: user, assistant (text and tool calls) and one ``tool``
-    message per result; system messages and thinking are left out."""
-    return [unit.message for unit in _thread_units(history)]
+    def message(self) -> Message:
+        """The AG-UI message (made now for a message of the thread)."""
+        source = self.source
+        if not isinstance(source, Msg):
+            return source
+        if source.role == "user":
+            return UserMessage(id=self.id, content=source.text)
+        if source.role == "tool":
+            result = source.tool_results[self.result]
+            error = result.text if result.status == "error" else None
+            return ToolMessage(id=self.id, content=result.text, tool_call_id=result.tool_use_id, error=error)
+        calls = [
+            ToolCall(id=c.id, function=FunctionCall(name=c.name, arguments=c.raw_arguments))
+            for c in source.tool_calls
+        ]
+        return AssistantMessage(id=self.id, content=source.text or None, tool_calls=calls or None)
 
 
 def _thread_units(history: Sequence[Msg]) -> list[_Unit]:
+    """The thread's messages as the client keeps them: user, assistant (text and calls), one ``tool``
+    message per result; system messages and thinking are left out."""
     units: list[_Unit] = []
     for msg in history:
         if msg.role == "user":
-            units.append(_Unit(("user", msg.text), UserMessage(id=msg.id, content=msg.text), msg.id))
+            units.append(_Unit(("user", msg.text), msg.id, msg.id, msg))
         elif msg.role == "assistant":
             calls = msg.tool_calls
             if not msg.text and not calls:
                 continue  # thinking alone: the client keeps it as a reasoning message, not compared
             key = ("assistant", msg.text, tuple((c.id, c.name, c.raw_arguments) for c in calls))
-            tool_calls = [
-                ToolCall(id=c.id, function=FunctionCall(name=c.name, arguments=c.raw_arguments))
-                for c in calls
-            ]
-            message = AssistantMessage(id=msg.id, content=msg.text or None, tool_calls=tool_calls or None)
-            units.append(_Unit(key, message, msg.id))
+            units.append(_Unit(key, msg.id, msg.id, msg))
         elif msg.role == "tool":
-            for result in msg.tool_results:
-                tool_id = f"{msg.id}.{result.tool_use_id}"
-                error = result.text if result.status == "error" else None
-                told = ToolMessage(
-                    id=tool_id, content=result.text, tool_call_id=result.tool_use_id, error=error
-                )
-                units.append(_Unit(("tool", result.tool_use_id, result.text), told, tool_id))
+            for index, result in enumerate(msg.tool_results):
+                told = f"{msg.id}.{result.tool_use_id}"
+                units.append(_Unit(("tool", result.tool_use_id, result.text), told, told, msg, index))
     return units
 
 
@@ -289,15 +296,16 @@ def _client_units(messages: Sequence[Message]) -> list[_Unit]:
     units: list[_Unit] = []
     for message in messages:
         if isinstance(message, UserMessage):
-            units.append(_Unit(("user", _text(message.content)), message, message_id_of(message)))
+            key: _Key = ("user", _text(message.content))
+            units.append(_Unit(key, message.id, message_id_of(message), message))
         elif isinstance(message, AssistantMessage):
             calls = tuple((c.id, c.function.name, c.function.arguments) for c in message.tool_calls or ())
             if not message.content and not calls:
                 continue
-            units.append(_Unit(("assistant", message.content or "", calls), message, message.id))
+            units.append(_Unit(("assistant", message.content or "", calls), message.id, message.id, message))
         elif isinstance(message, ToolMessage):
             key = ("tool", message.tool_call_id, _text(message.content))
-            units.append(_Unit(key, message, message.id))
+            units.append(_Unit(key, message.id, message.id, message))
     return units
 
 
@@ -329,21 +337,22 @@ def _snapshot(client: list[_Unit], expected: list[_Unit]) -> list[Message] | Non
         if mine.key != theirs.key:
             break
         agreed += 1
-    taken = {u.message.id for u in client}
+    taken = {u.id for u in client}
     messages: list[Message] = []
     for index, unit in enumerate(expected):
+        message = unit.message()
         if index < agreed:  # both sides agree up to here: the client's ids stay, so its order does
-            messages.append(unit.message.model_copy(update={"id": client[index].message.id}))
+            messages.append(message.model_copy(update={"id": client[index].id}))
             continue
-        fresh, n = unit.message.id, 0
+        fresh, n = unit.id, 0
         while fresh in taken:
             n += 1
-            fresh = f"{unit.message.id}.{n}"
+            fresh = f"{unit.id}.{n}"
         taken.add(fresh)
         update: dict[str, Any] = {"id": fresh}
-        if isinstance(unit.message, UserMessage):
-            update["metadata"] = {**(unit.message.metadata or {}), MESSAGE_ID_KEY: unit.thread_id}
-        messages.append(unit.message.model_copy(update=update))
+        if isinstance(message, UserMessage):
+            update["metadata"] = {**(message.metadata or {}), MESSAGE_ID_KEY: unit.thread_id}
+        messages.append(message.model_copy(update=update))
     return messages
 
 
