@@ -3,6 +3,10 @@ preflights answered for listed origins only, their requests still behind the tok
 (a stream's too) carrying the CORS headers; and in headless Chromium, a page on another origin that reads an
 AG-UI stream with ``--allow-origin`` and is stopped by the browser without it.
 
+``rxagent serve --allow-origin … --cancel-on-disconnect`` is run as a real process too: its listed origins'
+preflights are answered, and an AG-UI client that leaves mid-answer interrupts its run (the model stream,
+stalled for good, is closed).
+
 Bad inputs tried: origins with a path, a wildcard, another scheme, a port out of range, and a bare string
 for the tuple (refused by the settings, and by ``rxagent serve`` as a usage error); a preflight and a change
 from an origin not listed (403, naming the option); a listed origin without the token (401, which its page
@@ -11,10 +15,14 @@ can read); a listed origin's preflight on a server with a token (answered withou
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import signal
+from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp import web
 from playwright.async_api import async_playwright
@@ -22,10 +30,11 @@ from playwright.async_api import async_playwright
 from rxagent import ScriptedModel
 from rxagent.agent import ReActAgent
 from rxagent.serve import ServeSettings
+from tests.model.openai_server import OpenAIServer, Reply, Stall, text_chunk
 from tests.serve.conftest import WAIT, serving
 from tests.serve.test_agui import run_input
 from tests.serve.test_dashboard import CHROMIUM, CHROMIUM_ARGS
-from tests.test_cli import finish, start
+from tests.test_cli import finish, on, start
 
 PAGE = "http://localhost:5173"
 TOKEN = "tok-cors-9f2"
@@ -100,6 +109,39 @@ async def test_serve_refuses_an_origin_that_is_not_one() -> None:
     )
     assert done.code == 2
     assert "--allow-origin: 'http://localhost:5173/app' is not an origin" in done.stderr
+
+
+async def test_the_command_lets_listed_origins_in_and_cancels_runs_whose_client_went_away(
+    server: OpenAIServer, tmp_path: Path
+) -> None:
+    server.script(Reply.sse(text_chunk("Once upon"), Stall()))  # streams, then hangs until cancelled
+    args = ("serve", "--port", "0", "--db", str(tmp_path / "s.db"), "--tools", "none")
+    listed = ("--allow-origin", PAGE, "--allow-origin", "http://[::1]:3000", "--cancel-on-disconnect")
+    process = await start(*on(server, *args, *listed))
+    assert process.stdout is not None
+    url = (await asyncio.wait_for(process.stdout.readline(), WAIT)).decode().split()[-1]
+    try:
+        async with aiohttp.ClientSession(url, timeout=aiohttp.ClientTimeout(total=None)) as http:
+            async with http.options("/ag-ui", headers=preflight(PAGE)) as answer:
+                assert answer.status == 204
+            async with http.options("/ag-ui", headers=preflight("http://[::1]:3000")) as answer:
+                assert answer.status == 204
+            async with http.post("/ag-ui", json=run_input("t", "r", ("m1", "a story"))) as answer:
+                async for line in answer.content:  # leave as the story begins, as abortRun() does
+                    if b"TEXT_MESSAGE_CONTENT" in line:
+                        break
+            # Nobody but the client's going asks the run to stop: without the option it would hang on
+            # the stalled model stream for good.
+            async with http.get("/api/sessions/t/feed") as feed:
+                async for line in feed.content:
+                    if b'"type":"agent_result"' in line:
+                        assert b'"reason":"INTERRUPTED"' in line
+                        break
+    finally:
+        process.send_signal(signal.SIGTERM)
+        done = await finish(process)
+    assert done.code == 0, done.stderr
+    await asyncio.wait_for(server.disconnected.wait(), WAIT)  # the model call was closed
 
 
 # ---- in a browser ------------------------------------------------------------------------------------------
