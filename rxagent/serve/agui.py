@@ -381,6 +381,7 @@ async def run_agui(request: web.Request) -> web.StreamResponse:
     await _refuse_taken(handle, [e.interrupt_id for e in entries if e.interrupt_id not in waiting])
     answers, warnings = answers_from_resume(entries, waiting)
     projection = await hub.agent.keeper.peek(handle.key)  # what the run will start from, as of now
+    feed = await handle.open_feed()
     history = projection.state.messages
     results = tool_results(run_input, waiting, history)
     answers += results
@@ -398,7 +399,7 @@ async def run_agui(request: web.Request) -> web.StreamResponse:
         hub.refuse_while_waiting(status, "a retry (send resume entries for its interrupts)")
     elif message is not None:
         hub.refuse_while_waiting(status, "new input (send resume entries for its interrupts)")
-    feed = await handle.open_feed()
+    # Nothing is awaited from the checks above to the submission: a retry sent twice at once runs once.
     carried: list[ToolDecision | ExternalResult | Msg | SharedState] = [*answers]
     if message is not None:
         carried.append(message)

@@ -6,11 +6,14 @@ Bad inputs tried (each refused before anything changes, the thread as it was): a
 string or a number; front-end tools with a name a tool may not have, two of one name, the name of one of
 the agent's tools, parameters that are not an object's schema or not a valid JSON Schema;
 ``forwardedProps.cancelOnDisconnect`` that is not a boolean; a tool message answering a call the thread
-never made, one answering a call that asks for approval, one answering a call the thread waits on twice.
+never made, one answering a call that asks for approval, one answering a call the thread waits on twice;
+a retry sent twice at once (one runs, the other is refused).
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -27,7 +30,7 @@ from ag_ui.core import (
 )
 
 from rxagent import ScriptedModel, ScriptedResponse, ScriptedToolCall
-from rxagent.agent import ReActAgent
+from rxagent.agent import AgentOptions, ReActAgent
 from rxagent.events import (
     AgentResult,
     MessageCompleted,
@@ -39,10 +42,10 @@ from rxagent.events import (
 from rxagent.messages import Msg, ToolUseBlock
 from rxagent.serve.agui import AguiTranslator
 from rxagent.serve.agui_thread import MESSAGE_ID_KEY, ClientSync
-from rxagent.session import Projection
-from rxagent.state import AgentState
+from rxagent.session import DelegatingStore, MemoryStore, Projection
+from rxagent.state import AgentState, SessionKey
 from rxagent.tools import Permissions, Toolkit, tool
-from tests.serve.conftest import Live, serving
+from tests.serve.conftest import WAIT, Live, serving
 from tests.serve.test_agui import agui, check_ordering, of_type, run_input
 
 CONFIRM: dict[str, Any] = {
@@ -171,6 +174,47 @@ async def test_a_state_given_while_the_input_is_refused_is_not_kept() -> None:
         assert "waits for answers" in error["error"]
         state = await agent.sessions.state(live.server.hub.handle("t").ctx)
         assert "shared_state" not in state.extras
+
+
+class Lockstep(DelegatingStore):
+    """Holds each ``head()`` until a second one comes, for ``pairs`` pairs: two requests read the session at
+    the same points, so each gets as far as it can before the other moves on."""
+
+    def __init__(self) -> None:
+        super().__init__(MemoryStore())
+        self.pairs = 0
+        self._barrier = asyncio.Barrier(2)
+
+    async def head(self, key: SessionKey) -> int:
+        if self.pairs > 0:
+            async with asyncio.timeout(WAIT):
+                if await self._barrier.wait() == 0:
+                    self.pairs -= 1
+        return await super().head(key)
+
+
+async def test_a_retry_sent_twice_at_once_runs_once() -> None:
+    model = ScriptedModel([RuntimeError("the model fell over"), "Hello!", "never asked"])
+    store = Lockstep()
+    agent = ReActAgent(model, options=AgentOptions(retry_budget=0), store=store)
+    async with serving(agent) as live:
+        failed = await agui(live, run_input("t", "r1", ("m1", "hi")))
+        assert failed[-1].type == "RUN_ERROR"
+        await live.server.hub.handle("t").wait()
+
+        async def retry(run: str) -> tuple[int, str]:
+            async with live.http.post("/ag-ui", json=run_input("t", run, ("m1", "hi"))) as answer:
+                return answer.status, await answer.text()
+
+        store.pairs = 3  # each request reads the session's head three times before it submits
+        (first, second) = await asyncio.gather(retry("r2"), retry("r3"))
+        assert sorted([first[0], second[0]]) == [200, 409]
+        refused = json.loads(first[1] if first[0] == 409 else second[1])
+        assert "may be answering 'm1' already" in refused["error"]
+        await live.server.hub.handle("t").wait()
+        assert len(model.requests) == 2  # the failed turn, and one retry of it
+        state = await agent.sessions.state(live.server.hub.handle("t").ctx)
+        assert [m.text for m in state.messages] == ["hi", "Hello!"]
 
 
 # ---- the snapshot's ids ------------------------------------------------------------------------------------
