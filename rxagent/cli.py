@@ -1036,19 +1036,6 @@ def _tune_collector(threshold: int) -> None:
         )
 
 
-def _serve_settings(parser: argparse.ArgumentParser, args: argparse.Namespace) -> ServeSettings:
-    try:
-        from rxagent.serve import ServeSettings
-    except ImportError as error:
-        parser.error(f"serve needs the extra: pip install 'rxagent[serve]' ({error})")
-    try:
-        # The environment is read here, not as the option's default: --help shows defaults.
-        token = args.token or os.environ.get("RXAGENT_TOKEN") or None
-        return ServeSettings(host=args.host, port=args.port, token=token)
-    except ValueError as error:
-        parser.error(str(error))
-
-
 def _front_ends(
     parser: argparse.ArgumentParser, args: argparse.Namespace, settings: ServeSettings
 ) -> ServeSettings:
@@ -1060,6 +1047,19 @@ def _front_ends(
         )
     except ValueError as error:
         parser.error(f"--allow-origin: {error}")
+
+
+def _serve_settings(parser: argparse.ArgumentParser, args: argparse.Namespace) -> ServeSettings:
+    try:
+        from rxagent.serve import ServeSettings
+    except ImportError as error:
+        parser.error(f"serve needs the extra: pip install 'rxagent[serve]' ({error})")
+    try:
+        # The environment is read here, not as the option's default: --help shows defaults.
+        token = args.token or os.environ.get("RXAGENT_TOKEN") or None
+        return ServeSettings(host=args.host, port=args.port, token=token)
+    except ValueError as error:
+        parser.error(str(error))
 
 
 class _CannotStart(Exception):

@@ -43,14 +43,13 @@ class ServeSettings:
         stop_timeout: seconds a stopping server waits for interrupted runs to end before it cancels them.
         allow_origins: origins (``http://localhost:5173``) whose pages may call the server from the
             browser: their CORS preflights are answered and their requests may change things (still with
-            the token, which such a page sends as ``Authorization: Bearer …``). See
-            :mod:`rxagent.serve.cors`.
+            the token, which such a page sends as ``Authorization: Bearer …``). Each is
+            ``scheme://host[:port]`` (anything else is a ``ValueError``). See :mod:`rxagent.serve.cors`.
         cancel_on_disconnect: an AG-UI client that goes away before its run ends interrupts the run (each
             request may say otherwise, see :mod:`rxagent.serve.agui`); by default the run goes on.
 
     Raises:
-        ValueError: a host off loopback without a token, an empty token, or a setting out of range, or an
-            allowed origin that is not ``scheme://host[:port]``.
+        ValueError: a host off loopback without a token, an empty token, or a setting out of range.
     """
 
     host: str = "127.0.0.1"
