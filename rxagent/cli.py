@@ -1127,7 +1127,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not any(fnmatchcase(name, pattern) for name in toolkit.names):
             tools = ", ".join(toolkit.names) or "none: see --tools"
             parser.error(f"--ask {pattern!r} matches none of the tools ({tools})")
-    settings = _front_ends(parser, args, _serve_settings(parser, args)) if args.command == "serve" else None
+    settings = _serve_settings(parser, args) if args.command == "serve" else None
+    settings = _front_ends(parser, args, settings) if settings is not None else None
     if settings is not None and args.otel:
         try:
             importlib.import_module("rxagent.telemetry")  # the extra's packages, checked before serving

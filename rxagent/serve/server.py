@@ -35,8 +35,8 @@ def create_app(agent: ReActAgent, settings: ServeSettings | None = None) -> web.
     app = web.Application(middlewares=[json_errors, guard(settings)], client_max_size=settings.max_body)
     app[HUB] = SessionHub(agent, settings)
     app.add_routes(session_api.routes())
-    allow_cross_origin(app, settings.allow_origins)  # preflights first; pages of listed origins let in
     app.add_routes(agui.routes())
+    allow_cross_origin(app, settings.allow_origins)  # preflights first; pages of listed origins let in
     app.add_routes(dashboard.routes())
     return app
 
