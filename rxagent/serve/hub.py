@@ -213,6 +213,11 @@ class SessionHub:
         for stream in list(self.streams):
             stream.end()
 
+    def known(self, session_id: str) -> SessionHandle | None:
+        """The session's handle if the hub holds it already (never made here: for readers that must not
+        bring sessions into memory)."""
+        return self._handles.get(session_id)
+
 
 def uncertain_json(call: ToolUseBlock) -> JsonObject:
     """An uncertain call as the API writes it: the call's JSON (``id``, ``name``, ``input``, …)."""

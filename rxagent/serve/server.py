@@ -9,7 +9,7 @@ from typing import Self
 from aiohttp import web
 
 from rxagent.agent import ReActAgent
-from rxagent.serve import agui, dashboard, session_api
+from rxagent.serve import agui, dashboard, session_api, session_list, trace
 from rxagent.serve.http import json_errors
 from rxagent.serve.hub import HUB, SessionHub
 from rxagent.serve.security import RedactedAccessLogger, guard
@@ -30,11 +30,15 @@ def create_app(agent: ReActAgent, settings: ServeSettings | None = None) -> web.
     Other routes (a page) may be added to it before it starts; they pass the same guard.
     """
     settings = settings or ServeSettings()
-    app = web.Application(middlewares=[json_errors, guard(settings)], client_max_size=settings.max_body)
+    app = web.Application(
+        middlewares=[json_errors, dashboard.sign_in, guard(settings)], client_max_size=settings.max_body
+    )
     app[HUB] = SessionHub(agent, settings)
     app.add_routes(session_api.routes())
     app.add_routes(agui.routes())
     app.add_routes(dashboard.routes())
+    session_list.install(app)
+    trace.install(app, agent)
     return app
 
 

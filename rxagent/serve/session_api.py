@@ -15,7 +15,15 @@ from typing import Any
 
 from aiohttp import web
 
-from rxagent.agent import ExternalResult, PendingToolCallsError, SessionHandle, SessionStatus, ToolDecision
+from rxagent.agent import (
+    ExternalResult,
+    PendingToolCallsError,
+    RunHandle,
+    SessionBusyError,
+    SessionHandle,
+    SessionStatus,
+    ToolDecision,
+)
 from rxagent.serve.http import ApiError, JsonObject, json_response, read_json
 from rxagent.serve.hub import HUB, RECONCILE_HOW, refusal, uncertain_json
 from rxagent.serve.streams import EventStream
@@ -33,9 +41,11 @@ def routes() -> list[web.RouteDef]:
     return [
         web.get("/api/sessions", list_sessions),
         web.get("/api/sessions/{sid}", get_session),
+        web.delete("/api/sessions/{sid}", delete_session),
         web.get("/api/sessions/{sid}/turns", get_turns),
         web.get("/api/sessions/{sid}/feed", get_feed, allow_head=False),  # a HEAD would hold a watcher
         web.post("/api/sessions/{sid}/runs", post_run),
+        web.delete("/api/sessions/{sid}/runs/{run_id}", cancel_run),
         web.post("/api/sessions/{sid}/steer", post_steer),
         web.post("/api/sessions/{sid}/respond", post_respond),
         web.post("/api/sessions/{sid}/reconcile", post_reconcile),
@@ -68,7 +78,57 @@ async def get_session(request: web.Request) -> web.Response:
     feed = await handle.open_feed()
     status = await handle.read_status()
     head = feed.durable_head
-    return json_response({"session_id": handle.key[1], "head": head, "status": status_json(status)})
+    queued = [_queued_json(run) for run in handle.runs if run.status == "queued"]
+    return json_response(
+        {"session_id": handle.key[1], "head": head, "status": {**status_json(status), "queued_runs": queued}}
+    )
+
+
+def _queued_json(run: RunHandle) -> JsonObject:
+    """A run waiting here for its turn: its id, its place in the session's line, and what it will run."""
+    given = run.input
+    what = given if isinstance(given, str) else None if given is None else type(given).__name__
+    return {"run_id": run.id, "position": run.position, "input": what[:200] if what is not None else None}
+
+
+async def delete_session(request: web.Request) -> web.Response:
+    """``DELETE /api/sessions/{sid}``: delete the session and its log, when no run of it is going or
+    queued (here, or on another server of the same store)."""
+    hub = request.app[HUB]
+    handle = await hub.existing(request.match_info["sid"])
+    hub.refuse_while_stopping()
+    session_id = handle.key[1]
+    status = handle.status()
+    if status.state in ("running", "queued") or status.held_elsewhere:
+        raise ApiError(
+            409,
+            f"a run of session {session_id!r} is going or queued: interrupt it (POST "
+            f"/api/sessions/{session_id}/interrupt) or cancel it, then delete the session",
+            state="running" if status.held_elsewhere else status.state,
+        )
+    try:
+        await hub.agent.sessions.delete(handle.ctx)
+    except SessionBusyError as busy:  # a run of another server took it meanwhile
+        raise ApiError(409, str(busy)) from None
+    return json_response({"session_id": session_id, "deleted": True})
+
+
+async def cancel_run(request: web.Request) -> web.Response:
+    """``DELETE /api/sessions/{sid}/runs/{run_id}``: cancel a run queued here before it starts."""
+    hub = request.app[HUB]
+    handle = await hub.existing(request.match_info["sid"])
+    run_id = request.match_info["run_id"]
+    run = next((r for r in handle.runs if r.id == run_id), None)
+    if run is None:
+        raise ApiError(404, f"no run {run_id[:130]!r} queued on this server in session {handle.key[1]!r}")
+    if run.status != "queued":
+        raise ApiError(
+            409,
+            f"run {run_id!r} is running: interrupt it (POST /api/sessions/{handle.key[1]}/interrupt)",
+            run_status=run.status,
+        )
+    run.cancel()
+    return json_response({"run_id": run_id, "cancelled": True})
 
 
 async def get_turns(request: web.Request) -> web.Response:
@@ -352,18 +412,21 @@ def _entry(value: Any, name: str, index: int, required: set[str], optional: set[
 
 
 def _decision(value: Any, index: int) -> ToolDecision:
-    entry = _entry(value, "decisions", index, {"call_id", "allow"}, {"reason", "arguments"})
+    entry = _entry(value, "decisions", index, {"call_id", "allow"}, {"reason", "arguments", "always"})
     where = f"decisions[{index}]: "
     allow = entry["allow"]
     if not isinstance(allow, bool):
         raise ApiError(400, f"{where}'allow' must be true or false, not {_kind(allow)}")
+    always = entry.get("always", False)
+    if not isinstance(always, bool):
+        raise ApiError(400, f"{where}'always' must be true or false, not {_kind(always)}")
     reason = entry.get("reason", "")
     if not isinstance(reason, str):
         raise ApiError(400, f"{where}'reason' must be a string, not {_kind(reason)}")
     arguments = entry.get("arguments")
     if arguments is not None and not isinstance(arguments, dict):
         raise ApiError(400, f"{where}'arguments' must be an object, not {_kind(arguments)}")
-    return ToolDecision(_text(entry, "call_id", where), allow, reason, arguments)  # pyright: ignore[reportUnknownArgumentType]
+    return ToolDecision(_text(entry, "call_id", where), allow, reason, arguments, always)  # pyright: ignore[reportUnknownArgumentType]
 
 
 def _result(value: Any, index: int) -> ExternalResult:
