@@ -38,7 +38,7 @@ from typing import Any, Literal, TypeAlias, cast
 
 from aiohttp import web
 
-from rxagent.serve.hub import HUB, SessionHub
+from rxagent.serve.hub import HUB, SESSION_ID, SessionHub
 from rxagent.serve.streams import EventStream
 from rxagent.session import SessionInfo, StoredFact
 
@@ -125,7 +125,10 @@ class SessionIndex:
             await self._refresh()
 
     async def _refresh(self) -> None:
-        infos = [i for i in await self.hub.agent.store.sessions() if i.key[0] is None]
+        # Sessions the API cannot name are a run's own (an agent used as a tool keeps its runs in
+        # "{session}/{tool}/…"): the trace shows them, in their parent's.
+        stored = await self.hub.agent.store.sessions()
+        infos = [i for i in stored if i.key[0] is None and SESSION_ID.fullmatch(i.key[1])]
         infos.sort(key=lambda i: i.updated_at, reverse=True)
         summaries: dict[str, tuple[Summary, str]] = {}
         for info in infos:
