@@ -44,7 +44,7 @@ from rxagent.serve.http import ApiError, Handler
 from rxagent.serve.hub import HUB
 from rxagent.serve.security import TOKEN_QUERY, token_cookie
 
-__all__ = ["PAGE", "page", "routes", "sign_in", "sign_in_page"]
+__all__ = ["PAGE", "content_policy", "page", "routes", "sign_in", "sign_in_page"]
 
 PAGE = "dashboard.html"
 """The page's file name in the ``rxagent.serve`` package."""
@@ -70,13 +70,18 @@ def page() -> tuple[bytes, str]:
         FileNotFoundError: the package was installed without its page (a broken wheel).
     """
     text = resources.files("rxagent.serve").joinpath(PAGE).read_text("utf-8")
+    return text.encode(), content_policy(text)
+
+
+def content_policy(text: str) -> str:
+    """The ``Content-Security-Policy`` for a page ``text``: its own inline scripts and styles (by hash), and
+    connections, forms and images of this server only."""
     scripts = " ".join(_digest(body) for body in re.findall(r"<script>(.*?)</script>", text, re.S))
     styles = " ".join(_digest(body) for body in re.findall(r"<style>(.*?)</style>", text, re.S))
-    policy = (
+    return (
         f"default-src 'none'; script-src {scripts}; style-src {styles}; connect-src 'self'; "
         "img-src data:; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
     )
-    return text.encode(), policy
 
 
 _SIGN_IN_STYLE = """

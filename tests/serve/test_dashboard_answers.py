@@ -76,9 +76,10 @@ async def test_a_10000_delta_answer_is_on_the_page_within_2_s_of_the_run_s_end_a
         status, answer = await live.post("/api/sessions/long/runs", {"input": "a long answer, please"})
         assert status == 202, answer
         await asyncio.wait_for(live.server.hub.handle("long").wait(), WAIT * 6)  # the run's end
-        ended = await dash.page.evaluate("performance.now()")
+        # Timed here: a clock read in the page would wait for its busy main thread, and hide the wait.
+        ended = time.monotonic()
         await dash.page.wait_for_function(DONE, arg=_without_marks(text), timeout=WAIT * 1000)
-        on_page = await dash.page.evaluate("performance.now()") - ended
+        on_page = (time.monotonic() - ended) * 1000
         long_tasks: list[float] = await dash.page.evaluate("window.__longTasks")
         blocks = await dash.page.evaluate(
             "() => document.querySelectorAll('.bubble.assistant .md p, .bubble.assistant .md li').length"

@@ -64,6 +64,14 @@ ANSWERED = (
 # ---- approvals ---------------------------------------------------------------------------------------------
 
 
+CLICK = """(which) => {
+    const button = document.querySelector(`.approval[data-call='r-A'] button.${which}`);
+    const enabled = !button.disabled;
+    button.click();
+    return enabled;
+}"""
+"""Click a button of the call's card at once; whether it was enabled then."""
+
 SETTLED = (
     "() => document.querySelector(\".approval[data-call='r-A'] .sent, .approval[data-call='r-A'] .answered\")"
     " !== null || document.querySelector(\".approval[data-call='r-A']\") === null"
@@ -80,9 +88,11 @@ async def test_two_tabs_approve_and_deny_one_call_at_once_and_exactly_one_answer
             for tab in (one, two):
                 await tab.open("s")
                 await tab.state_is("waiting_for_approval")
-            approve = one.page.locator(".approval[data-call='r-A'] button.approve")
-            deny = two.page.locator(".approval[data-call='r-A'] button.deny")
-            await asyncio.gather(approve.click(timeout=WAIT * 1000), deny.click(timeout=WAIT * 1000))
+            # Both clicks leave together (a click each, sent to both pages at once): neither tab has heard
+            # of the other's answer when its own goes.
+            clicks = (one.page.evaluate(CLICK, "approve"), two.page.evaluate(CLICK, "deny"))
+            clicked = await asyncio.gather(*clicks)
+            assert clicked == [True, True]
             for tab in (one, two):
                 await tab.until(SETTLED)
                 await tab.state_is("idle")
