@@ -1,15 +1,33 @@
 """The dashboard: one page at ``/``, shipped in the package, that watches and drives the sessions.
 
-The page (``dashboard.html`` beside this module: inline CSS and JavaScript, SVG for the charts; no build
-step, nothing loaded from another site) reads only the public HTTP API of :mod:`rxagent.serve`: the
-sessions list, each session's status, its feed (``EventSource``, so a reconnect resumes with
-``Last-Event-ID``; the page drops any fact whose ``seq`` it has rendered), and the ``runs``, ``steer``,
-``respond`` and ``interrupt`` endpoints. It shows the answer as it streams, a timeline of model and tool
-calls, the tokens of each model call, the calls waiting for approval (approve, deny, approve with edited
-arguments), and plays a session back from its log (replay never runs anything).
+The page (``dashboard.html`` beside this module: inline CSS and JavaScript, SVG for the token chart; no
+build step, nothing loaded from another site) reads only the public HTTP API of :mod:`rxagent.serve`: the
+sessions list as it changes (``GET /api/feed``, :mod:`rxagent.serve.session_list`), each session's status
+and its feed (read with ``fetch``, so a burst of facts is taken a few milliseconds at a time; a reconnect
+resumes with ``Last-Event-ID``, and the page drops any fact whose ``seq`` it has rendered), a model call's
+request and a session's state at a step (:mod:`rxagent.serve.trace`), and the ``runs``, ``steer``,
+``respond``, ``reconcile``, ``interrupt`` and ``DELETE`` endpoints.
 
-The page follows the sessions list on ``GET /api/feed`` (:mod:`rxagent.serve.session_list`) and reads a
-model call's request and a session's state at a step from :mod:`rxagent.serve.trace`.
+What it shows, and how it stays fast:
+
+- **The conversation only**: the user's messages and the answers, rendered as Markdown by a small parser
+  in the page (elements made one by one, never HTML: a tag is text, code stays text, links only to http(s),
+  opening apart with ``rel="noopener noreferrer"``); terminal escapes are removed and other control
+  characters and bidirectional overrides shown as visible escapes, as the command line shows them. Each
+  error is said once. Deltas are appended to one text node per answer, drawn once per animation frame, and
+  the blocks that are complete are rendered then, so a piece costs the same however long the answer; old
+  turns fold away behind a button.
+- **A trace**: runs, their steps (``StepStarted``), model calls, tool calls and the runs nested in them (an
+  agent used as a tool, under the call that started it), each with its duration, tokens and status; a
+  model call the run left unanswered is failed, not running. A click on a model call shows its request, on
+  a step the session's state there, on a tool call its arguments, progress and result.
+- **Approvals for several operators**: a card per waiting call (approve, deny, approve with edited
+  arguments, always allow the tool in this session, approve all); a call answered elsewhere (another tab,
+  another client, a rule of the session) says who answered, and its buttons go; edited arguments replace
+  the shown ones.
+- **The sessions list**: titles, states, search, delete; the queued runs of a session, each cancellable;
+  a layout for narrow screens; Enter sends, Shift+Enter is a new line; a sign-in form when the server wants
+  its token.
 
 Routes, behind the same guard as the rest (:func:`rxagent.serve.security.guard`):
 

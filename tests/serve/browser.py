@@ -36,12 +36,20 @@ ROOT = Path(__file__).resolve().parents[2]
 
 LONG_TASKS = """
 window.__longTasks = [];
+window.__longFrames = [];
 new PerformanceObserver((list) => {
-  for (const entry of list.getEntries()) window.__longTasks.push(entry.duration);
+  for (const entry of list.getEntries()) window.__longTasks.push(Math.round(entry.duration));
 }).observe({ type: "longtask", buffered: true });
+new PerformanceObserver((list) => {
+  for (const f of list.getEntries()) {
+    window.__longFrames.push({ at: Math.round(f.startTime), duration: Math.round(f.duration),
+      scripts: f.scripts.map((s) => `${s.invoker} @${s.sourceCharPosition}: ${Math.round(s.duration)} ms`) });
+  }
+}).observe({ type: "long-animation-frame", buffered: true });
 """
 """A page script (added before the page's own) that keeps the duration of every long task (the Long Tasks
-API reports each task over 50 ms)."""
+API reports each task over 50 ms) and, to say what took the time, each long animation frame with the
+scripts that ran in it."""
 
 
 @dataclass
