@@ -20,7 +20,7 @@ from reactivex import Observable
 from typing_extensions import TypeVar
 
 from rxagent.agent.decisions import route_input
-from rxagent.agent.grants import allow_always, approved_by_rules
+from rxagent.agent.grants import allow_always, allowed_tools
 from rxagent.agent.inputs import AppliedInput, ExternalResult, PendingToolCallsError, RunInput, ToolDecision
 from rxagent.agent.nodes import Node, Start, StepOutput
 from rxagent.agent.run import RunState
@@ -146,11 +146,13 @@ def _resume(
         else:
             why = f": {decision.reason}" if decision.reason else ""
             told += run.add_result(result_of(call, f"The user denied this call{why}.", "denied"))
-    # Calls still asking whose tool a rule of the session now allows (one just made) need no answer.
-    for call_id in approved_by_rules(state, (p.call for p in by_id.values() if p.kind == "ask")):
-        call = by_id.pop(call_id).call
+    # Calls still asking whose tool a rule of the session now allows (one just made) need no answer; in
+    # the order of the calls, as the rest of the batch.
+    allowed = allowed_tools(state)
+    for pending in [p for p in by_id.values() if p.kind == "ask" and p.call.name in allowed]:
+        call = by_id.pop(pending.call.id).call
         why = f"a rule of this session allows {call.name} without asking"
-        run.note("decision", {**_decision_record(ToolDecision(call_id, True, why), None), "by": "rule"})
+        run.note("decision", {**_decision_record(ToolDecision(call.id, True, why), None), "by": "rule"})
         approved.append(call)
     state.pending = list(by_id.values())
     if approved or state.pending or more_to_run:  # the messages join the history after the results
