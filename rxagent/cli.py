@@ -1306,7 +1306,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "respond":
         if not args.answers:
             parser.error(
-                "respond needs an answer: --approve CALL_ID, --deny CALL_ID or --result CALL_ID TEXT"
+                "respond needs an answer: --approve CALL_ID, --always CALL_ID, --deny CALL_ID or "
+                "--result CALL_ID TEXT"
             )
         if missing_file(args.db):  # no such session, and answering creates no store
             print(f"rxagent: {terminal_safe(unknown_session(args.db, args.session))}", file=sys.stderr)

@@ -46,6 +46,7 @@ from hypothesis import strategies as st
 import rxagent.cli as cli_module
 from rxagent import ScriptedModel, ScriptedResponse, ScriptedToolCall
 from rxagent.agent import ReActAgent
+from rxagent.agent.grants import SESSION_RULES
 from rxagent.cli import ExitCode, TerminalSafeStream, exit_code_for, main, terminal_safe
 from rxagent.context import RuntimeContext
 from rxagent.events import RunReason, event_from_json
@@ -1311,6 +1312,50 @@ async def test_respond_with_edited_arguments_runs_them_and_refuses_what_the_sche
     shown = json.loads((await rxagent("sessions", "edit", "--db", str(db), "--json")).stdout)
     [call] = shown["messages"][1]["content"]  # the history keeps the call as it ran
     assert call["input"] == {"expression": "3 * 3"}
+
+
+async def test_respond_always_runs_the_call_then_the_tools_next_calls_unasked_and_the_rule_is_in_the_log(
+    server: OpenAIServer, tmp_path: Path
+) -> None:
+    db = tmp_path / "sessions.db"
+    _, command = await waiting_session(server, "--session", "grant", "--db", str(db))
+    command[2] = "--always"
+    server.script(text_reply("It is 4."))
+    done = await rxagent(*command)
+    assert done.code == ExitCode.ANSWER, done.stderr
+
+    # The same session's next run: the calculator's call runs without asking, under the same --ask.
+    server.script(call_reply("calculator", {"expression": "3 * 3"}, "call_2"), text_reply("It is 9."))
+    again = await rxagent(*on(server, "run", "And 3 * 3?", *ASK, "--session", "grant", "--db", str(db)))
+    assert again.code == ExitCode.ANSWER, again.stderr
+    assert server.requests[-1].body["messages"][-1] == {
+        "role": "tool",
+        "tool_call_id": "call_2",
+        "content": "9",
+    }
+
+    store = SQLiteStore(db)
+    try:
+        facts = [(f.kind, f.data()) for f in await store.read((None, "grant"))]
+    finally:
+        await store.aclose()
+    [decision] = [d for kind, d in facts if kind == "decision"]
+    assert decision == {
+        "call_id": "call_1",
+        "kind": "approval",
+        "reason": "",
+        "arguments": None,
+        "always": True,
+    }
+    rule = {"decision": "allow", "tool": "calculator", "call_id": "call_1", "reason": ""}
+    assert [d for kind, d in facts if kind == "extras"][-1] == {"extras": {SESSION_RULES: [rule]}}
+
+    # --always with a call that is not waiting records nothing, as --approve.
+    head = await head_of(db, "grant")
+    refused = await rxagent(*command[:3], "call_9", *command[4:])
+    assert refused.code == ExitCode.USAGE, refused.stderr
+    assert "session 'grant' has no call 'call_9'" in refused.stderr
+    assert await head_of(db, "grant") == head
 
 
 async def test_respond_result_answers_an_external_call_a_program_left_waiting(

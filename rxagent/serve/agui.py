@@ -61,7 +61,9 @@ of one of the agent's external tools waiting for its result one with ``reason: "
 The interrupt's id is the call's id (``toolCallId`` too), its ``message`` a sentence for the person who
 answers (what the assistant wants to run, with which arguments; ``metadata`` has the tool, the arguments
 and the permission rule's reason), and its ``responseSchema`` says what ``payload`` to resume with: for an
-approval ``{"allow": bool, "reason"?: str, "arguments"?: object}`` (edited arguments), or a bare
+approval ``{"allow": bool, "reason"?: str, "arguments"?: object, "always"?: bool}`` (edited arguments;
+``always`` with ``allow``: the tool runs without asking in this thread from then on, a rule the log
+keeps, as the session API's ``always``), or a bare
 ``true``/``false``; for a result ``{"output": str, "status"?: "ok"|"error"}``, or a bare string. A
 ``cancelled`` entry denies the approval, or gives the external call an error result. The front end's own
 tools are not interrupts: their calls are in ``pendingToolCallIds``, and their results come back as
@@ -188,6 +190,10 @@ APPROVAL_SCHEMA: dict[str, Any] = {
         "allow": {"type": "boolean", "description": "run the call (true) or refuse it (false)"},
         "reason": {"type": "string", "description": "why, shown to the model when refused"},
         "arguments": {"type": "object", "description": "run the call with these arguments instead"},
+        "always": {
+            "type": "boolean",
+            "description": "with allow: run this tool's calls in this thread without asking from now on",
+        },
     },
     "required": ["allow"],
 }
@@ -305,13 +311,17 @@ def _approval(entry: ResumeEntry) -> ToolDecision:
         return ToolDecision(call_id, payload)
     fields = _object(payload)
     allow, reason, arguments = fields.get("allow"), fields.get("reason", ""), fields.get("arguments")
+    always = fields.get("always", False)
     if not isinstance(allow, bool):
         raise ApiError(
             400, f'resume entry {call_id!r}: the payload must be true, false or {{"allow": bool, …}}'
         )
     if not isinstance(reason, str) or not (arguments is None or isinstance(arguments, dict)):
         raise ApiError(400, f"resume entry {call_id!r}: 'reason' must be a string and 'arguments' an object")
-    return ToolDecision(call_id, allow, reason, cast("dict[str, Any] | None", arguments))
+    if not isinstance(always, bool):
+        raise ApiError(400, f"resume entry {call_id!r}: 'always' must be true or false")
+    # The run records the rule, as for the session API's and the command line's 'always' (agent.grants).
+    return ToolDecision(call_id, allow, reason, cast("dict[str, Any] | None", arguments), always)
 
 
 def _external_result(entry: ResumeEntry) -> ExternalResult:
