@@ -729,7 +729,7 @@ async def test_chat_asks_before_a_call_that_needs_approval(
     )
 
     assert done.code == 0, done.stderr
-    assert 'allow calculator({"expression": "2 + 2"})? [y/N] ' in done.stderr
+    assert 'allow calculator({"expression": "2 + 2"})? [y/N/a(lways)] ' in done.stderr
     events = done.events()
     assert [e["reason"] for e in events if e["type"] == "agent_result"] == ["PERMISSION_ASKING", "MODEL_STOP"]
     # The decision's result is the first message the second run completes (the model sees it next).
@@ -738,6 +738,30 @@ async def test_chat_asks_before_a_call_that_needs_approval(
     [result] = tool_message["content"]
     assert (result["type"], result["status"]) == ("tool_result", status)
     assert output in json.dumps(result["output"])
+
+
+async def test_always_in_chat_runs_the_call_and_the_tools_later_calls_without_asking(
+    server: OpenAIServer,
+) -> None:
+    server.script(
+        call_reply("calculator", {"expression": "2 + 2"}),
+        text_reply("Four."),
+        call_reply("calculator", {"expression": "3 * 3"}, "call_2"),
+        text_reply("Nine."),
+    )
+
+    done = await rxagent(
+        *on(server, "chat", "--tools", "calculator", "--ask", "calculator", "--json"),
+        stdin="What is 2 + 2?\na\nAnd 3 * 3?\n",
+    )
+
+    assert done.code == 0, done.stderr
+    assert done.stderr.count("? [y/N/a(lways)] ") == 1  # asked about the first call only
+    events = done.events()
+    reasons = [e["reason"] for e in events if e["type"] == "agent_result"]
+    assert reasons == ["PERMISSION_ASKING", "MODEL_STOP", "MODEL_STOP"]
+    results = [e["result"] for e in events if e["type"] == "tool_result"]
+    assert [(r["tool_use_id"], r["status"]) for r in results] == [("call_1", "ok"), ("call_2", "ok")]
 
 
 async def test_ctrl_c_in_chat_ends_the_turn_and_the_chat_goes_on(server: OpenAIServer) -> None:
@@ -1467,8 +1491,8 @@ async def test_chat_in_a_terminal_asks_about_waiting_calls_first(server: OpenAIS
     os.close(terminal_end)
     terminal = Terminal(controller)
     try:
-        asked = await asyncio.to_thread(terminal.read_until, "? [y/N] ")
-        assert 'allow calculator({"expression": "2 + 2"})? [y/N] ' in asked
+        asked = await asyncio.to_thread(terminal.read_until, "? [y/N/a(lways)] ")
+        assert 'allow calculator({"expression": "2 + 2"})? [y/N/a(lways)] ' in asked
         assert "you> " not in asked  # the calls come before any new input
         terminal.type("y\n")
         answered = await asyncio.to_thread(terminal.read_until, "you> ")
