@@ -317,10 +317,13 @@ def _plain_types(node: object) -> frozenset[type] | None:
     declared = schema.get("type")
     if not schema.keys() - {"type"} <= _INERT_KEYS:
         return None
-    names = cast("list[Any]", declared) if isinstance(declared, list) else [declared]
-    if not names or not all(isinstance(n, str) and n in _PLAIN_TYPES for n in names):
-        return None
-    return frozenset(_PLAIN_TYPES[n] for n in names)
+    names = cast("list[object]", declared) if isinstance(declared, list) else [declared]
+    kinds: set[type] = set()
+    for name in names:
+        if not isinstance(name, str) or name not in _PLAIN_TYPES:
+            return None
+        kinds.add(_PLAIN_TYPES[name])
+    return frozenset(kinds) if kinds else None
 
 
 # ---- what names a file -------------------------------------------------------------------------------
