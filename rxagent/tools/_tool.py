@@ -397,7 +397,9 @@ class FunctionTool(Tool):
     def _plain_arguments(self, hidden: frozenset[str]) -> PlainArguments | None:
         # Only for bare scalar annotations: a type with its own validation (Annotated constraints or
         # validators, Path, datetime, a custom type) may write the same schema and still convert.
-        if not all(_is_plain(p.annotation) for p in self._spec.parameters if p.name not in hidden):
+        if not _steps_of(self, FunctionTool) or not all(
+            _is_plain(p.annotation) for p in self._spec.parameters if p.name not in hidden
+        ):
             return None
         return PlainArguments.of(self.schema(hidden).parameters)
 
@@ -464,6 +466,12 @@ class _FunctionSpec:
     def aliases(self, hidden: frozenset[str]) -> dict[str, str]:
         self.model(hidden)
         return self._aliases[hidden]
+
+
+def _steps_of(tool: Tool, kind: type[Tool]) -> bool:
+    """Whether ``tool`` validates and converts as ``kind`` does (a subclass may do more in either)."""
+    cls = type(tool)
+    return cls.convert is kind.convert and cls.validator is Tool.validator
 
 
 def _is_plain(annotation: object) -> bool:
@@ -558,6 +566,8 @@ class SchemaTool(Tool):
         return dict(arguments)
 
     def _plain_arguments(self, hidden: frozenset[str]) -> PlainArguments | None:
+        if not _steps_of(self, SchemaTool):
+            return None
         return PlainArguments.of(self.schema(hidden).parameters)  # its conversion is the identity
 
     def invoke(self, arguments: Mapping[str, Any], context: ToolContext) -> Any:

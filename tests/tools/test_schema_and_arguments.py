@@ -371,3 +371,22 @@ def test_the_fast_check_reads_optional_and_listed_types() -> None:
     assert not check.accepts({"b": 1})
     assert not check.accepts({"a": 1.5, "b": "x"})
     assert not check.accepts({"b": "x", "c": 1})
+
+
+def test_a_subclass_that_converts_or_validates_more_keeps_every_step() -> None:
+    def call(arguments: dict[str, Any], context: ToolContext) -> str:
+        return str(arguments)
+
+    schema: dict[str, Any] = {"type": "object", "properties": {"key": {"type": "string"}}}
+
+    class Lowering(SchemaTool):
+        def convert(self, arguments: Any, hidden: frozenset[str] = frozenset()) -> dict[str, Any]:
+            return {k: v.lower() for k, v in arguments.items()}
+
+    class Strict(SchemaTool):
+        def validator(self, hidden: frozenset[str] = frozenset()) -> Draft202012Validator:
+            return Draft202012Validator({**schema, "properties": {"key": {"type": "string", "maxLength": 2}}})
+
+    assert Lowering("lower", "Lower.", schema, call).prepare({"key": "ABC"}) == {"key": "abc"}
+    with pytest.raises(ToolArgumentError, match="is too long"):
+        Strict("strict", "Strict.", schema, call).prepare({"key": "ABC"})
