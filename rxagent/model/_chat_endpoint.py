@@ -306,6 +306,7 @@ class ChatEndpoint(HttpEndpoint, ABC):
         failure: ModelError | None = None
         cause: BaseException | None = None
         try:
+            timer.watch()
             async with (
                 timer.deadline,
                 session.post(
@@ -313,7 +314,6 @@ class ChatEndpoint(HttpEndpoint, ABC):
                     data=body,
                     headers=self._request_headers("text/event-stream" if streaming else "application/json"),
                     allow_redirects=False,
-                    trace_request_ctx=timer,
                 ) as response,
             ):
                 timer.pause()
@@ -365,6 +365,10 @@ class ChatEndpoint(HttpEndpoint, ABC):
             else:
                 failure = ModelConnectionError(f"{type(error).__name__}: {self._redact(str(error))}")
                 cause = error
+        finally:
+            # The request failed before its response, in this task (`pause` ended the watch otherwise,
+            # before the first yield: a generator closed later may run this in another context).
+            timer.unwatch()
         if failure is not None:
             # Raised outside the `except` blocks so that no aiohttp exception rides along as __context__.
             if emitted and not (isinstance(failure, ModelTimeoutError) and failure.kind == "total"):

@@ -199,7 +199,7 @@ def call_arguments(block: ToolUseBlock) -> str:
     """The argument text a tool call is sent back with: its parsed input as JSON, or, for arguments that
     never parsed, the text exactly as the model wrote it (so the model sees its mistake)."""
     if block.state == "complete" and block.input is not None:
-        return json.dumps(block.input, ensure_ascii=False, separators=(",", ":"))
+        return dumps(block.input).decode()
     return block.raw_arguments
 
 
