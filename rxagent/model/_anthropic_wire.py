@@ -50,7 +50,7 @@ from rxagent.messages import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from rxagent.model._json import SHAPE_ERRORS, LazyJsonObject, dumps, is_object, make, reread
+from rxagent.model._json import SHAPE_ERRORS, dumps, is_object, lazy_raw, reread
 from rxagent.model.errors import MalformedStreamError, ModelError, ModelStreamError, UnsupportedContentError
 from rxagent.model.sse import SSEEvent
 from rxagent.model.types import (
@@ -619,8 +619,7 @@ class StreamParser:
             if delta is None:
                 raise TypeError("a content_block_delta without its delta")
             step = delta.type
-            lazy: LazyJsonObject = make(LazyJsonObject)
-            lazy.source = raw
+            lazy = lazy_raw(raw)
             if step == "text_delta":
                 text = delta.text
                 if text is None:
@@ -675,8 +674,7 @@ class StreamParser:
         index = wire.index
         if block is None or index is None:
             raise TypeError("a content_block_start without its index or its content_block")
-        lazy: LazyJsonObject = make(LazyJsonObject)
-        lazy.source = raw
+        lazy = lazy_raw(raw)
         kind = block.type
         if kind == "text":
             return ChatChunk(block.text, raw=lazy) if block.text else None

@@ -158,7 +158,10 @@ class SSEDecoder:
                     first, last_id = self._line + 1, self._last_id
                     self._line += 2 * len(datas)
                     lines = range(first, self._line, 2)
-                    events = [SSEEvent(data, "message", last_id, line) for data, line in zip(datas, lines)]
+                    events = [
+                        SSEEvent(data, "message", last_id, line)
+                        for data, line in zip(datas, lines, strict=True)
+                    ]
                     chunk = chunk[end + 2 :]
             # Several whole events in one read (a server streaming faster than it is read): cut at the
             # blank lines, an event of one `data: ` line is dispatched as it is, without going line by line.

@@ -3,6 +3,7 @@ fields rxagent does not read are skipped, absent ones take their defaults, and `
 
 from __future__ import annotations
 
+import gc
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -172,6 +173,18 @@ async def test_fields_rxagent_does_not_read_are_skipped_and_kept_in_raw(server: 
     assert list(raw) == list(body)
     assert "logprobs" not in raw  # it sits in the choice, not at the top
     assert "choices" in raw
+    # Every Mapping method, as a subclass of Mapping would have them; equal to the same dict either way.
+    assert raw == body
+    assert body == raw
+    assert raw != {**body, "extra": 1}
+    assert raw.get("id") == body["id"]
+    assert raw.get("absent", "default") == "default"
+    assert list(raw.keys()) == list(body.keys())
+    assert list(raw.values()) == list(body.values())
+    assert list(raw.items()) == list(body.items())
+    assert repr(raw) == repr(body)
+    # One per streamed token: nothing the cyclic garbage collector has to track.
+    assert not gc.is_tracked(raw)
 
 
 @pytest.mark.parametrize(
