@@ -44,7 +44,7 @@ from rxagent.messages import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from rxagent.model._json import SHAPE_ERRORS, dumps, is_object, lazy_raw, reread
+from rxagent.model._json import SHAPE_ERRORS, delta_chunk, dumps, is_object, reread
 from rxagent.model.errors import MalformedStreamError, ModelError, UnsupportedContentError
 from rxagent.model.sse import SSEEvent
 from rxagent.model.types import (
@@ -693,8 +693,7 @@ class StreamParser:
             self.finished = True
         if not (text or thinking or deltas or reason):
             return None  # the role-only first delta, keep-alive chunks, usage-only chunks
-        lazy = lazy_raw(raw)
-        return ChatChunk(text, thinking, deltas, None, reason, lazy)
+        return delta_chunk(text, thinking, deltas, reason, raw)
 
     def _tool_call_deltas(self, calls: list[_ToolCall]) -> tuple[ToolCallDelta, ...]:
         deltas: list[ToolCallDelta] = []

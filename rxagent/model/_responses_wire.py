@@ -65,7 +65,7 @@ from rxagent.messages import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from rxagent.model._json import SHAPE_ERRORS, dumps, is_object, lazy_raw, loads
+from rxagent.model._json import SHAPE_ERRORS, delta_chunk, dumps, is_object, lazy_raw, loads
 from rxagent.model._openai_wire import WireDict, call_arguments, document_text, result_text
 from rxagent.model.errors import MalformedStreamError, ModelError, ModelStreamError, UnsupportedContentError
 from rxagent.model.sse import SSEEvent
@@ -487,8 +487,7 @@ class ResponsesParser:
                         if type(item_id) is str:
                             streamed[item_id] = streamed.get(item_id, 0) + len(delta)
                         if delta:
-                            lazy = lazy_raw(data)
-                            into.append(ChatChunk(delta, "", (), None, None, lazy))
+                            into.append(delta_chunk(delta, "", (), None, data))
                         continue
                 self._feed(event, wire, into)
                 if self.done:
@@ -627,7 +626,7 @@ class ResponsesParser:
         if type(item_id) is str:
             self._streamed[item_id] = self._streamed.get(item_id, 0) + len(delta)
         if delta:
-            into.append(ChatChunk(delta, "", (), None, None, lazy_raw(raw)))
+            into.append(delta_chunk(delta, "", (), None, raw))
 
     def _thinking(self, wire: _Event, part: Any, raw: str | dict[str, Any], into: list[ChatChunk]) -> None:
         delta = _string(wire.delta, "delta")
@@ -646,7 +645,7 @@ class ResponsesParser:
             self._streamed[item_id] = self._streamed.get(item_id, 0) + own
         if delta:
             self._thinking_open = True
-            into.append(ChatChunk("", delta, (), None, None, lazy_raw(raw)))
+            into.append(delta_chunk("", delta, (), None, raw))
 
     def _call_of(self, wire: _Event) -> _Call:
         item_id = wire.item_id

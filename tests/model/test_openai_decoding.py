@@ -3,6 +3,7 @@ fields rxagent does not read are skipped, absent ones take their defaults, and `
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 from collections.abc import Mapping
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 
 from rxagent.model import MalformedStreamError, ModelError
+from rxagent.model._json import delta_chunk
 from rxagent.model.types import ChatChunk, ToolCallDelta, Usage
 from rxagent.operators import fold_message
 from tests.model.openai_server import (
@@ -319,3 +321,13 @@ async def test_a_completion_of_the_wrong_shape_names_the_place(server: OpenAISer
     assert isinstance(seen.error, MalformedStreamError)
     assert "unexpected completion shape (Expected `array | null`, got `str` - at " in str(seen.error)
     assert "$.choices[0].message.tool_calls" in str(seen.error)
+
+
+def test_a_token_s_chunk_made_without_init_has_every_field_the_constructor_sets() -> None:
+    # delta_chunk sets the slots itself (once per token): a field added to ChatChunk must be set there too.
+    source = '{"choices": [{"delta": {"content": "a"}}]}'
+    fast = delta_chunk("a", "b", (ToolCallDelta(0, "c", "f", "{}"),), "stop", source)
+    slow = ChatChunk("a", "b", (ToolCallDelta(0, "c", "f", "{}"),), None, "stop", json.loads(source))
+    for field in dataclasses.fields(ChatChunk):
+        assert getattr(fast, field.name) == getattr(slow, field.name), field.name
+    assert fast == slow
