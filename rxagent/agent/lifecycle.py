@@ -68,6 +68,7 @@ from rxagent.messages import new_id
 from rxagent.operators import Outcome, Relay, Source, using_resource
 from rxagent.session import Claim, Place, SessionBusy, answers_of
 from rxagent.session.reconcile import UncertainToolCallsError, never_started
+from rxagent.session.recorder import run_started_fact
 from rxagent.state import DEFAULT_SESSION, PendingCall, SessionKey
 
 if TYPE_CHECKING:
@@ -427,18 +428,8 @@ def _record_start(run: RunState, claim: Claim, run_input: RunInput) -> str:
             recorder.note("turn_finished", {"turn_id": turn_id, "reason": "SUPERSEDED"})
         turn_id = new_id("turn")
         recorder.note("turn_started", {"turn_id": turn_id})
-    messages: list[JsonValue] = [m.model_dump(mode="json") for m in run_input.messages]
     decisions: list[JsonValue] = [_decision_json(d) for d in run_input.decisions]
-    recorder.note(
-        "run_started",
-        {
-            "run_id": run.run_id,
-            "turn_id": turn_id,
-            "agent": run.deps.name,
-            "input": messages,
-            "decisions": decisions,
-        },
-    )
+    recorder.note_fact(run_started_fact(run.run_id, turn_id, run.deps.name, run_input.messages, decisions))
     return turn_id
 
 

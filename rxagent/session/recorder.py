@@ -59,7 +59,7 @@ from rxagent.session.projection import Projection
 from rxagent.session.store import Batch, HeadMovedError, Lease, LeaseLostError, SessionStore
 from rxagent.state import AgentState
 
-__all__ = ["LOST_RUN", "Recorder", "fact", "message_fact", "seed_session"]
+__all__ = ["LOST_RUN", "Recorder", "fact", "message_fact", "run_started_fact", "seed_session"]
 
 _TAIL = 4
 _FLUSH_AT = 256
@@ -79,6 +79,23 @@ def fact(kind: FactKind, data: dict[str, JsonValue], run_id: str | None = None) 
 def message_fact(kind: FactKind, message: Msg, run_id: str | None) -> Fact:
     """A ``message`` or ``message_replaced`` fact (the message encoded once, by pydantic)."""
     return Fact.later(kind, _message_payload, message, run_id)
+
+
+def run_started_fact(
+    run_id: str, turn_id: str, agent: str, input: Sequence[Msg], decisions: list[JsonValue]
+) -> Fact:
+    """The ``run_started`` fact of a run (see :mod:`rxagent.session.facts`): its input messages encoded
+    once, by pydantic, the first time the payload is needed (not as Python data first, then as text)."""
+    return Fact.later(
+        "run_started", _run_started_payload, (run_id, turn_id, agent, tuple(input), decisions), run_id
+    )
+
+
+def _run_started_payload(source: tuple[str, str, str, tuple[Msg, ...], list[JsonValue]]) -> str:
+    run_id, turn_id, agent, input, decisions = source
+    head = json.dumps({"run_id": run_id, "turn_id": turn_id, "agent": agent}, separators=(",", ":"))
+    messages = ",".join(json_of(message) for message in input)
+    return f'{head[:-1]},"input":[{messages}],"decisions":{json.dumps(decisions, separators=(",", ":"))}}}'
 
 
 def _message_payload(message: Msg) -> str:
@@ -167,8 +184,12 @@ class Recorder:
     def note(self, kind: FactKind, data: dict[str, JsonValue]) -> None:
         """Queue a fact that is not a state change, after the state's changes so far (so the log keeps
         the order things happened in); it is appended with the next flush."""
+        self.note_fact(fact(kind, data, self.run_id))
+
+    def note_fact(self, noted: Fact) -> None:
+        """:meth:`note` for a fact built already (such as :func:`run_started_fact`, encoded later)."""
         self._capture()
-        self._enqueue([fact(kind, data, self.run_id)])
+        self._enqueue([noted])
 
     def event(self, event: AgentEvent) -> None:
         """Queue one of the run's events (the feed gets it at once; the log with the next flush, which
