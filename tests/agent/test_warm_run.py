@@ -12,6 +12,9 @@ shared objects are encoded once).
 
 The census is not vacuous: the same list holds the run's own state (``RunState``) and its input.
 
+The system message is shared by prompt text, so it still follows the agent's prompt: a changed prompt
+takes effect on the next run, no prompt sends none, and the message never enters a session's history.
+
 Bad inputs: none here (the input paths are tested in ``test_bad_input.py``).
 """
 
@@ -125,3 +128,30 @@ async def test_a_warm_agents_run_rebuilds_nothing_the_agent_built_once() -> None
     assert measured.messages[-1] is messages[0]
     assert measured.tools is previous.tools
     assert [t.name for t in measured.tools] == ["double"]
+
+
+async def test_the_shared_system_message_follows_the_agents_prompt() -> None:
+    census = Census()
+    agent = Agent(FunctionModel(census.respond), system_prompt="Answer briefly.")
+    other = Agent(FunctionModel(census.respond), system_prompt="Answer at length.")
+    await agent.call("Hi", RuntimeContext(session_id="one"))
+    await other.call("Hi", RuntimeContext(session_id="two"))
+    agent.system_prompt = "Answer in French."
+    await agent.call("Hi", RuntimeContext(session_id="three"))
+    agent.system_prompt = None
+    await agent.call("Hi", RuntimeContext(session_id="four"))
+    await other.call("Hi", RuntimeContext(session_id="five"))
+
+    heads = [[(m.role, m.text) for m in request.messages[:-1]] for request in census.requests]
+    assert heads == [
+        [("system", "Answer briefly.")],
+        [("system", "Answer at length.")],
+        [("system", "Answer in French.")],
+        [],
+        [("system", "Answer at length.")],
+    ]
+    # Agents with the same prompt share its message; the system message is never in the session's history.
+    assert census.requests[4].messages[0] is census.requests[1].messages[0]
+    assert all(
+        m.role != "system" for m in (await agent.sessions.state(RuntimeContext(session_id="one"))).messages
+    )
