@@ -71,9 +71,13 @@ LOST_RUN = "the run ended with no record of how (its process stopped)"
 """The error recorded for a run whose end the log lacks, by whoever takes the session next."""
 
 
+_COMPACT = json.JSONEncoder(separators=(",", ":"))
+"""``json.dumps(..., separators=(",", ":"))`` without a new encoder each time."""
+
+
 def fact(kind: FactKind, data: dict[str, JsonValue], run_id: str | None = None) -> Fact:
     """A fact of ``kind`` whose payload is ``data`` as JSON."""
-    return Fact(kind, json.dumps(data, separators=(",", ":")), run_id)
+    return Fact(kind, _COMPACT.encode(data), run_id)
 
 
 def message_fact(kind: FactKind, message: Msg, run_id: str | None) -> Fact:
@@ -93,9 +97,9 @@ def run_started_fact(
 
 def _run_started_payload(source: tuple[str, str, str, tuple[Msg, ...], list[JsonValue]]) -> str:
     run_id, turn_id, agent, input, decisions = source
-    head = json.dumps({"run_id": run_id, "turn_id": turn_id, "agent": agent}, separators=(",", ":"))
+    head = _COMPACT.encode({"run_id": run_id, "turn_id": turn_id, "agent": agent})
     messages = ",".join(json_of(message) for message in input)
-    return f'{head[:-1]},"input":[{messages}],"decisions":{json.dumps(decisions, separators=(",", ":"))}}}'
+    return f'{head[:-1]},"input":[{messages}],"decisions":{_COMPACT.encode(decisions)}}}'
 
 
 def _message_payload(message: Msg) -> str:
@@ -184,12 +188,13 @@ class Recorder:
     def note(self, kind: FactKind, data: dict[str, JsonValue]) -> None:
         """Queue a fact that is not a state change, after the state's changes so far (so the log keeps
         the order things happened in); it is appended with the next flush."""
-        self.note_fact(fact(kind, data, self.run_id))
+        self.note_facts(fact(kind, data, self.run_id))
 
-    def note_fact(self, noted: Fact) -> None:
-        """:meth:`note` for a fact built already (such as :func:`run_started_fact`, encoded later)."""
+    def note_facts(self, *noted: Fact) -> None:
+        """:meth:`note` for facts built already (such as :func:`run_started_fact`, encoded later), noted
+        together: the state's changes are looked for once, before them."""
         self._capture()
-        self._enqueue([noted])
+        self._enqueue(noted)
 
     def event(self, event: AgentEvent) -> None:
         """Queue one of the run's events (the feed gets it at once; the log with the next flush, which
