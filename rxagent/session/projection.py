@@ -120,8 +120,8 @@ class Projection:
         if kind in _RUN_KINDS:
             # The writer's own facts (a Fact) are read only for what the bookkeeping needs: an ending
             # names nothing it needs, and a run_started fact is written by the run it starts (its run_id),
-            # so the run's input is not encoded and parsed back here. A stored fact is read whole, so
-            # that replay finds a damaged one.
+            # so the run's input is not parsed back here. A stored fact is read whole, so that replay
+            # finds a damaged one.
             written = isinstance(fact, Fact)
             data = None if written and kind != "turn_started" else json.loads(fact.payload)
             if kind == "turn_started":

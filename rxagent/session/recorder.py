@@ -89,17 +89,15 @@ def run_started_fact(
     run_id: str, turn_id: str, agent: str, input: Sequence[Msg], decisions: list[JsonValue]
 ) -> Fact:
     """The ``run_started`` fact of a run (see :mod:`rxagent.session.facts`): its input messages encoded
-    once, by pydantic, the first time the payload is needed (not as Python data first, then as text)."""
-    return Fact.later(
-        "run_started", _run_started_payload, (run_id, turn_id, agent, tuple(input), decisions), run_id
-    )
+    once, by pydantic, straight to JSON text (not to Python data first, then to text).
 
-
-def _run_started_payload(source: tuple[str, str, str, tuple[Msg, ...], list[JsonValue]]) -> str:
-    run_id, turn_id, agent, input, decisions = source
+    Encoded now rather than later: a log in memory then keeps the text, not the input and decisions
+    beside it (objects the garbage collector would walk for as long as the session lives).
+    """
     head = _COMPACT.encode({"run_id": run_id, "turn_id": turn_id, "agent": agent})
     messages = ",".join(json_of(message) for message in input)
-    return f'{head[:-1]},"input":[{messages}],"decisions":{_COMPACT.encode(decisions)}}}'
+    payload = f'{head[:-1]},"input":[{messages}],"decisions":{_COMPACT.encode(decisions)}}}'
+    return Fact("run_started", payload, run_id)
 
 
 def _message_payload(message: Msg) -> str:
@@ -191,8 +189,8 @@ class Recorder:
         self.note_facts(fact(kind, data, self.run_id))
 
     def note_facts(self, *noted: Fact) -> None:
-        """:meth:`note` for facts built already (such as :func:`run_started_fact`, encoded later), noted
-        together: the state's changes are looked for once, before them."""
+        """:meth:`note` for facts built already (such as :func:`run_started_fact`), noted together: the
+        state's changes are looked for once, before them."""
         self._capture()
         self._enqueue(noted)
 
