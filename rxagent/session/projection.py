@@ -119,13 +119,21 @@ class Projection:
         is the live one calls it for what it wrote; other facts' payloads are not read)."""
         kind = fact.kind
         if kind in _RUN_KINDS:
-            data = json.loads(fact.payload)
+            # The writer's own facts (a Fact) are read only for what the bookkeeping needs: an ending
+            # names nothing it needs, and a run_started fact is written by the run it starts (its run_id),
+            # so the run's input is not parsed back here. A stored fact is read whole, so that replay
+            # finds a damaged one.
+            written = isinstance(fact, Fact)
+            data = None if written and kind != "turn_started" else json.loads(fact.payload)
             if kind == "turn_started":
+                assert data is not None
                 self.turn_id = str(data["turn_id"])
             elif kind == "turn_finished":
                 self.turn_id = None
             elif kind == "run_started":
-                self.open_run = str(data["run_id"])
+                if data is None and fact.run_id is None:  # a written fact that names no run: read it
+                    data = json.loads(fact.payload)
+                self.open_run = str(fact.run_id if data is None else data["run_id"])
             else:
                 self.open_run = None
         elif kind == "reconciled":
