@@ -26,10 +26,14 @@ goal 1.2 or below); then the per-token figure of the whole agent path, an answer
 text deltas and no tool call, which rxagent's consumer reads with ``async for`` over
 ``agent.stream_events(...)`` (through ``to_async_iterator``) joining the
 :class:`~rxagent.events.TextDelta` texts, against (b) on the same stream, as ``agent_text_ratio: X``
-(rxagent ÷ raw; goal 0.6 or below); and, as the last line, ``ratio: X`` (rxagent ÷ raw, for the
-conversation above).
+(rxagent ÷ raw; goal 0.6 or below); then the fixed cost, the client CPU of a one-delta run (no tool
+call, one text delta: what a run costs before any streaming), over ``--fixed-runs`` runs of each client
+in a fresh session each, as ``fixed_cost_ms: X`` (rxagent; goal 1 ms or below) and
+``fixed_cost_raw_ms: X`` (the hand-written loop); and, as the last line, ``ratio: X`` (rxagent ÷ raw,
+for the conversation above).
 
-Run: ``.venv/bin/python bench/agent_loop.py [--rounds N] [--fragments N] [--text-deltas N] [--repeats N]``.
+Run: ``.venv/bin/python bench/agent_loop.py [--rounds N] [--fragments N] [--text-deltas N] [--repeats N]
+[--fixed-runs N]``.
 """
 
 from __future__ import annotations
@@ -290,6 +294,14 @@ def history_ratio(repeats: int) -> tuple[float, float]:
     return statistics.median(rx_times), statistics.median(raw_times)
 
 
+def fixed_cost(runs: int) -> tuple[float, float]:
+    """The fixed-cost figure: median client CPU of a one-delta run (an answer of one text delta, no tool
+    call), ``(rxagent, raw)`` in seconds, over ``runs`` runs of each, alternating as :func:`measure` does."""
+    with spawned_server(__file__, ["--rounds", "0", "--fragments", "1"]) as port:
+        raw_times, rx_times = asyncio.run(measure(port, 0, 1, runs))
+    return statistics.median(rx_times), statistics.median(raw_times)
+
+
 async def rxagent_text_run(agent: ReActAgent, run_number: int) -> str:
     """The text run through rxagent: ``async for`` over the run's events, joining the text deltas."""
     parts: list[str] = []
@@ -341,11 +353,14 @@ def main() -> None:
     parser.add_argument("--fragments", type=int, default=50, help="argument fragments / text deltas")
     parser.add_argument("--text-deltas", type=int, default=2_000, help="text deltas of the text run")
     parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--fixed-runs", type=int, default=300, help="one-delta runs of the fixed-cost figure")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
         serve(args.rounds, args.fragments)
         return
+    if args.fixed_runs < 1:
+        parser.error("--fixed-runs must be 1 or more")
     serving = ["--rounds", str(args.rounds), "--fragments", str(args.fragments)]
     with spawned_server(__file__, serving) as port:
         raw_times, rx_times = asyncio.run(measure(port, args.rounds, args.fragments, args.repeats))
@@ -383,6 +398,10 @@ def main() -> None:
         f"  (runs: {', '.join(f'{t * 1e3:.1f}' for t in text_raw_times)} ms)"
     )
     print(f"agent_text_ratio: {text_rx / text_raw:.2f}")
+    fixed_rx, fixed_raw = fixed_cost(args.fixed_runs)
+    print(f"fixed cost, a one-delta run ({args.fixed_runs} runs each, alternating, medians of client CPU)")
+    print(f"fixed_cost_ms: {fixed_rx * 1e3:.2f}")
+    print(f"fixed_cost_raw_ms: {fixed_raw * 1e3:.2f}")
     print(f"ratio: {rx / raw:.2f}")
 
 

@@ -17,9 +17,13 @@ The statements:
 (c) ``from rxagent import Agent, OpenAIChatModel``: what a program with the OpenAI-compatible client
     imports (aiohttp included);
 (d) a one-delta run: ``Agent(ScriptedModel(["Hello!"])).call("Hi")`` under ``asyncio.run``, the imports
-    included (peak RSS only).
+    included (peak RSS only);
+(e) the client's floor: ``import aiohttp, reactivex`` and ``from pydantic import BaseModel, JsonValue``,
+    the libraries (c) is built on (the messages are pydantic models, the agent is observables), with none
+    of rxagent's own code.
 
-Prints the figures, then ``client_import_ratio`` ((c) ÷ (a)) and ``run_rss_mb`` ((d)), and as the last two
+Prints the figures, then ``client_import_ratio`` ((c) ÷ (a)), ``client_floor_ratio`` ((e) ÷ (a): what
+(c) would cost were rxagent's own modules free) and ``run_rss_mb`` ((d)), and as the last two
 lines ``import_ratio: X`` ((b) ÷ (a); goal 1.5 or below) and ``rss_mb: X`` (peak RSS after (b); goal 45 or
 below).
 
@@ -57,6 +61,11 @@ async def one_delta() -> None:
     assert result.text == "Hello!", result
 
 asyncio.run(one_delta())
+"""
+
+FLOOR = """\
+import aiohttp, reactivex
+from pydantic import BaseModel, JsonValue
 """
 
 CHILD = """\
@@ -147,8 +156,9 @@ def main() -> None:
         parser.error(f"--baseline {args.baseline}: no rxagent package there")
 
     aiohttp = Figure("import aiohttp", "import aiohttp", ROOT)
+    floor = Figure("aiohttp, reactivex, pydantic (the floor)", FLOOR, ROOT)
     ours = figures_of(ROOT, "")
-    figures = [aiohttp, *ours]
+    figures = [aiohttp, floor, *ours]
     if args.baseline is not None:
         figures += figures_of(args.baseline, " (baseline)")
     for figure in figures:
@@ -179,6 +189,7 @@ def main() -> None:
         print(f"{figure.label:{width}}  {timed}  {rss_mb(figure):11.1f}")
     facade, client, run = ours
     print(f"client_import_ratio: {import_ms(client) / import_ms(aiohttp):.2f}")
+    print(f"client_floor_ratio: {import_ms(floor) / import_ms(aiohttp):.2f}")
     print(f"run_rss_mb: {rss_mb(run):.1f}")
     print(f"import_ratio: {import_ms(facade) / import_ms(aiohttp):.2f}")
     print(f"rss_mb: {rss_mb(facade):.1f}")

@@ -589,7 +589,11 @@ class Msg(Displayable, BaseModel):
     def from_tool_results(cls, *results: ToolResultBlock, **fields: object) -> Msg:
         """A ``tool`` message carrying the given results, in the order of their calls."""
         if not fields:  # the results are blocks already: nothing to validate (once per tool round)
-            return cls.model_construct(role="tool", content=results)
+            # Every field given: pydantic's model_construct inspects a default factory's signature on
+            # each call, which cost more than the rest of the round's bookkeeping.
+            return cls.model_construct(
+                id=new_id("msg"), role="tool", name=None, content=results, metadata={}, created_at=_now()
+            )
         return cls.model_validate({"role": "tool", "content": results, **fields})
 
     # ---- views --------------------------------------------------------------------------------------

@@ -10,6 +10,11 @@ hold on any machine. ``bench/startup.py`` measures the time and memory this save
   validator built (pydantic reads the installed packages' metadata, ``importlib.metadata``, to find its
   plugins the first time it builds one). The model contract (``ChatModel``, the model errors) then loads
   without reactivex.
+- After the client's import, ``from rxagent import Agent, OpenAIChatModel``: aiohttp and reactivex (which
+  the client needs), and still none of the other heavy or optional packages, no pydantic validator built,
+  and none of rxagent's optional parts (:data:`OPTIONAL`: the notebook, the server, the harness, memory,
+  telemetry, the command line, the other model clients and the scripted models, the SQLite and PostgreSQL
+  stores, MCP).
 - Every public name still resolves, and a run works; a run that calls no tool loads neither jsonschema nor
   sqlite3.
 - What loads on first use works when first used: the messages' deferred validators still refuse bad input,
@@ -56,6 +61,32 @@ HEAVY = (
     "importlib.metadata",
 )
 """Packages and modules ``import rxagent`` must not load."""
+
+CLIENT_NEEDS = ("aiohttp", "yarl", "reactivex", "asyncio")
+"""What the OpenAI-compatible client and the agent need of :data:`HEAVY`."""
+
+OPTIONAL = (
+    "rxagent.notebook",
+    "rxagent.serve",
+    "rxagent.harness",
+    "rxagent.memory",
+    "rxagent.telemetry",
+    "rxagent.cli",
+    "rxagent.cli_sessions",
+    "rxagent.model.anthropic",
+    "rxagent.model.openai_responses",
+    "rxagent.model.llama_cpp",
+    "rxagent.model.llama_runtime",
+    "rxagent.model.gguf",
+    "rxagent.model.embedders",
+    "rxagent.model.fallback",
+    "rxagent.model.scripted",
+    "rxagent.session.sqlite",
+    "rxagent.session.postgres",
+    "rxagent.tools.mcp",
+    "rxagent.tools.demo",
+)
+"""rxagent's parts a program with an agent and the OpenAI-compatible client does not use."""
 
 BOTTOM = {f"rxagent.{part}" for part in LAYERS[0]} | {"rxagent"}
 """The modules ``import rxagent`` may load: the facade and the plain data of the bottom layer."""
@@ -106,6 +137,25 @@ def test_import_rxagent_loads_only_the_data_and_no_heavy_package() -> None:
     assert found["heavy"] == []
     assert set(found["rxagent"]) <= BOTTOM, set(found["rxagent"]) - BOTTOM
     assert found["contract"] == []  # the model contract names reactivex in annotations only
+
+
+def test_the_clients_import_loads_what_it_needs_and_no_optional_part() -> None:
+    found = fresh(
+        f"""
+        import json
+        from rxagent import Agent, OpenAIChatModel
+        print(json.dumps({{
+            "heavy": loaded(*{HEAVY!r}),
+            "optional": loaded(*{OPTIONAL!r}),
+            "agent": Agent.__module__,
+            "client": OpenAIChatModel.__module__,
+        }}))
+        """
+    )
+
+    assert found["heavy"] == sorted(CLIENT_NEEDS)
+    assert found["optional"] == []
+    assert [found["agent"], found["client"]] == ["rxagent.agent.react", "rxagent.model.openai"]
 
 
 def test_every_public_name_resolves_and_a_run_without_tools_loads_no_validator_or_store() -> None:

@@ -67,7 +67,9 @@ from rxagent.logs import with_current_run
 from rxagent.messages import new_id
 from rxagent.operators import Outcome, Relay, Source, using_resource
 from rxagent.session import Claim, Place, SessionBusy, answers_of
+from rxagent.session.facts import Fact
 from rxagent.session.reconcile import UncertainToolCallsError, never_started
+from rxagent.session.recorder import fact, run_started_fact
 from rxagent.state import DEFAULT_SESSION, PendingCall, SessionKey
 
 if TYPE_CHECKING:
@@ -395,11 +397,13 @@ class _Held:
         recorder = claim.recorder
         run_id = recorder.run_id
         if failure is not None:
-            recorder.note("run_failed", {"run_id": run_id, "error": _describe(failure)})
+            ending = fact("run_failed", {"run_id": run_id, "error": _describe(failure)}, run_id)
         else:
-            recorder.note("run_finished", {"run_id": run_id, "reason": reason})
+            ending = fact("run_finished", {"run_id": run_id, "reason": reason}, run_id)
         if turn_id is not None and not claim.projection.state.pending:  # nothing left to answer
-            recorder.note("turn_finished", {"turn_id": turn_id, "reason": reason})
+            recorder.note_facts(ending, fact("turn_finished", {"turn_id": turn_id, "reason": reason}, run_id))
+        else:
+            recorder.note_facts(ending)
         try:
             await claim.flush()
         except Exception as save_error:
@@ -420,25 +424,18 @@ def _record_start(run: RunState, claim: Claim, run_input: RunInput) -> str:
     ``recover_pending``, it ends the waiting turn); returns the run's turn.
     """
     projection, recorder = claim.projection, claim.recorder
+    run_id = run.run_id
     turn_id = projection.turn_id
     waiting = bool(projection.state.pending) and not run.deps.options.recover_pending
+    noted: list[Fact] = []
     if (run_input.messages and not waiting) or turn_id is None:
         if turn_id is not None:
-            recorder.note("turn_finished", {"turn_id": turn_id, "reason": "SUPERSEDED"})
+            noted.append(fact("turn_finished", {"turn_id": turn_id, "reason": "SUPERSEDED"}, run_id))
         turn_id = new_id("turn")
-        recorder.note("turn_started", {"turn_id": turn_id})
-    messages: list[JsonValue] = [m.model_dump(mode="json") for m in run_input.messages]
+        noted.append(fact("turn_started", {"turn_id": turn_id}, run_id))
     decisions: list[JsonValue] = [_decision_json(d) for d in run_input.decisions]
-    recorder.note(
-        "run_started",
-        {
-            "run_id": run.run_id,
-            "turn_id": turn_id,
-            "agent": run.deps.name,
-            "input": messages,
-            "decisions": decisions,
-        },
-    )
+    noted.append(run_started_fact(run_id, turn_id, run.deps.name, run_input.messages, decisions))
+    recorder.note_facts(*noted)  # nothing changes the state in between: its changes are looked for once
     return turn_id
 
 

@@ -307,6 +307,16 @@ def _model_call(
     return Source(subscribe)
 
 
+class _Produced(list[StepOutput[Node]]):
+    """The events of one chunk, collected for ``Frame.each``: ``_take`` hands them to it as to an observer."""
+
+    __slots__ = ()
+
+    def on_next(self, value: StepOutput[Node]) -> None:
+        """Collect ``value``."""
+        self.append(value)
+
+
 class _ModelCall(Frame[ChatChunk | RetryAttempt, StepOutput[Node]]):
     """One model call as it streams: its chunks folded and published as events, the message at the end.
 
@@ -353,8 +363,8 @@ class _ModelCall(Frame[ChatChunk | RetryAttempt, StepOutput[Node]]):
 
     def each(self, value: ChatChunk | RetryAttempt) -> list[StepOutput[Node]]:
         """A chunk into the fold, and out as its delta events (a retry as its event)."""
-        produced: list[StepOutput[Node]] = []
-        self._take(value, produced.append)
+        produced = _Produced()
+        self._take(value, produced)
         return produced
 
     def on_next(self, value: ChatChunk | RetryAttempt) -> None:
@@ -362,15 +372,17 @@ class _ModelCall(Frame[ChatChunk | RetryAttempt, StepOutput[Node]]):
         if self.stopped or self.is_disposed:
             return
         try:
-            self._take(value, self._observer.on_next)
+            self._take(value, self._observer)  # not its bound `on_next`: an object per token
         except Exception as error:  # the mapper's failure is the stream's failure
             self.on_error(error)
 
-    def _take(self, item: ChatChunk | RetryAttempt, emit: Callable[[StepOutput[Node]], None]) -> None:
-        """``item`` into the fold, each delta out through ``emit`` as one event."""
+    def _take(
+        self, item: ChatChunk | RetryAttempt, out: abc.ObserverBase[StepOutput[Node]] | _Produced
+    ) -> None:
+        """``item`` into the fold, each delta out to ``out`` as one event."""
         fold, make = self._fold, self._make
         if isinstance(item, RetryAttempt):
-            emit(
+            out.on_next(
                 RetryScheduled(
                     **self._run.deps.head,
                     retry_number=item.retry_number,
@@ -386,23 +398,23 @@ class _ModelCall(Frame[ChatChunk | RetryAttempt, StepOutput[Node]]):
         if not item.tool_calls:
             fold.add(item)
             if item.thinking:
-                emit(make.thinking(item.thinking))
+                out.on_next(make.thinking(item.thinking))
             if item.text:
-                emit(make.text(item.text))
+                out.on_next(make.text(item.text))
             return
         calls_before = fold.call_count
         fold.add(item)
         if item.thinking:
-            emit(make.thinking(item.thinking))
+            out.on_next(make.thinking(item.thinking))
         if item.text:
-            emit(make.text(item.text))
+            out.on_next(make.text(item.text))
         for delta in item.tool_calls:
             call_id = fold.call_id_of(delta)
             if fold.call_count > calls_before:
                 calls_before += 1
-                emit(make.call_started(delta.index, call_id, delta.name))
+                out.on_next(make.call_started(delta.index, call_id, delta.name))
             if delta.arguments:
-                emit(make.arguments(delta.index, call_id, delta.arguments))
+                out.on_next(make.arguments(delta.index, call_id, delta.arguments))
 
     def after(self) -> list[StepOutput[Node]]:
         """The folded message (into the history for a recorded turn), its events, and the next node."""

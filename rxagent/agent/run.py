@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import NotRequired, TypedDict, TypeVar
 
 from pydantic import BaseModel, JsonValue
@@ -40,7 +41,7 @@ from rxagent.session import FactKind, Recorder
 from rxagent.state import DEFAULT_SESSION, AgentState, PendingCall, SessionKey
 from rxagent.tools import Permissions, ToolExecutor, ToolInterceptor, Toolkit, ToolView, result_of
 
-__all__ = ["EventHead", "RunDeps", "RunState", "SaveRun", "new_run", "tool_view"]
+__all__ = ["EventHead", "RunDeps", "RunState", "SaveRun", "new_run", "system_head", "tool_view"]
 
 _D = TypeVar("_D")
 
@@ -380,7 +381,7 @@ def new_run(
     deps_ = RunDeps(
         name=name,
         model=model,
-        system=(Msg.system(system_prompt),) if system_prompt else (),
+        system=system_head(system_prompt) if system_prompt else (),
         options=settings,
         middleware=hooks,
         output=output,
@@ -398,6 +399,17 @@ def new_run(
         deltas=deltas,
     )
     return RunState(deps_, conversation)
+
+
+@lru_cache(maxsize=64)
+def system_head(prompt: str) -> tuple[Msg, ...]:
+    """The fixed head of the requests of a run whose system prompt is ``prompt``: its system message.
+
+    One frozen message per prompt text, shared by every run with that prompt (the 64 prompts used last):
+    a warm agent builds and validates none per run, and the wire encoders, which keep a message's
+    encoding by identity, encode it once.
+    """
+    return (Msg.system(prompt),)
 
 
 def _deps_of(caller: RuntimeContext) -> object:

@@ -50,7 +50,7 @@ from rxagent.messages import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from rxagent.model._json import SHAPE_ERRORS, LazyJsonObject, dumps, is_object, make, reread
+from rxagent.model._json import SHAPE_ERRORS, delta_chunk, dumps, is_object, lazy_raw, reread
 from rxagent.model.errors import MalformedStreamError, ModelError, ModelStreamError, UnsupportedContentError
 from rxagent.model.sse import SSEEvent
 from rxagent.model.types import (
@@ -619,24 +619,22 @@ class StreamParser:
             if delta is None:
                 raise TypeError("a content_block_delta without its delta")
             step = delta.type
-            lazy: LazyJsonObject = make(LazyJsonObject)
-            lazy.source = raw
             if step == "text_delta":
                 text = delta.text
                 if text is None:
                     raise TypeError("a text_delta without its text")
-                return ChatChunk(text, "", (), None, None, lazy)
+                return delta_chunk(text, "", (), None, raw)
             if step == "input_json_delta":
                 number = self._tools.get(wire.index)
                 if number is None or not delta.partial_json:
                     return None  # a server tool's input, or an empty fragment
                 fragment = (ToolCallDelta(number, None, None, delta.partial_json),)
-                return ChatChunk("", "", fragment, None, None, lazy)
+                return delta_chunk("", "", fragment, None, raw)
             if step == "thinking_delta":
                 thinking = delta.thinking
                 if thinking is None:
                     raise TypeError("a thinking_delta without its thinking")
-                return ChatChunk("", thinking, (), None, None, lazy) if thinking else None
+                return delta_chunk("", thinking, (), None, raw) if thinking else None
             if step == "signature_delta":
                 parts = self._signatures.get(wire.index)
                 if parts is None or delta.signature is None:
@@ -675,8 +673,7 @@ class StreamParser:
         index = wire.index
         if block is None or index is None:
             raise TypeError("a content_block_start without its index or its content_block")
-        lazy: LazyJsonObject = make(LazyJsonObject)
-        lazy.source = raw
+        lazy = lazy_raw(raw)
         kind = block.type
         if kind == "text":
             return ChatChunk(block.text, raw=lazy) if block.text else None

@@ -18,7 +18,7 @@ The URL's credentials and query secrets (Azure's ``?api-key=``) are masked where
 Every timeout runs on the endpoint's :class:`~rxagent.clock.Clock`, none inside aiohttp, so that a test
 on a :class:`~rxagent.clock.VirtualClock` controls all of them. Per request, one :class:`Deadline` moves
 through the phases: only the total while the request waits for a free pooled connection, ``connect``
-while a new connection is made (aiohttp's trace hooks say when), ``idle_read`` from then on while the
+while a new connection is made (the endpoint's connector says when), ``idle_read`` from then on while the
 client waits for the server (the response head, then each read of the body; pushing it per read costs an
 assignment), and off while the caller handles what was read, so a slow consumer is never mistaken for a
 silent server. The call's ``total`` caps every phase (a client that retries passes the same due time to
@@ -28,11 +28,13 @@ all its attempts) and is checked on every read, so it also ends a call whose con
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import os
 from collections.abc import Mapping
+from contextvars import ContextVar, Token
 from dataclasses import dataclass
-from types import SimpleNamespace, TracebackType
+from types import TracebackType
 from typing import TYPE_CHECKING, Literal, Self
 
 from pydantic import Secret, SecretStr
@@ -44,6 +46,9 @@ from rxagent.redaction import MASK, mask_url, redact, split_credentials, url_sec
 
 if TYPE_CHECKING:
     import aiohttp
+    from aiohttp.client_proto import ResponseHandler
+    from aiohttp.connector import Connection
+    from aiohttp.tracing import Trace
 
 __all__ = ["ERROR_BODY_LIMIT", "HttpEndpoint", "RequestTimer", "Timeouts"]
 
@@ -74,16 +79,21 @@ class Timeouts:
                 raise ValueError(f"Timeouts.{name} must be a positive number of seconds, got {value!r}")
 
 
+_CONNECTING: ContextVar[RequestTimer | None] = ContextVar("rxagent_connecting", default=None)
+"""The timer of the request the current task is sending (see :meth:`RequestTimer.watch`)."""
+
+
 class RequestTimer:
     """One request's deadline, moving through the phases described in the module docstring.
 
-    Enter :attr:`deadline` around the request, pass the timer as aiohttp's ``trace_request_ctx`` (the
-    endpoint's trace hooks then start the connect and idle phases), read the body with :meth:`read`, and
-    turn an expiry into its error with :meth:`error`. The call's total deadline (``total_due`` on the
-    clock, shared by all attempts of a call) caps every phase, and is checked again on every read.
+    Call :meth:`watch` and enter :attr:`deadline` just before the request, and :meth:`pause` first
+    thing once it has a response (the endpoint's connector starts the connect and idle phases in
+    between), read the body with :meth:`read`, and turn an expiry into its error with :meth:`error`. The
+    call's total deadline (``total_due`` on the clock, shared by all attempts of a call) caps every phase,
+    and is checked again on every read.
     """
 
-    __slots__ = ("_clock", "_connect", "_idle", "_total", "_total_due", "deadline", "phase")
+    __slots__ = ("_clock", "_connect", "_idle", "_total", "_total_due", "_watching", "deadline", "phase")
 
     def __init__(self, clock: Clock, timeouts: Timeouts, total_due: float | None) -> None:
         self._clock = clock
@@ -95,6 +105,19 @@ class RequestTimer:
         """Only the total until the request has a connection; expiring cancels the request."""
         self.phase: Literal["connect", "idle", "total"] = "total"
         """Which limit the deadline stands for now."""
+        self._watching: Token[RequestTimer | None] | None = None
+
+    def watch(self) -> None:
+        """Be the timer the endpoint's connector tells, in this task, when the request's connection is
+        being made and when it is ready, until :meth:`pause` or :meth:`unwatch` (call both in this task:
+        between the two, the request only connects and sends, it yields nothing)."""
+        self._watching = _CONNECTING.set(self)
+
+    def unwatch(self) -> None:
+        """Stop being told about connections (nothing if :meth:`watch` was not called or ended already)."""
+        watching, self._watching = self._watching, None
+        if watching is not None:
+            _CONNECTING.reset(watching)
 
     def connecting(self) -> None:
         """A new connection is being made: ``connect`` seconds from now."""
@@ -109,8 +132,9 @@ class RequestTimer:
 
         Nothing is armed while paused, because the caller may be an async generator suspended at a
         ``yield``: a deadline's cancel would then hit its task outside the generator, where nobody turns
-        it into an error. The total is checked again at the next :meth:`read`.
+        it into an error. The total is checked again at the next :meth:`read`. Ends :meth:`watch`.
         """
+        self.unwatch()
         self.deadline.reschedule(None)
 
     async def read(self, content: aiohttp.StreamReader) -> bytes:
@@ -160,20 +184,42 @@ class RequestTimer:
         return False
 
 
-async def _on_connection_create_start(
-    session: aiohttp.ClientSession, context: SimpleNamespace, params: object
-) -> None:
-    timer: object = context.trace_request_ctx
-    if isinstance(timer, RequestTimer):
-        timer.connecting()
+@functools.cache
+def _timed_connector() -> type[aiohttp.TCPConnector]:
+    """The connector class of the endpoints: aiohttp's, telling the watching :class:`RequestTimer` when a
+    connection is being made and when the request has one.
 
+    Made on first use, as aiohttp is imported then. aiohttp's trace hooks could tell the same, but a
+    session with any hook awaits about ten signals per request (each with its parameters object), which
+    cost more than the rest of sending it.
+    """
+    import aiohttp
 
-async def _on_connection_ready(
-    session: aiohttp.ClientSession, context: SimpleNamespace, params: object
-) -> None:
-    timer: object = context.trace_request_ctx
-    if isinstance(timer, RequestTimer):
-        timer.waiting()
+    class TimedConnector(aiohttp.TCPConnector):
+        async def connect(
+            self,
+            req: aiohttp.ClientRequest,
+            traces: list[Trace],
+            timeout: aiohttp.ClientTimeout,  # noqa: ASYNC109 (aiohttp's signature: it passes them by name)
+        ) -> Connection:
+            connection = await super().connect(req, traces, timeout)
+            timer = _CONNECTING.get()
+            if timer is not None:  # a pooled connection or a new one: the server is waited for now
+                timer.waiting()
+            return connection
+
+        async def _create_connection(
+            self,
+            req: aiohttp.ClientRequest,
+            traces: list[Trace],
+            timeout: aiohttp.ClientTimeout,  # noqa: ASYNC109 (aiohttp's signature: it passes them by name)
+        ) -> ResponseHandler:
+            timer = _CONNECTING.get()
+            if timer is not None:
+                timer.connecting()
+            return await super()._create_connection(req, traces, timeout)
+
+    return TimedConnector
 
 
 class HttpEndpoint:
@@ -314,6 +360,7 @@ class HttpEndpoint:
         timer = self._request_timer(self._total_due())
         failure: ModelError | None = None
         try:
+            timer.watch()
             async with (
                 timer.deadline,
                 session.request(
@@ -322,7 +369,6 @@ class HttpEndpoint:
                     data=data,
                     headers=self._request_headers("application/json"),
                     allow_redirects=False,
-                    trace_request_ctx=timer,
                 ) as response,
             ):
                 timer.pause()
@@ -341,6 +387,8 @@ class HttpEndpoint:
                 failure = timer.error()
             else:
                 failure = ModelConnectionError(f"{type(error).__name__}: {self._redact(str(error))}")
+        finally:
+            timer.unwatch()  # when the request failed before its response (else `pause` ended it)
         # Raised outside the `except` blocks: no aiohttp exception (with headers) rides along.
         raise failure
 
@@ -356,16 +404,11 @@ class HttpEndpoint:
         self._check_open()
         loop = asyncio.get_running_loop()
         if self._session is None:
-            # The RequestTimer of each request learns from these hooks when a connection is being made
+            # The RequestTimer of each request learns from the connector when a connection is being made
             # and when it is ready; the timeouts themselves are all on the clock, none in aiohttp.
-            phases = aiohttp.TraceConfig()
-            phases.on_connection_create_start.append(_on_connection_create_start)
-            phases.on_connection_create_end.append(_on_connection_ready)
-            phases.on_connection_reuseconn.append(_on_connection_ready)
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self._connection_limit),
+                connector=_timed_connector()(limit=self._connection_limit),
                 timeout=aiohttp.ClientTimeout(total=None, connect=None, sock_connect=None, sock_read=None),
-                trace_configs=[phases],
             )
             self._loop = loop
         elif self._loop is not loop:

@@ -44,7 +44,7 @@ from rxagent.messages import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from rxagent.model._json import SHAPE_ERRORS, LazyJsonObject, dumps, is_object, make, reread
+from rxagent.model._json import SHAPE_ERRORS, delta_chunk, dumps, is_object, reread
 from rxagent.model.errors import MalformedStreamError, ModelError, UnsupportedContentError
 from rxagent.model.sse import SSEEvent
 from rxagent.model.types import (
@@ -199,7 +199,7 @@ def call_arguments(block: ToolUseBlock) -> str:
     """The argument text a tool call is sent back with: its parsed input as JSON, or, for arguments that
     never parsed, the text exactly as the model wrote it (so the model sees its mistake)."""
     if block.state == "complete" and block.input is not None:
-        return json.dumps(block.input, ensure_ascii=False, separators=(",", ":"))
+        return dumps(block.input).decode()
     return block.raw_arguments
 
 
@@ -590,40 +590,53 @@ class StreamParser:
                 message says which, and where: ``$.choices[0].delta``).
             ModelError: the data is an ``{"error": …}`` object.
         """
-        data = event.data
-        if data == "[DONE]":
-            self.done = True
-            return None
-        if event.event != "message":
-            if event.event == "error":
-                raise ModelError(f"the model server reported an error: {self._redact(data)}")
-            return None
-        try:
-            wire = _decode_chunk(data)
-        except msgspec.DecodeError:
-            wire = None  # read again below, outside this block (see `_reread`)
-        if wire is None:
-            return self._reread(event)
-        try:
-            return self._chunk(wire, data)
-        except SHAPE_ERRORS as error:
-            problem = f"unexpected chunk shape ({type(error).__name__}: {self._redact(str(error))})"
-        raise MalformedStreamError(problem, line=event.line, data=self._redact(data))
+        chunks: list[ChatChunk] = []
+        problem = self.feed_all((event,), chunks)
+        if problem is not None:
+            raise problem
+        return chunks[0] if chunks else None
 
     def feed_all(self, events: Iterable[SSEEvent], into: list[ChatChunk]) -> ModelError | None:
         """Append the chunks of ``events`` to ``into``, stopping at ``[DONE]``.
+
+        The one loop over events, :meth:`feed` included: it runs once per streamed token, and a call per
+        event less is a tenth of the parser's time.
 
         Returns:
             The error that stopped it at a bad event (``into`` holds the chunks before it), else ``None``:
             the caller passes those chunks on, then raises it.
         """
+        chunk_of, append = self._chunk, into.append
         try:
             for event in events:
-                chunk = self.feed(event)
-                if chunk is not None:
-                    into.append(chunk)
-                elif self.done:
+                data = event.data
+                if data == "[DONE]":
+                    self.done = True
                     break
+                if event.event != "message":
+                    if event.event == "error":
+                        raise ModelError(f"the model server reported an error: {self._redact(data)}")
+                    continue
+                try:
+                    wire = _decode_chunk(data)
+                except msgspec.DecodeError:
+                    wire = None  # read again below, outside this block (see `_reread`)
+                if wire is None:
+                    chunk = self._reread(event)
+                else:
+                    problem = None
+                    try:
+                        chunk = chunk_of(wire, data)
+                    except SHAPE_ERRORS as error:
+                        problem = (
+                            f"unexpected chunk shape ({type(error).__name__}: {self._redact(str(error))})"
+                        )
+                        chunk = None
+                    if problem is not None:
+                        # Raised outside the `except` block: the error may quote the server's text.
+                        raise MalformedStreamError(problem, line=event.line, data=self._redact(data))
+                if chunk is not None:
+                    append(chunk)
         except ModelError as error:
             return error
         return None
@@ -635,9 +648,6 @@ class StreamParser:
             MalformedStreamError: the event is cut off (not JSON).
             ModelError: the event is an ``{"error": …}`` object.
         """
-        if tail.data == "[DONE]":
-            self.done = True
-            return None
         return self.feed(tail)
 
     def _reread(self, event: SSEEvent) -> ChatChunk | None:
@@ -683,9 +693,7 @@ class StreamParser:
             self.finished = True
         if not (text or thinking or deltas or reason):
             return None  # the role-only first delta, keep-alive chunks, usage-only chunks
-        lazy: LazyJsonObject = make(LazyJsonObject)
-        lazy.source = raw
-        return ChatChunk(text, thinking, deltas, None, reason, lazy)
+        return delta_chunk(text, thinking, deltas, reason, raw)
 
     def _tool_call_deltas(self, calls: list[_ToolCall]) -> tuple[ToolCallDelta, ...]:
         deltas: list[ToolCallDelta] = []

@@ -65,7 +65,7 @@ from rxagent.messages import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from rxagent.model._json import SHAPE_ERRORS, LazyJsonObject, dumps, is_object, loads, make
+from rxagent.model._json import SHAPE_ERRORS, delta_chunk, dumps, is_object, lazy_raw, loads
 from rxagent.model._openai_wire import WireDict, call_arguments, document_text, result_text
 from rxagent.model.errors import MalformedStreamError, ModelError, ModelStreamError, UnsupportedContentError
 from rxagent.model.sse import SSEEvent
@@ -365,13 +365,6 @@ _INCOMPLETE_REASONS: Final[dict[str, FinishReason]] = {
 }
 
 
-def _lazy(raw: str | dict[str, Any]) -> LazyJsonObject:
-    # The event's JSON, decoded only if someone reads ChatChunk.raw; made without an __init__ call.
-    lazy: LazyJsonObject = make(LazyJsonObject)
-    lazy.source = raw
-    return lazy
-
-
 def _count(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
@@ -391,7 +384,7 @@ def _usage_of(raw: _Usage) -> Usage:
 
 def _call_chunk(call: _Call, name: str | None, fragment: str, raw: str | dict[str, Any]) -> ChatChunk:
     return ChatChunk(
-        "", "", (ToolCallDelta(call.index, call.call_id, name, fragment),), None, None, _lazy(raw)
+        "", "", (ToolCallDelta(call.index, call.call_id, name, fragment),), None, None, lazy_raw(raw)
     )
 
 
@@ -494,9 +487,7 @@ class ResponsesParser:
                         if type(item_id) is str:
                             streamed[item_id] = streamed.get(item_id, 0) + len(delta)
                         if delta:
-                            lazy: LazyJsonObject = make(LazyJsonObject)
-                            lazy.source = data
-                            into.append(ChatChunk(delta, "", (), None, None, lazy))
+                            into.append(delta_chunk(delta, "", (), None, data))
                         continue
                 self._feed(event, wire, into)
                 if self.done:
@@ -635,7 +626,7 @@ class ResponsesParser:
         if type(item_id) is str:
             self._streamed[item_id] = self._streamed.get(item_id, 0) + len(delta)
         if delta:
-            into.append(ChatChunk(delta, "", (), None, None, _lazy(raw)))
+            into.append(delta_chunk(delta, "", (), None, raw))
 
     def _thinking(self, wire: _Event, part: Any, raw: str | dict[str, Any], into: list[ChatChunk]) -> None:
         delta = _string(wire.delta, "delta")
@@ -654,7 +645,7 @@ class ResponsesParser:
             self._streamed[item_id] = self._streamed.get(item_id, 0) + own
         if delta:
             self._thinking_open = True
-            into.append(ChatChunk("", delta, (), None, None, _lazy(raw)))
+            into.append(delta_chunk("", delta, (), None, raw))
 
     def _call_of(self, wire: _Event) -> _Call:
         item_id = wire.item_id
@@ -746,7 +737,7 @@ class ResponsesParser:
                 signature = dumps(verbatim()).decode()
                 self._thinking_open = False
                 self._part = None
-                into.append(ChatChunk("", "", (), None, None, _lazy(raw), signature))
+                into.append(ChatChunk("", "", (), None, None, lazy_raw(raw), signature))
 
     def _rest_of(
         self,
@@ -766,9 +757,9 @@ class ResponsesParser:
             if not streamed and self._thinking_open:
                 rest = _PART_BREAK + rest
             self._thinking_open = True
-            into.append(ChatChunk("", rest, (), None, None, _lazy(raw)))
+            into.append(ChatChunk("", rest, (), None, None, lazy_raw(raw)))
         else:
-            into.append(ChatChunk(rest, "", (), None, None, _lazy(raw)))
+            into.append(ChatChunk(rest, "", (), None, None, lazy_raw(raw)))
 
     def _finish(
         self,
@@ -796,7 +787,7 @@ class ResponsesParser:
             cause = details.reason if details is not None else None
             reason = _INCOMPLETE_REASONS.get(cause, "length") if isinstance(cause, str) else "length"
         self.done = self.finished = True
-        into.append(ChatChunk("", "", (), None, reason, _lazy(raw)))
+        into.append(ChatChunk("", "", (), None, reason, lazy_raw(raw)))
 
 
 def _merged(chunks: list[ChatChunk], event: SSEEvent) -> ChatChunk:

@@ -395,7 +395,8 @@ def from_async_batches(factory: Callable[[], AsyncIterator[Iterable[_T]]]) -> Ob
 
     The iterator is resumed once per batch instead of once per item (resuming an async generator that
     yields from another costs about half a microsecond): :class:`~rxagent.model.openai.OpenAIChatModel`
-    yields the chunks of one network read as a batch. Between items the dispose and flow-gate checks of
+    yields the chunks of a network read in batches of a few dozen (small enough that the garbage collector
+    never finds a batch alive). Between items the dispose and flow-gate checks of
     :func:`from_async_iterable` still run, so a downstream ``take`` or a full consumer stops it inside a
     batch.
 

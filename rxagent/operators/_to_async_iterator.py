@@ -186,18 +186,24 @@ class _Buffer(Sink[_T]):
     def on_next(self, value: _T) -> None:
         if self.stopped:
             return
+        # Once per item: one length test while the buffer has room, the wake-up inlined.
         buffer = self.buffer
-        if self._overflow != "drop_oldest" and len(buffer) >= self._hard_cap:
+        if len(buffer) < self._max_buffer - 1:
+            buffer.append(value)
+        elif self._overflow != "drop_oldest" and len(buffer) >= self._hard_cap:
             buffer.clear()
             self._end(
                 BufferOverflowError(_overflow_message(self._overflow, self._max_buffer, self._hard_cap))
             )
             self.let_go()
             return
-        buffer.append(value)
-        if self.gate is not None and len(buffer) >= self._max_buffer:
-            self.gate.close()
-        self._wake()
+        else:
+            buffer.append(value)
+            if self.gate is not None:  # it holds max_buffer items now (or more: a burst)
+                self.gate.close()
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     def on_error(self, error: Exception) -> None:
         self._end(error)

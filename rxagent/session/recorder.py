@@ -59,7 +59,7 @@ from rxagent.session.projection import Projection
 from rxagent.session.store import Batch, HeadMovedError, Lease, LeaseLostError, SessionStore
 from rxagent.state import AgentState
 
-__all__ = ["LOST_RUN", "Recorder", "fact", "message_fact", "seed_session"]
+__all__ = ["LOST_RUN", "Recorder", "fact", "message_fact", "run_started_fact", "seed_session"]
 
 _TAIL = 4
 _FLUSH_AT = 256
@@ -71,14 +71,33 @@ LOST_RUN = "the run ended with no record of how (its process stopped)"
 """The error recorded for a run whose end the log lacks, by whoever takes the session next."""
 
 
+_COMPACT = json.JSONEncoder(separators=(",", ":"))
+"""``json.dumps(..., separators=(",", ":"))`` without a new encoder each time."""
+
+
 def fact(kind: FactKind, data: dict[str, JsonValue], run_id: str | None = None) -> Fact:
     """A fact of ``kind`` whose payload is ``data`` as JSON."""
-    return Fact(kind, json.dumps(data, separators=(",", ":")), run_id)
+    return Fact(kind, _COMPACT.encode(data), run_id)
 
 
 def message_fact(kind: FactKind, message: Msg, run_id: str | None) -> Fact:
     """A ``message`` or ``message_replaced`` fact (the message encoded once, by pydantic)."""
     return Fact.later(kind, _message_payload, message, run_id)
+
+
+def run_started_fact(
+    run_id: str, turn_id: str, agent: str, input: Sequence[Msg], decisions: list[JsonValue]
+) -> Fact:
+    """The ``run_started`` fact of a run (see :mod:`rxagent.session.facts`): its input messages encoded
+    once, by pydantic, straight to JSON text (not to Python data first, then to text).
+
+    Encoded now rather than later: a log in memory then keeps the text, not the input and decisions
+    beside it (objects the garbage collector would walk for as long as the session lives).
+    """
+    head = _COMPACT.encode({"run_id": run_id, "turn_id": turn_id, "agent": agent})
+    messages = ",".join(json_of(message) for message in input)
+    payload = f'{head[:-1]},"input":[{messages}],"decisions":{_COMPACT.encode(decisions)}}}'
+    return Fact("run_started", payload, run_id)
 
 
 def _message_payload(message: Msg) -> str:
@@ -167,8 +186,13 @@ class Recorder:
     def note(self, kind: FactKind, data: dict[str, JsonValue]) -> None:
         """Queue a fact that is not a state change, after the state's changes so far (so the log keeps
         the order things happened in); it is appended with the next flush."""
+        self.note_facts(fact(kind, data, self.run_id))
+
+    def note_facts(self, *noted: Fact) -> None:
+        """:meth:`note` for facts built already (such as :func:`run_started_fact`), noted together: the
+        state's changes are looked for once, before them."""
         self._capture()
-        self._enqueue([fact(kind, data, self.run_id)])
+        self._enqueue(noted)
 
     def event(self, event: AgentEvent) -> None:
         """Queue one of the run's events (the feed gets it at once; the log with the next flush, which

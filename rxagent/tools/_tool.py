@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import types
 import typing
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
@@ -17,6 +18,7 @@ from rxagent.context import DepsT, RuntimeContext, run_context_of
 from rxagent.events import AgentEvent
 from rxagent.requests import ToolSchema
 from rxagent.tools.arguments import (
+    PlainArguments,
     ToolArgumentError,
     coerce_arguments,
     path_arguments,
@@ -41,6 +43,10 @@ __all__ = [
 
 
 _NO_PRESETS: Mapping[str, Any] = {}
+_NOTHING_HIDDEN: frozenset[str] = frozenset()
+_PLAIN_ANNOTATIONS: tuple[object, ...] = (str, int, float, bool, type(None))
+"""Parameter types pydantic returns a JSON scalar of the matching type for unchanged (see
+:class:`~rxagent.tools.arguments.PlainArguments`)."""
 
 
 class ToolSystemError(Exception):
@@ -218,6 +224,7 @@ class Tool(ABC):
         self.description = description
         self.traits = traits or ToolTraits()
         self._validators: dict[frozenset[str], Draft202012Validator] = {}
+        self._plain: dict[frozenset[str], PlainArguments | None] = {}
         self._path_arguments: frozenset[str] | None = None
 
     def validator(self, hidden: frozenset[str] = frozenset()) -> Draft202012Validator:
@@ -251,11 +258,23 @@ class Tool(ABC):
 
         Presets always win: a value the model sent for a preset parameter is discarded, never used.
 
+        Arguments that are plain JSON scalars of their schema's exact types, for a tool whose conversion
+        leaves such values as they are (:meth:`_plain_arguments`), are taken as sent: each step would
+        have passed them unchanged, and running the steps cost more than the rest of a tool round.
+
         Raises:
             ToolArgumentError: what is wrong, written for the model to fix.
         """
-        hidden = frozenset(presets)
+        hidden = frozenset(presets) if presets else _NOTHING_HIDDEN
         sent = {k: v for k, v in arguments.items() if k not in hidden} if hidden else arguments
+        if hidden in self._plain:
+            plain = self._plain[hidden]
+        else:
+            plain = self._plain[hidden] = self._plain_arguments(hidden)
+        if plain is not None and plain.accepts(sent):
+            values = dict(sent)
+            values.update(presets)
+            return values
         coerced = coerce_arguments(sent, self.schema(hidden).parameters)
         validate_arguments(self.name, coerced, self.validator(hidden))
         try:
@@ -264,6 +283,12 @@ class Tool(ABC):
             raise ToolArgumentError(self.name, problems_from_validation_error(error)) from None
         values.update(presets)
         return values
+
+    def _plain_arguments(self, hidden: frozenset[str]) -> PlainArguments | None:
+        """The plain check of the schema with ``hidden`` left out, when :meth:`convert` returns plain
+        arguments unchanged; ``None`` (the default, as a subclass's conversion is unknown): every call
+        takes the full path. Asked once per hidden set."""
+        return None
 
     @property
     @abstractmethod
@@ -369,6 +394,15 @@ class FunctionTool(Tool):
         # Only what was given: the function's own defaults apply to the rest.
         return {aliases[field]: getattr(validated, field) for field in validated.model_fields_set}
 
+    def _plain_arguments(self, hidden: frozenset[str]) -> PlainArguments | None:
+        # Only for bare scalar annotations: a type with its own validation (Annotated constraints or
+        # validators, Path, datetime, a custom type) may write the same schema and still convert.
+        if not _steps_of(self, FunctionTool) or not all(
+            _is_plain(p.annotation) for p in self._spec.parameters if p.name not in hidden
+        ):
+            return None
+        return PlainArguments.of(self.schema(hidden).parameters)
+
     def invoke(self, arguments: Mapping[str, Any], context: ToolContext) -> Any:
         if not self.is_bound:
             raise TypeError(f"tool {self.name!r} is a method: register it from an instance")
@@ -432,6 +466,22 @@ class _FunctionSpec:
     def aliases(self, hidden: frozenset[str]) -> dict[str, str]:
         self.model(hidden)
         return self._aliases[hidden]
+
+
+def _steps_of(tool: Tool, kind: type[Tool]) -> bool:
+    """Whether ``tool`` validates and converts as ``kind`` does (a subclass may do more in either)."""
+    cls = type(tool)
+    return cls.convert is kind.convert and cls.validator is Tool.validator
+
+
+def _is_plain(annotation: object) -> bool:
+    """Whether a parameter is ``str``, ``int``, ``float`` or ``bool``, maybe ``| None``."""
+    if annotation in _PLAIN_ANNOTATIONS:
+        return True
+    origin = typing.get_origin(annotation)
+    if origin is typing.Union or origin is types.UnionType:
+        return all(member in _PLAIN_ANNOTATIONS for member in typing.get_args(annotation))
+    return False
 
 
 def _parameter_hints(function: Callable[..., Any], signature: inspect.Signature) -> dict[str, Any]:
@@ -514,6 +564,11 @@ class SchemaTool(Tool):
 
     def convert(self, arguments: Mapping[str, Any], hidden: frozenset[str] = frozenset()) -> dict[str, Any]:
         return dict(arguments)
+
+    def _plain_arguments(self, hidden: frozenset[str]) -> PlainArguments | None:
+        if not _steps_of(self, SchemaTool):
+            return None
+        return PlainArguments.of(self.schema(hidden).parameters)  # its conversion is the identity
 
     def invoke(self, arguments: Mapping[str, Any], context: ToolContext) -> Any:
         # ToolContext[Never] above takes a call declaring any deps type: the agent's Deps guarantees it.

@@ -11,6 +11,10 @@
 
 Any failure raises :class:`ToolArgumentError`, whose message is written for the model to correct itself.
 
+:class:`PlainArguments` spares the common call steps 2 to 4: when every argument is a JSON scalar of the
+exact type its schema names, none of them would change or reject anything, so a few dictionary probes
+say so and the full path runs only for the rest (and for every call that is wrong, which it reports).
+
 :func:`path_arguments` reads the same schema for the permission gate: which arguments name files.
 """
 
@@ -21,7 +25,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from pydantic import ValidationError
 
@@ -33,6 +37,7 @@ if TYPE_CHECKING:
 __all__ = [
     "PATH_FORMATS",
     "ArgumentProblem",
+    "PlainArguments",
     "ToolArgumentError",
     "coerce_arguments",
     "parse_arguments",
@@ -218,6 +223,107 @@ def coerce_arguments(arguments: Mapping[str, Any], parameters: Mapping[str, Any]
                 continue  # "" for an optional non-nullable parameter: let its default apply
         result[name] = coerced
     return result
+
+
+# ---- the plain fast path ------------------------------------------------------------------------------
+
+_PLAIN_TYPES: Final[Mapping[str, type]] = {
+    "string": str,
+    "integer": int,  # not bool (JSON Schema's integer excludes true and false), not 2.0 (rare: full path)
+    "number": float,  # not int, which pydantic turns into a float for a float parameter: full path
+    "boolean": bool,
+    "null": type(None),
+}
+"""The Python type of a value that a scalar JSON type accepts as it is, in every step of the pipeline."""
+
+_INERT_KEYS: Final = frozenset({"description", "title", "default", "examples"})
+"""Keywords of a property that accept every value (a default only applies to an argument not given)."""
+
+
+class PlainArguments:
+    """An argument schema of plain JSON scalars (strings, integers, numbers, booleans, maybe null), read
+    once, against which a call's arguments are checked in a few dictionary probes.
+
+    :meth:`accepts` is sound, not complete: ``True`` only when every argument is known and its value's
+    exact type is one its schema names, and every required argument is there. Such arguments need no
+    coercion (:func:`coerce_arguments` changes only strings where no string is allowed) and have nothing
+    for JSON Schema validation to report. ``False`` says only that the full path must decide, and that
+    path writes the error. A tool whose conversion is the identity on such values (a function tool with
+    ``str``, ``int``, ``float`` or ``bool`` parameters, a :class:`~rxagent.tools.SchemaTool`) then skips
+    steps 2 to 4 (see the module docstring).
+    """
+
+    __slots__ = ("_required", "_types")
+
+    def __init__(self, types: Mapping[str, frozenset[type]], required: frozenset[str]) -> None:
+        self._types = dict(types)
+        self._required = required
+
+    @classmethod
+    def of(cls, parameters: Mapping[str, Any]) -> PlainArguments | None:
+        """The check for ``parameters`` (a tool's argument schema), or ``None`` when the schema holds more
+        than plain scalars: a keyword that may reject a value (``minLength``, ``enum``, ``format``,
+        ``$ref``, ``pattern``…), a nested object or array."""
+        if parameters.get("type") != "object" or not parameters.keys() <= {
+            "type",
+            "properties",
+            "required",
+            "additionalProperties",
+            "description",
+            "title",
+        }:
+            return None
+        properties = parameters.get("properties", {})
+        required = parameters.get("required", [])
+        if not isinstance(properties, Mapping) or not isinstance(required, list):
+            return None
+        types: dict[str, frozenset[type]] = {}
+        for name, node in cast("Mapping[str, Any]", properties).items():
+            allowed = _plain_types(node)
+            if allowed is None:
+                return None
+            types[name] = allowed
+        names = frozenset(cast("list[Any]", required))
+        if not names <= types.keys():  # requires what it does not describe: let jsonschema say so
+            return None
+        return cls(types, cast("frozenset[str]", names))
+
+    def accepts(self, arguments: Mapping[str, Any]) -> bool:
+        """Whether ``arguments`` pass every step unchanged (see the class); ``False``: ask the full path."""
+        types = self._types
+        for name, value in arguments.items():
+            allowed = types.get(name)
+            if allowed is None or type(value) not in allowed:
+                return False
+        return self._required.issubset(arguments.keys())
+
+
+def _plain_types(node: object) -> frozenset[type] | None:
+    """The exact Python types a property's schema accepts as they are, or ``None`` if it is not plain."""
+    if not isinstance(node, Mapping):
+        return None
+    schema = cast("Mapping[str, Any]", node)
+    if "anyOf" in schema:  # `str | None`: pydantic writes a branch per type
+        branches = schema["anyOf"]
+        if not isinstance(branches, list) or not schema.keys() - {"anyOf"} <= _INERT_KEYS:
+            return None
+        found: set[type] = set()
+        for branch in cast("list[Any]", branches):
+            allowed = _plain_types(branch)
+            if allowed is None:
+                return None
+            found |= allowed
+        return frozenset(found) if found else None
+    declared = schema.get("type")
+    if not schema.keys() - {"type"} <= _INERT_KEYS:
+        return None
+    names = cast("list[object]", declared) if isinstance(declared, list) else [declared]
+    kinds: set[type] = set()
+    for name in names:
+        if not isinstance(name, str) or name not in _PLAIN_TYPES:
+            return None
+        kinds.add(_PLAIN_TYPES[name])
+    return frozenset(kinds) if kinds else None
 
 
 # ---- what names a file -------------------------------------------------------------------------------

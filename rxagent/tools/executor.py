@@ -121,9 +121,10 @@ Only the first :class:`ToolCallSettled` it emits counts."""
 
 def result_of(call: ToolUseBlock, output: str, status: ToolResultStatus) -> ToolResultBlock:
     """A result block for ``call`` holding ``output`` as text."""
-    # Unvalidated: every field is of its type already, and this runs once per tool call.
-    return ToolResultBlock.model_construct(
-        tool_use_id=call.id, name=call.name, output=(TextBlock.model_construct(text=output),), status=status
+    # Validated: pydantic-core checks these fields (a string is taken as it is, whatever its length) in
+    # less than half the time model_construct takes to skip checking them, in Python.
+    return ToolResultBlock(
+        tool_use_id=call.id, name=call.name, output=(TextBlock(text=output),), status=status
     )
 
 

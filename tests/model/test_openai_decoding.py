@@ -3,6 +3,8 @@ fields rxagent does not read are skipped, absent ones take their defaults, and `
 
 from __future__ import annotations
 
+import dataclasses
+import gc
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -10,6 +12,7 @@ from typing import Any
 import pytest
 
 from rxagent.model import MalformedStreamError, ModelError
+from rxagent.model._json import delta_chunk
 from rxagent.model.types import ChatChunk, ToolCallDelta, Usage
 from rxagent.operators import fold_message
 from tests.model.openai_server import (
@@ -172,6 +175,18 @@ async def test_fields_rxagent_does_not_read_are_skipped_and_kept_in_raw(server: 
     assert list(raw) == list(body)
     assert "logprobs" not in raw  # it sits in the choice, not at the top
     assert "choices" in raw
+    # Every Mapping method, as a subclass of Mapping would have them; equal to the same dict either way.
+    assert raw == body
+    assert body == raw
+    assert raw != {**body, "extra": 1}
+    assert raw.get("id") == body["id"]
+    assert raw.get("absent", "default") == "default"
+    assert list(raw.keys()) == list(body.keys())
+    assert list(raw.values()) == list(body.values())
+    assert list(raw.items()) == list(body.items())
+    assert repr(raw) == repr(body)
+    # One per streamed token: nothing the cyclic garbage collector has to track.
+    assert not gc.is_tracked(raw)
 
 
 @pytest.mark.parametrize(
@@ -306,3 +321,13 @@ async def test_a_completion_of_the_wrong_shape_names_the_place(server: OpenAISer
     assert isinstance(seen.error, MalformedStreamError)
     assert "unexpected completion shape (Expected `array | null`, got `str` - at " in str(seen.error)
     assert "$.choices[0].message.tool_calls" in str(seen.error)
+
+
+def test_a_token_s_chunk_made_without_init_has_every_field_the_constructor_sets() -> None:
+    # delta_chunk sets the slots itself (once per token): a field added to ChatChunk must be set there too.
+    source = '{"choices": [{"delta": {"content": "a"}}]}'
+    fast = delta_chunk("a", "b", (ToolCallDelta(0, "c", "f", "{}"),), "stop", source)
+    slow = ChatChunk("a", "b", (ToolCallDelta(0, "c", "f", "{}"),), None, "stop", json.loads(source))
+    for field in dataclasses.fields(ChatChunk):
+        assert getattr(fast, field.name) == getattr(slow, field.name), field.name
+    assert fast == slow

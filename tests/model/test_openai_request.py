@@ -356,3 +356,34 @@ def test_a_body_of_none_one_or_two_messages_is_whole(count: int) -> None:
     body = json.loads(wire.encode_body("m", request, cache.encoded_messages(request.messages), b"[]"))
     assert body["messages"] == [{"role": "user", "content": f"m{n}"} for n in range(count)]
     assert (body["model"], body["tools"], body["max_tokens"]) == ("m", [], 5)
+
+
+def _strict_json(body: bytes) -> Any:
+    def refuse(constant: str) -> Any:
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(body, parse_constant=refuse)
+
+
+def test_the_body_is_strict_json_whatever_the_values() -> None:
+    from rxagent.model.openai import OpenAIChatModel
+
+    model = OpenAIChatModel("m", base_url="http://127.0.0.1:9/v1")
+    # The model may write NaN (Python's json reads it): sent back, it is null, not the NaN a server refuses.
+    call = fold_call('{"x": NaN, "y": 1e-7, "big": 123456789012345678901234567890, "t": "é✓\\u2028"}')
+    request = ChatRequest(
+        (Msg.user("naïve ✓"), Msg(role="assistant", content=(call,))),
+        extra={"logit_bias": {50256: -100}, "flags": {True: 1}},  # keys msgspec does not take: the fallback
+    )
+    body = _strict_json(model.encode_request(request))
+    assert body["messages"][0]["content"] == "naïve ✓"
+    arguments = json.loads(body["messages"][1]["tool_calls"][0]["function"]["arguments"])
+    assert arguments == {"x": None, "y": 1e-7, "big": 123456789012345678901234567890, "t": "é✓\u2028"}
+    assert body["logit_bias"] == {"50256": -100}
+    assert body["flags"] == {"true": 1}
+    assert "é✓".encode() in model.encode_request(request)  # UTF-8 as it is, not \\u escapes
+
+
+def fold_call(arguments: str) -> ToolUseBlock:
+    """A call as the fold makes it from the model's argument text (parsed by the standard library)."""
+    return ToolUseBlock(id="c", name="f", input=json.loads(arguments), raw_arguments=arguments)

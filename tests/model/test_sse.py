@@ -333,6 +333,32 @@ def test_many_named_events_in_one_read_match_the_reference(
     assert [e.line for e in cut] == [e.line for e in by_byte]
 
 
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(
+    st.sampled_from(["", "id: 7\n\n", "event: named\n", ": keep-alive\n", "data: first\n"]),
+    st.lists(
+        st.binary(max_size=10).map(lambda b: b.replace(b"\r", b"").replace(b"\n", b"")),
+        min_size=1,
+        max_size=12,
+    ),
+    st.sampled_from([b"", b"da", b"data: {", b"data: x\n", b"\n", b"\xe2\x82", b"data:x\n\n", b"\n\n"]),
+    st.lists(st.integers(min_value=0, max_value=200), max_size=4),
+)
+def test_reads_of_data_only_events_match_the_reference_and_the_line_by_line_path(
+    prefix: str, datas: list[bytes], tail: bytes, cuts: list[int]
+) -> None:
+    # OpenAI's shape, read faster than it is streamed: runs of one-line `data: ` events, which the decoder
+    # cuts as one text. Bad UTF-8, characters cut between reads, what an earlier read left pending (an
+    # id, an event name, a data line) and whatever follows the last whole event must change nothing.
+    stream = prefix.encode() + b"".join(b"data: " + data + b"\n\n" for data in datas) + tail
+    bounds = sorted({min(c, len(stream)) for c in cuts})
+    reads = [stream[a:b] for a, b in zip([0, *bounds], [*bounds, len(stream)], strict=True)]
+    cut = decode(*reads)
+    by_byte = decode(*(stream[i : i + 1] for i in range(len(stream))))
+    assert triples(cut) == triples(by_byte) == reference(stream)
+    assert [e.line for e in cut] == [e.line for e in by_byte]
+
+
 def test_module_examples() -> None:
     results = doctest.testmod(rxagent.model.sse)
     assert results.attempted > 0

@@ -378,3 +378,18 @@ async def _items(agent: ReActAgent) -> list[Any]:
     from rxagent.session import FeedItem
 
     return [FeedItem.of(f) for f in await agent.sessions.facts(ADA)]
+
+
+@pytest.mark.parametrize("text", ["plain, with é and ✓", "a stray \udc00 half of a pair"])
+def test_a_checkpoint_reads_back_as_the_projection_it_was_taken_of(text: str) -> None:
+    from rxagent.messages import Msg
+    from rxagent.session import Projection
+
+    projection = Projection()
+    projection.state.messages.extend([Msg.user(text), Msg.assistant("ok")])
+    projection.state.extras["ratio"] = 1e-7
+    projection.dispatched.add("call_1")
+    projection.turn_id = "turn_1"
+    twin = Projection.replay(projection.checkpoint(), [])
+    assert twin.state == projection.state
+    assert (twin.dispatched, twin.turn_id, twin.seq) == ({"call_1"}, "turn_1", projection.seq)

@@ -5,16 +5,21 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import pytest
 from jsonschema import Draft202012Validator
-from pydantic import BaseModel
+from pydantic import AfterValidator, BaseModel
 from typing_extensions import TypedDict
 
 from rxagent import ChatRequest, Msg
-from rxagent.tools import ToolArgumentError, tool
-from rxagent.tools.arguments import coerce_arguments, parse_arguments
+from rxagent.tools import SchemaTool, ToolArgumentError, ToolContext, tool
+from rxagent.tools.arguments import (
+    PlainArguments,
+    coerce_arguments,
+    parse_arguments,
+    validate_arguments,
+)
 
 
 class Color(enum.Enum):
@@ -227,3 +232,161 @@ def test_a_huge_string_is_validated_and_its_error_stays_short() -> None:
         short.prepare({"text": "x" * 1_000_000})
     assert len(str(caught.value)) < 500
     assert "characters)" in str(caught.value)
+
+
+# ---- the plain fast path: the same outcome as every step, for less ------------------------------------
+
+
+@tool
+def plain(name: str, n: int, ratio: float = 1.0, flag: bool = False, note: str | None = None) -> str:
+    """Scalars only.
+
+    Args:
+        name: a name.
+        n: a count.
+    """
+    return name
+
+
+def _every_step(arguments: dict[str, Any]) -> dict[str, Any]:
+    """What coerce, validate and convert make of ``arguments``, step by step (the full path)."""
+    parameters = plain.schema().parameters
+    coerced = coerce_arguments(arguments, parameters)
+    validate_arguments(plain.name, coerced, plain.validator())
+    return plain.convert(coerced)
+
+
+def _outcome(step: Any, arguments: dict[str, Any]) -> tuple[str, Any]:
+    try:
+        values = step(arguments)
+    except (ToolArgumentError, ValueError) as error:
+        return "error", str(error)
+    return "values", {k: (type(v), v) for k, v in values.items()}  # 1 and 1.0 told apart
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"name": "a", "n": 1},
+        {"name": "a", "n": 1, "ratio": 0.5, "flag": True, "note": None},
+        {"name": "a", "n": 1, "note": "x"},
+        {"name": "", "n": -3},
+        {"name": "a", "n": 1, "ratio": 2},  # an int for a float: pydantic makes 2.0
+        {"name": "a", "n": 2.0},  # JSON Schema's integer takes 2.0, pydantic makes 2
+        {"name": "a", "n": "3"},  # coerced
+        {"name": "a", "n": "", "flag": "true"},
+        {"name": "a", "n": True},  # a boolean is no integer
+        {"name": 5, "n": 1},
+        {"name": "a"},
+        {"n": 1},
+        {"name": "a", "n": 1, "surprise": 1},
+        {"name": "a", "n": 1, "flag": "yes"},
+        {"name": "a", "n": 1, "note": 3},
+        {"name": "a", "n": [1]},
+        {},
+    ],
+)
+def test_plain_arguments_give_what_every_step_gives(arguments: dict[str, Any]) -> None:
+    # Taken as sent when they are exactly of their types; otherwise the same values or the same error.
+    assert _outcome(plain.prepare, arguments) == _outcome(_every_step, arguments)
+
+
+def test_bad_plain_arguments_keep_their_clear_errors() -> None:
+    with pytest.raises(ToolArgumentError) as caught:
+        plain.prepare({"name": "a", "n": True})
+    assert "n: True is not of type 'integer' (rule: type)" in str(caught.value)
+    with pytest.raises(ToolArgumentError) as caught:
+        plain.prepare({"n": 1, "surprise": 1})
+    message = str(caught.value)
+    assert "name: is required but missing (rule: required)" in message
+    assert "('surprise' was unexpected)" in message
+    assert message.endswith("Fix the arguments and call the tool again.")
+
+
+def test_presets_win_on_the_plain_path_too() -> None:
+    assert plain.prepare({"name": "model's", "n": 1}, {"name": "preset"}) == {"name": "preset", "n": 1}
+
+
+def test_a_validator_behind_a_plain_schema_still_converts() -> None:
+    @tool
+    def shout(text: Annotated[str, AfterValidator(str.upper)], ctx: ToolContext) -> str:
+        """Shout."""
+        return text
+
+    assert shout.schema().parameters["properties"]["text"]["type"] == "string"  # the schema looks plain
+    assert shout.prepare({"text": "hi"}) == {"text": "HI"}
+
+
+def test_a_plain_schema_tool_still_reports_a_wrong_type() -> None:
+    def call(arguments: dict[str, Any], context: ToolContext) -> str:
+        return str(arguments)
+
+    lookup = SchemaTool(
+        "lookup",
+        "Look up.",
+        {"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]},
+        call,
+    )
+    assert lookup.prepare({"key": "k"}) == {"key": "k"}
+    with pytest.raises(ToolArgumentError, match=r"key: 7 is not of type 'string' \(rule: type\)"):
+        lookup.prepare({"key": 7})
+
+
+@pytest.mark.parametrize(
+    "parameters",
+    [
+        {"type": "object", "properties": {"s": {"type": "string", "minLength": 2}}},
+        {"type": "object", "properties": {"s": {"enum": ["a", "b"]}}},
+        {"type": "object", "properties": {"p": {"type": "string", "format": "path"}}},
+        {"type": "object", "properties": {"o": {"type": "object"}}},
+        {"type": "object", "properties": {"a": {"type": "array", "items": {"type": "string"}}}},
+        {"type": "object", "properties": {"x": {}}},
+        {"type": "object", "properties": {"s": {"$ref": "#/$defs/S"}}, "$defs": {"S": {"type": "string"}}},
+        {"type": "object", "properties": {}, "required": ["ghost"]},
+        {"type": "object", "properties": {"s": {"anyOf": [{"type": "string"}, {"type": "object"}]}}},
+        {"type": "array"},
+    ],
+)
+def test_only_plain_schemas_get_the_fast_check(parameters: dict[str, Any]) -> None:
+    assert PlainArguments.of(parameters) is None
+
+
+def test_the_fast_check_reads_optional_and_listed_types() -> None:
+    check = PlainArguments.of(
+        {
+            "type": "object",
+            "properties": {
+                "a": {"anyOf": [{"type": "integer"}, {"type": "null"}], "default": None},
+                "b": {"type": ["string", "boolean"], "description": "either"},
+            },
+            "required": ["b"],
+            "additionalProperties": False,
+        }
+    )
+    assert check is not None
+    assert check.accepts({"b": "x"})
+    assert check.accepts({"a": None, "b": True})
+    assert check.accepts({"a": 3, "b": ""})
+    assert not check.accepts({"a": 3})  # b is required
+    assert not check.accepts({"b": 1})
+    assert not check.accepts({"a": 1.5, "b": "x"})
+    assert not check.accepts({"b": "x", "c": 1})
+
+
+def test_a_subclass_that_converts_or_validates_more_keeps_every_step() -> None:
+    def call(arguments: dict[str, Any], context: ToolContext) -> str:
+        return str(arguments)
+
+    schema: dict[str, Any] = {"type": "object", "properties": {"key": {"type": "string"}}}
+
+    class Lowering(SchemaTool):
+        def convert(self, arguments: Any, hidden: frozenset[str] = frozenset()) -> dict[str, Any]:
+            return {k: v.lower() for k, v in arguments.items()}
+
+    class Strict(SchemaTool):
+        def validator(self, hidden: frozenset[str] = frozenset()) -> Draft202012Validator:
+            return Draft202012Validator({**schema, "properties": {"key": {"type": "string", "maxLength": 2}}})
+
+    assert Lowering("lower", "Lower.", schema, call).prepare({"key": "ABC"}) == {"key": "abc"}
+    with pytest.raises(ToolArgumentError, match="is too long"):
+        Strict("strict", "Strict.", schema, call).prepare({"key": "ABC"})
