@@ -146,17 +146,28 @@ class RetryBudget:
     def add_listener(self, listener: Callable[[RetryAttempt], None]) -> Callable[[], None]:
         """Call ``listener`` before every retry drawn from this budget; returns a function that removes it."""
         self._listeners = (*self._listeners, listener)
-        return lambda: self._remove(listener)
-
-    def _remove(self, listener: Callable[[RetryAttempt], None]) -> None:
-        listeners = list(self._listeners)
-        listeners.remove(listener)
-        self._listeners = tuple(listeners)
+        return _Removal(self, listener)
 
     def notify(self, attempt: RetryAttempt) -> None:
         """Tell the listeners about ``attempt`` (called by the retrying operator)."""
         for listener in self._listeners:
             listener(attempt)
+
+
+class _Removal:
+    """Removes one listener from a budget when called (one slotted object per model call, not a closure)."""
+
+    __slots__ = ("_budget", "_listener")
+
+    def __init__(self, budget: RetryBudget, listener: Callable[[RetryAttempt], None]) -> None:
+        self._budget = budget
+        self._listener = listener
+
+    def __call__(self) -> None:
+        budget = self._budget
+        listeners = list(budget._listeners)  # pyright: ignore[reportPrivateUsage] - the budget's own helper
+        listeners.remove(self._listener)
+        budget._listeners = tuple(listeners)  # pyright: ignore[reportPrivateUsage]
 
 
 class RetryExhausted(Exception):

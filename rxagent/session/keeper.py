@@ -55,7 +55,15 @@ from rxagent.session.feed import SessionFeed
 from rxagent.session.owner import ProcessOwner, owner_gone
 from rxagent.session.projection import Projection
 from rxagent.session.recorder import Recorder
-from rxagent.session.store import Lease, LeaseLostError, SessionStore, Ticket, TicketLostError, Waiting
+from rxagent.session.store import (
+    Lease,
+    LeaseLostError,
+    Listening,
+    SessionStore,
+    Ticket,
+    TicketLostError,
+    Waiting,
+)
 from rxagent.state import SessionKey
 
 __all__ = ["TURN_POLL", "Claim", "Place", "SessionBusy", "SessionKeeper"]
@@ -300,8 +308,10 @@ class SessionKeeper:
         if line is None:
             line = self._lines[key] = _Line()
         line.places.append(place)  # until it leaves (_leave)
-        woken = asyncio.Event()
-        listening = self.store.listen_turns(key, woken.set)
+        # Made once the run has to wait (most runs get the lease at once): an event and a listener are four
+        # more objects per run in flight for the garbage collector to walk.
+        woken: asyncio.Event | None = None
+        listening: Listening | None = None
         ticket: Ticket | None = None
         try:
             if line.joining is None:
@@ -326,6 +336,10 @@ class SessionKeeper:
                 now = self.clock.now()
                 if deadline is not None and now >= deadline:
                     raise SessionBusy(now - started, outcome.ahead, outcome.holder)
+                if woken is None or listening is None:
+                    woken = asyncio.Event()
+                    listening = self.store.listen_turns(key, woken.set)
+                    woken.set()  # the line may have moved before this listened: ask again at once
                 pause = max(outcome.retry_in, _RETRY_FLOOR)
                 if not listening.live:
                     pause = min(pause, TURN_POLL)
@@ -359,7 +373,8 @@ class SessionKeeper:
                     await self._drop(ticket)
             raise
         finally:
-            listening.close()
+            if listening is not None:
+                listening.close()
 
     def _leave(self, place: Place) -> None:
         """``place`` gave the session back, or left the line without it (a no-op the second time)."""
