@@ -51,6 +51,9 @@ from typing import Any, TypeVar
 
 from rxagent.clock import SYSTEM_CLOCK, Clock, Timer
 from rxagent.operators import start_task
+from rxagent.operators._from_async_iterable import (  # the callbacks' shared empty context, as start_task's
+    _NO_CONTEXT,  # pyright: ignore[reportPrivateUsage]
+)
 from rxagent.session.feed import SessionFeed
 from rxagent.session.owner import ProcessOwner, owner_gone
 from rxagent.session.projection import Projection
@@ -446,7 +449,7 @@ class SessionKeeper:
 
     def _track(self, work: asyncio.Future[_T]) -> asyncio.Future[_T]:
         self._undoing.add(work)
-        work.add_done_callback(self._done)
+        work.add_done_callback(self._done, context=_NO_CONTEXT)  # it reads no context variable
         return work
 
     def _done(self, work: asyncio.Future[Any]) -> None:
@@ -654,15 +657,15 @@ class _Wake:
 def _finished(work: asyncio.Future[Any]) -> asyncio.Future[None]:
     """A future done when ``work`` is; cancelling it (a cancel of whoever awaits it) leaves ``work`` going.
 
-    What ``asyncio.shield`` does, in one slotted callback instead of two closures, their cells and a copy
-    of the context each: the keeper waits so at every turn's start and end, and with a thousand turns in
-    flight all of it is walked by the garbage collector's full collections.
+    What ``asyncio.shield`` does, in one slotted callback run in the shared empty context instead of two
+    closures, their cells and a copy of the context each: the keeper waits so at every turn's start and
+    end, and with a thousand turns in flight all of it is walked by the garbage collector's collections.
     """
     waiter = asyncio.get_running_loop().create_future()
     if work.done():
         waiter.set_result(None)
     else:
-        work.add_done_callback(_Wake(waiter))
+        work.add_done_callback(_Wake(waiter), context=_NO_CONTEXT)
     return waiter
 
 
