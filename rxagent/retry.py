@@ -166,6 +166,8 @@ class _Removal:
     def __call__(self) -> None:
         budget = self._budget
         listeners = list(budget._listeners)  # pyright: ignore[reportPrivateUsage] - the budget's own helper
+        if self._listener not in listeners:
+            raise ValueError("this listener was removed from the retry budget already")
         listeners.remove(self._listener)
         budget._listeners = tuple(listeners)  # pyright: ignore[reportPrivateUsage]
 
