@@ -591,6 +591,21 @@ def _parser() -> argparse.ArgumentParser:
         "several servers share one --db and one dies mid-run, the others take its sessions over this long "
         "after",
     )
+    serve.add_argument(
+        "--allow-origin",
+        dest="allow_origins",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="let pages of this origin (http://localhost:5173) call the server from the browser (CORS; "
+        "repeatable); they still need the token, sent as 'Authorization: Bearer …'",
+    )
+    serve.add_argument(
+        "--cancel-on-disconnect",
+        action="store_true",
+        help="an AG-UI client that goes away before its run ends interrupts the run (a request may say "
+        "otherwise with forwardedProps.cancelOnDisconnect); by default the run goes on",
+    )
     parser.epilog = f"{_options_by_command(commands.choices)}\n{_EPILOG}"
     return parser
 
@@ -1191,6 +1206,19 @@ def _tune_collector(threshold: int) -> None:
         )
 
 
+def _front_ends(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, settings: ServeSettings
+) -> ServeSettings:
+    """``settings`` with what ``serve`` says of front ends: the origins let in, and whether a client that
+    goes away interrupts its run."""
+    try:
+        return replace(
+            settings, allow_origins=tuple(args.allow_origins), cancel_on_disconnect=args.cancel_on_disconnect
+        )
+    except ValueError as error:
+        parser.error(f"--allow-origin: {error}")
+
+
 def _serve_settings(parser: argparse.ArgumentParser, args: argparse.Namespace) -> ServeSettings:
     try:
         from rxagent.serve import ServeSettings
@@ -1299,6 +1327,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         listed = ", ".join(names) or "none: see --tools"
         parser.error(f"--first-tool {args.first_tool!r} is none of the tools ({listed})")
     settings = _serve_settings(parser, args) if args.command == "serve" else None
+    settings = _front_ends(parser, args, settings) if settings is not None else None
     if settings is not None and args.otel:
         try:
             importlib.import_module("rxagent.telemetry")  # the extra's packages, checked before serving

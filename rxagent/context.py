@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeAlias, cast
 from typing_extensions import TypeVar
 
 if TYPE_CHECKING:
+    from rxagent.requests import ToolSchema
     from rxagent.state import AgentState
 
 __all__ = [
@@ -129,12 +130,17 @@ class ToolScope:
             the model's schema, and they win over anything the model sends.
         shared_presets: values preset for every tool that has a parameter of that name
             (``{"tenant_id": "acme"}``).
+        caller_tools: tools the caller runs itself, as schemas (a front end's own tools, which an AG-UI
+            client sends with each run): the run sees them beside the toolkit's, whatever ``allow`` and
+            ``groups`` say, and a call to one suspends the run until the caller sends its result (an
+            :class:`~rxagent.agent.inputs.ExternalResult`), as an ``external`` tool's call does.
     """
 
     allow: Collection[str] | None = None
     groups: Collection[str] | None = None
     presets: Mapping[str, Mapping[str, Any]] = field(default_factory=lambda: {})
     shared_presets: Mapping[str, Any] = field(default_factory=lambda: {})
+    caller_tools: tuple[ToolSchema, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

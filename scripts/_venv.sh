@@ -196,7 +196,7 @@ _rxagent_install_test_programs() {
 }
 
 _rxagent_install_js_clients() {
-  # The JavaScript clients the serve tests drive (the Vercel AI SDK's own code, from npm), each a folder of
+  # The JavaScript clients the serve tests drive (the official @ag-ui/client and the Vercel AI SDK's own code, from npm), each a folder of
   # tests/ pinned by its package-lock.json: installed with `npm ci` (the registry is needed then, never at
   # test time), once per version of the lock (a stamp in its node_modules remembers which). A failure is
   # reported here and those tests then say why they cannot run (CI fails them; never a silent skip).

@@ -64,6 +64,9 @@ from tests.model.openai_server import (
 
 RUN_TIMEOUT_S = 60.0
 """The longest any command here may take (they take about a second)."""
+MODEL_RUN_TIMEOUT_S = 300.0
+"""The longest a command on the embedded model may take: it generates up to ``--max-tokens`` per call on
+the CPU, several calls a run, and the suite may share the machine's cores with other work."""
 
 
 @pytest.fixture(autouse=True)
@@ -110,22 +113,26 @@ async def start(*args: str, env: dict[str, str] | None = None) -> asyncio.subpro
     )
 
 
-async def finish(process: asyncio.subprocess.Process, stdin: str | None = None) -> Completed:
+async def finish(
+    process: asyncio.subprocess.Process, stdin: str | None = None, *, timeout_s: float = RUN_TIMEOUT_S
+) -> Completed:
     try:
         out, err = await asyncio.wait_for(
-            process.communicate(stdin.encode() if stdin is not None else None), RUN_TIMEOUT_S
+            process.communicate(stdin.encode() if stdin is not None else None), timeout_s
         )
     except TimeoutError:
         process.kill()
         await process.wait()
-        pytest.fail(f"the command did not end within {RUN_TIMEOUT_S} s")
+        pytest.fail(f"the command did not end within {timeout_s} s")
     assert process.returncode is not None
     return Completed(process.returncode, (out or b"").decode(), (err or b"").decode())
 
 
-async def rxagent(*args: str, stdin: str = "", env: dict[str, str] | None = None) -> Completed:
-    """Run the command to its end with ``stdin`` piped in."""
-    return await finish(await start(*args, env=env), stdin)
+async def rxagent(
+    *args: str, stdin: str = "", env: dict[str, str] | None = None, timeout_s: float = RUN_TIMEOUT_S
+) -> Completed:
+    """Run the command to its end with ``stdin`` piped in; fail the test if it takes over ``timeout_s``."""
+    return await finish(await start(*args, env=env), stdin, timeout_s=timeout_s)
 
 
 def on(server: OpenAIServer, *args: str) -> tuple[str, ...]:
@@ -980,7 +987,7 @@ async def test_a_session_database_that_cannot_be_reached_stops_run_before_it_sta
 async def test_run_on_the_embedded_model_streams_json_lines_and_exits_by_its_reason() -> None:
     done = await rxagent(
         "run", "What is 17 * 23? Use the calculator.", "--tools", "calculator", "--require-tool",
-        "--max-iters", "2", "--json",
+        "--max-iters", "2", "--json", timeout_s=MODEL_RUN_TIMEOUT_S,
     )  # fmt: skip
 
     events = [event_from_json(line) for line in done.stdout.splitlines()]
@@ -999,8 +1006,9 @@ async def test_run_on_the_embedded_model_streams_json_lines_and_exits_by_its_rea
 @pytest.mark.llm
 async def test_run_on_the_embedded_model_shows_the_tool_call_and_the_outcome() -> None:
     done = await rxagent(
-        "run", "What is 17 * 23?", "--tools", "calculator", "--require-tool", "--max-iters", "2"
-    )
+        "run", "What is 17 * 23?", "--tools", "calculator", "--require-tool", "--max-iters", "2",
+        timeout_s=MODEL_RUN_TIMEOUT_S,
+    )  # fmt: skip
 
     assert done.code in {int(code) for code in ExitCode}, done.stderr
     assert "⚙ calculator(" in done.stdout

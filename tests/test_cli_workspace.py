@@ -31,6 +31,7 @@ from rxagent.session import Projection, SQLiteStore
 from tests.harness.conftest import bwrap  # noqa: F401 (a fixture: the shell's sandbox)
 from tests.model.openai_server import OpenAIServer
 from tests.test_cli import (
+    MODEL_RUN_TIMEOUT_S,
     RUN_TIMEOUT_S,
     advised,
     call_reply,
@@ -302,7 +303,7 @@ async def test_the_embedded_model_writes_a_file_with_workspace(work: Path, tmp_p
 
     done = await rxagent(
         "run", "Write a file named hello.txt that says hello.", "--workspace", str(work), "--tools", "none",
-        "--first-tool", "write", "--max-iters", "2", "--json", *db(tmp_path),
+        "--first-tool", "write", "--max-iters", "2", "--json", *db(tmp_path), timeout_s=MODEL_RUN_TIMEOUT_S,
     )  # fmt: skip
 
     assert done.code in {int(code) for code in ExitCode}, done.stderr

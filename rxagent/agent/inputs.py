@@ -27,6 +27,7 @@ fail every later turn.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeAlias, cast
@@ -57,6 +58,7 @@ __all__ = [
     "PendingToolCallsError",
     "RunInput",
     "SessionBusyError",
+    "SharedState",
     "ToolDecision",
     "check_input_value",
     "check_message",
@@ -97,18 +99,29 @@ class ExternalResult:
     status: ToolResultStatus = "ok"
 
 
+@dataclass(frozen=True, slots=True)
+class SharedState:
+    """The session's shared state as the caller has it: the run starts from it, replacing the session's
+    (see :mod:`rxagent.agent.shared_state`). A JSON object; it is applied once the rest of the input
+    fits the session, so a refused input leaves the state as it was too."""
+
+    value: Mapping[str, JsonValue]
+
+
 AgentInput: TypeAlias = (
     UserContent
     | Msg
     | ToolDecision
     | ExternalResult
-    | Sequence[Msg | ToolDecision | ExternalResult | UserContent]
+    | SharedState
+    | Sequence[Msg | ToolDecision | ExternalResult | SharedState | UserContent]
     | None
 )
 """What a run starts from: user text (or an image or a document), messages, or decisions/results for the
 session's pending calls (a sequence may mix answers and messages: the messages join the history after the
-answered calls' results). In a sequence, text, images and documents next to each other make one user
-message: ``["What is in this picture?", ImageBlock.from_path("cat.png")]``."""
+answered calls' results), and at most one :class:`SharedState`. In a sequence, text, images and
+documents next to each other make one user message:
+``["What is in this picture?", ImageBlock.from_path("cat.png")]``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +133,8 @@ class RunInput:
 
     messages: tuple[Msg, ...]
     decisions: tuple[ToolDecision | ExternalResult, ...] = ()
+    state: Mapping[str, JsonValue] | None = None
+    """The shared state the run starts from (``None``: the session's, as it is)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,13 +303,16 @@ def normalise_input(
         model: the model the input goes to: images or documents it does not take are refused.
 
     Raises:
-        TypeError: anything that is not text, an image, a document, a message, a decision or an external
-            result (or a sequence of those).
+        TypeError: anything that is not text, an image, a document, a message, a decision, an external
+            result or a shared state (or a sequence of those), or a shared state that is not a JSON
+            object.
         InvalidInputError: text a log cannot keep (a lone surrogate), values nested too deep, media over
-            the cap, or media the model does not take (see the module).
+            the cap, media the model does not take (see the module), or a second shared state.
     """
     if value is None:
         return RunInput(())
+    if isinstance(value, SharedState):
+        return RunInput((), state=_checked_state(value, "input"))
     if isinstance(value, str):
         _check_text(value, "input")
         return RunInput((Msg.user(value),))
@@ -313,6 +331,7 @@ def normalise_input(
         )
     messages: list[Msg] = []
     decisions: list[ToolDecision | ExternalResult] = []
+    state: Mapping[str, JsonValue] | None = None
     parts: list[UserContent] = []  # the run of text and media parts not yet made a message
     first_part = 0
     for index, item in enumerate(value):
@@ -327,17 +346,34 @@ def normalise_input(
         if isinstance(item, Msg):
             check_message(item, f"input[{index}]", max_media_bytes, model)
             messages.append(item)
-        elif isinstance(item, ToolDecision | ExternalResult):  # pyright: ignore[reportUnnecessaryIsInstance]
+        elif isinstance(item, ToolDecision | ExternalResult):
             _check_answer(item, f"input[{index}]")
             decisions.append(item)
+        elif isinstance(item, SharedState):  # pyright: ignore[reportUnnecessaryIsInstance]
+            if state is not None:
+                raise InvalidInputError(f"input[{index}]", "a second SharedState: give the state once")
+            state = _checked_state(item, f"input[{index}]")
         else:
             raise TypeError(
                 f"input[{index}] is {type(item).__name__}: agent input must be text, images, documents, "
-                "messages, ToolDecision or ExternalResult values"
+                "messages, ToolDecision, ExternalResult or SharedState values"
             )
     if parts:
         messages.append(_parts_message(parts, first_part, max_media_bytes, model))
-    return RunInput(tuple(messages), tuple(decisions))
+    return RunInput(tuple(messages), tuple(decisions), state)
+
+
+def _checked_state(state: SharedState, where: str) -> dict[str, JsonValue]:
+    """The state's value, copied (the caller's dict may change after submitting), once a log can keep it."""
+    value: object = state.value
+    if not isinstance(value, Mapping):  # pyright: ignore[reportUnnecessaryIsInstance] - untyped callers
+        raise TypeError(f"{where}: a SharedState holds a JSON object, not {type(value).__name__}")
+    check_input_value(value, f"{where}.value")
+    try:
+        copied: dict[str, JsonValue] = json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError) as error:  # a value JSON has no form for (a set, NaN)
+        raise TypeError(f"{where}: a SharedState holds JSON values only: {error}") from None
+    return copied
 
 
 def _parts_message(

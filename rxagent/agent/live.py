@@ -40,7 +40,7 @@ import threading
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Generator, Iterable, Sequence
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVarTuple
 
 from reactivex import Observable, abc
@@ -56,7 +56,7 @@ from rxagent.agent.inputs import (
 )
 from rxagent.agent.routing import check_answers
 from rxagent.agent.run import tool_view
-from rxagent.context import RuntimeContext
+from rxagent.context import RuntimeContext, ToolScope
 from rxagent.deprecation import renamed
 from rxagent.events import AgentEvent, AgentResult
 from rxagent.messages import Msg, ToolUseBlock, new_id
@@ -289,13 +289,16 @@ class SessionHandle:
 
     # ---- driving ------------------------------------------------------------------------------------------
 
-    def submit(self, input: AgentInput, *, traceparent: str | None = None) -> RunHandle:
+    def submit(
+        self, input: AgentInput, *, traceparent: str | None = None, tools: ToolScope | None = None
+    ) -> RunHandle:
         """Queue a run of ``input``: it starts when the runs before it on this session have ended.
 
         ``traceparent`` (the W3C header of the request that submits the run) joins the run to the
         caller's trace: its trace id and parent span (see
         :meth:`~rxagent.context.RuntimeContext.with_traceparent`); without it the run has the session
-        context's trace id.
+        context's trace id. ``tools`` is this run's tool scope instead of the session context's (a front
+        end's own tools, its :attr:`~rxagent.context.ToolScope.caller_tools`, for this run).
 
         An input that answers waiting calls is refused when a run submitted here and not ended yet carries
         an answer for one of them (only the first answer counts; see the module); the answers are checked
@@ -313,6 +316,8 @@ class SessionHandle:
             input, self.agent.options.max_inline_media_bytes, self.agent.model
         ).decisions
         ctx = self.ctx if traceparent is None else self.ctx.with_traceparent(traceparent)
+        if tools is not None:
+            ctx = replace(ctx, tools=tools)
         run = RunHandle(self, input, ctx)
         if decisions:
             with self._guard:  # checked and taken in one step, whichever thread answers
@@ -533,9 +538,12 @@ class SessionHandle:
         uncertain = tuple(self.agent.sessions.unsafe_to_repeat(projection.uncertain.values()))
         return SessionStatus(_waiting(pending, uncertain), None, 0, pending, uncertain=uncertain)
 
-    async def check(self, answers: Sequence[ToolDecision | ExternalResult]) -> None:
+    async def check(
+        self, answers: Sequence[ToolDecision | ExternalResult], *, tools: ToolScope | None = None
+    ) -> None:
         """Check that ``answers`` fit the calls the session waits on now, as :meth:`respond` would need
-        (on the loop; nothing changes).
+        (on the loop; nothing changes); ``tools`` is the scope the run carrying them will have (as
+        :meth:`submit` takes it), whose caller tools an edited call may name.
 
         Raises:
             AnswerTakenError: a call another answer was taken for (by a run submitted here that has not
@@ -553,7 +561,8 @@ class SessionHandle:
             for call_id in gone:
                 if call_id in taken:
                     raise AnswerTakenError(taken[call_id])
-        check_answers(answers, waiting, tool_view(self.agent.toolkit, self.ctx, state))
+        ctx = self.ctx if tools is None else replace(self.ctx, tools=tools)
+        check_answers(answers, waiting, tool_view(self.agent.toolkit, ctx, state))
 
     def refuse_taken(self, call_ids: Iterable[str]) -> None:
         """Refuse answers to ``call_ids`` when a run submitted here that has not ended carries an answer

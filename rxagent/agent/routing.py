@@ -21,6 +21,7 @@ from rxagent.agent.decisions import route_input
 from rxagent.agent.inputs import AppliedInput, ExternalResult, PendingToolCallsError, RunInput, ToolDecision
 from rxagent.agent.nodes import Node, Start, StepOutput
 from rxagent.agent.run import RunState
+from rxagent.agent.shared_state import SHARED_STATE_KEY
 from rxagent.agent.steps import emit
 from rxagent.events import AgentEvent, RunStarted
 from rxagent.messages import Msg, ToolUseBlock
@@ -69,10 +70,19 @@ def apply_input(run_input: RunInput, run: RunState) -> tuple[AppliedInput, list[
     """Apply ``run_input`` to the session: returns what to run next (the calls a human approved, the
     messages that follow their results) and the events to emit (a ``ToolResult`` for each denial,
     external result or call answered as interrupted, then the tool message when the batch is complete).
+    The input's shared state, if any, replaces the session's once the rest fits (see
+    :mod:`rxagent.agent.shared_state`).
 
     Raises:
         PendingToolCallsError: the input does not fit the pending calls (nothing was changed).
     """
+    applied = _apply(run_input, run)
+    if run_input.state is not None:
+        run.state.extras[SHARED_STATE_KEY] = dict(run_input.state)
+    return applied
+
+
+def _apply(run_input: RunInput, run: RunState) -> tuple[AppliedInput, list[AgentEvent]]:
     state = run.state
     retries = tuple(p.call for p in state.pending if p.kind == "retry")
     if retries:

@@ -414,7 +414,11 @@ def tool_interceptors(middleware: Sequence[AnyMiddleware]) -> tuple[ToolIntercep
 def tool_view(toolkit: Toolkit, caller: RuntimeContext, state: AgentState) -> ToolView:
     """The tools a run of ``caller`` on a session in ``state`` may use: the toolkit narrowed by the
     caller's :class:`~rxagent.context.ToolScope` and the session's active groups (the scope's groups for a
-    session that activated none)."""
+    session that activated none), and the scope's caller tools beside them.
+
+    Raises:
+        ValueError: a caller tool is named as a tool of the toolkit (see :meth:`Toolkit.view`).
+    """
     scope = caller.tools
     groups = state.active_groups
     if groups is None and scope is not None:
@@ -424,4 +428,5 @@ def tool_view(toolkit: Toolkit, caller: RuntimeContext, state: AgentState) -> To
         active_groups=groups,
         presets=scope.presets if scope is not None else None,
         shared_presets=scope.shared_presets if scope is not None else None,
+        caller_tools=scope.caller_tools if scope is not None else (),
     )

@@ -177,12 +177,27 @@ The dashboard
     answers ``303`` to ``/`` and sets the token as an ``HttpOnly`` ``rxagent_token_<port>`` cookie, so
     the token leaves the address bar. See :mod:`rxagent.serve.dashboard`.
 
+Front ends on other origins
+---------------------------
+With ``ServeSettings.allow_origins`` (``rxagent serve --allow-origin ORIGIN``, repeatable) pages of those
+origins may call the server from the browser: their CORS preflights (``OPTIONS``) are answered ``204``
+without the token, their requests pass the origin check (still with the token, as ``Authorization:
+Bearer …``; no cookie across origins), and every answer to them carries ``Access-Control-Allow-Origin``.
+A preflight from any other origin is answered ``403``. See :mod:`rxagent.serve.cors`.
+
 AG-UI
 -----
 ``POST /ag-ui`` with an AG-UI ``RunAgentInput`` (``threadId`` = session id) → SSE of AG-UI events built
-from ``ag_ui.core`` types and written by ``ag_ui.encoder.EventEncoder``. Approvals and external tools are
-AG-UI interrupts, answered by the next input's ``resume`` entries; uncertain calls are settled by
-``resume`` entries too (``{"outcome": …}``, as for ``…/reconcile``). See :mod:`rxagent.serve.agui` for the
+from ``ag_ui.core`` types and written by ``ag_ui.encoder.EventEncoder``. Approvals and the agent's external
+tools are AG-UI interrupts, answered by the next input's ``resume`` entries; uncertain calls are settled by
+``resume`` entries too (``{"outcome": …}``, as for ``…/reconcile``). The input's ``tools`` are the front
+end's own tools for that run (their calls come back in ``pendingToolCallIds``, their results as ``tool``
+messages of the next input; a tool message for a call the thread does not wait on is a ``409``), its
+``state`` the thread's shared state (sent back as ``STATE_SNAPSHOT`` and ``STATE_DELTA``), and a
+``MESSAGES_SNAPSHOT`` corrects a client whose messages differ from the thread's. An input that brings
+nothing new reruns the thread's last turn when it has no answer (its run failed), else it is ``409``. With
+``ServeSettings.cancel_on_disconnect`` (or ``forwardedProps.cancelOnDisconnect``) a client that goes away
+interrupts its run. See :mod:`rxagent.serve.agui` and :mod:`rxagent.serve.agui_thread` for the
 mapping, the interrupt payloads and how the input is read. Input errors are answered before the stream
 opens, as the table above says.
 

@@ -2,12 +2,14 @@
 
 The input is an AG-UI ``RunAgentInput``; its ``threadId`` is the session id. The session's log holds the
 conversation, so of the input's ``messages`` only the **last user message** counts, and only when the
-session does not have it yet (by message id: sending the same input twice runs once). ``resume`` entries
-answer the interrupts of the run before (an entry naming no open interrupt is ignored, with a warning
-event; interrupts left unanswered stay open, and the run ends interrupted again). An interrupt takes one
-answer, the first: a resume entry for an interrupt that was answered already (another tab, another
-client) is refused with 409, naming the call and the answer taken, and nothing runs. ``state``, ``tools``,
-``context`` and ``forwardedProps`` are not used: the agent's own tools run on the server.
+session does not have it yet (by message id: sending the same input twice runs once), and the ``tool``
+messages that answer the front end's own tools. ``resume`` entries answer the interrupts of the run before
+(an entry naming no open interrupt is ignored, with a warning event; interrupts left unanswered stay open,
+and the run ends interrupted again). An interrupt takes one answer, the first: a resume entry for an
+interrupt that was answered already (another tab, another client) is refused with 409, naming the call and
+the answer taken, and nothing runs. ``tools`` (the front end's own tools), ``state`` (the thread's shared
+state) and ``forwardedProps.cancelOnDisconnect`` are read as :mod:`rxagent.serve.agui_thread` says;
+``context`` is not used.
 
 The answer is a stream of ``ag_ui.core`` events encoded by ``ag_ui.encoder.EventEncoder``, translated from
 the run's events by :class:`AguiTranslator`:
@@ -16,42 +18,54 @@ the run's events by :class:`AguiTranslator`:
 rxagent event                          AG-UI events
 =====================================  ============================================================
 ``RunStarted``                         ``RUN_STARTED`` (``protocolVersion``; ``metadata.rxagent_run_id``),
-                                       ``STATE_SNAPSHOT``
+                                       ``MESSAGES_SNAPSHOT`` (when the client's messages differ from
+                                       the thread's), ``STATE_SNAPSHOT`` (the shared state),
+                                       ``CUSTOM`` ``rxagent.run_state``
 ``StepStarted``                        ``STEP_FINISHED`` for the node before (if any), ``STEP_STARTED``
                                        named by the node (``Start``, ``Reason``, ``Act``, …): the loop's
                                        path; the model-call and tool steps below run inside these
-``ModelCallStarted`` / ``…Finished``   ``STEP_STARTED`` / ``STEP_FINISHED`` (``model call N``), then a
-                                       ``STATE_SNAPSHOT`` with the usage so far
+``ModelCallStarted`` / ``…Finished``   ``STEP_STARTED`` / ``STEP_FINISHED`` (``model call N``), then
+                                       ``CUSTOM`` ``rxagent.run_state`` with the usage so far
 ``ThinkingDelta``                      ``REASONING_START``, ``REASONING_MESSAGE_START`` (first), then
                                        ``REASONING_MESSAGE_CONTENT``; closed by what follows the thinking
 ``TextDelta``                          ``TEXT_MESSAGE_START`` (first), ``TEXT_MESSAGE_CONTENT``
 ``ToolCallStarted`` / ``…ArgumentsDelta`` / ``ToolCallCompleted``
-                                       ``TOOL_CALL_START`` / ``TOOL_CALL_ARGS`` / ``TOOL_CALL_END``
+                                       ``TOOL_CALL_START`` / ``TOOL_CALL_ARGS`` / ``TOOL_CALL_END``;
+                                       every call's ``parentMessageId`` is the id of the answer it is
+                                       part of (its text's message, when it has text), so a client
+                                       keeps one assistant message per answer
 ``MessageCompleted`` (assistant)       ``TEXT_MESSAGE_END`` (and closes thinking and calls still open)
 ``ToolExecutionStarted``, ``ToolResult``  ``STEP_STARTED`` / ``STEP_FINISHED`` (``tool NAME ID``),
                                        ``TOOL_CALL_RESULT``
 ``MessageCompleted`` (tool results)    ``TOOL_CALL_RESULT`` for results no ``ToolResult`` told (denials,
                                        external results and rejections have their own ``ToolResult``:
                                        each result is told once)
-``AgentResult``                        ``STATE_SNAPSHOT``, then ``RUN_FINISHED`` (outcome ``success``
-                                       with the answer as ``result``; ``interrupt`` for calls waiting for
-                                       an approval or an external result; ``cancelled`` for an interrupted
-                                       or stopped run) or ``RUN_ERROR`` (reason ``ERROR``)
+a change of the shared state           ``STATE_DELTA`` (a JSON Patch), as the session's log records it
+``AgentResult``                        ``CUSTOM`` ``rxagent.run_state``, then ``RUN_FINISHED`` (outcome
+                                       ``success`` with the answer as ``result``, and the front end's
+                                       calls to run in ``pendingToolCallIds``; ``interrupt`` for calls
+                                       waiting for an approval or an external result; ``cancelled`` for
+                                       an interrupted or stopped run) or ``RUN_ERROR`` (reason ``ERROR``)
 anything else                          ``CUSTOM`` named ``rxagent.<type>`` with the event's JSON
 =====================================  ============================================================
 
 Ordering holds per run: one ``RUN_STARTED`` first (or a lone ``RUN_ERROR`` for a run that never started),
 every message, reasoning span, tool call and step opened is closed before the end, and exactly one
-``RUN_FINISHED`` or ``RUN_ERROR`` comes last. The state is ``{"session_id", "run_id", "pending": [the
-calls waiting, as the session API writes them], "usage": {"input_tokens", "output_tokens",
-"model_calls"}}``.
+``RUN_FINISHED`` or ``RUN_ERROR`` comes last. The ``rxagent.run_state`` value is ``{"session_id",
+"run_id", "pending": [the calls waiting, as the session API writes them], "usage": {"input_tokens",
+"output_tokens", "model_calls"}}``: the run's own bookkeeping, kept out of the shared state, which is the
+front end's.
 
 **Interrupts.** A call waiting for approval is an interrupt with ``reason: "tool_approval"``; a call
-waiting for an external result one with ``reason: "external_tool_result"``. The interrupt's id is the
-call's id (``toolCallId`` too) and its ``responseSchema`` says what ``payload`` to resume with: for an
+of one of the agent's external tools waiting for its result one with ``reason: "external_tool_result"``.
+The interrupt's id is the call's id (``toolCallId`` too), its ``message`` a sentence for the person who
+answers (what the assistant wants to run, with which arguments; ``metadata`` has the tool, the arguments
+and the permission rule's reason), and its ``responseSchema`` says what ``payload`` to resume with: for an
 approval ``{"allow": bool, "reason"?: str, "arguments"?: object}`` (edited arguments), or a bare
 ``true``/``false``; for a result ``{"output": str, "status"?: "ok"|"error"}``, or a bare string. A
-``cancelled`` entry denies the approval, or gives the external call an error result.
+``cancelled`` entry denies the approval, or gives the external call an error result. The front end's own
+tools are not interrupts: their calls are in ``pendingToolCallIds``, and their results come back as
+``tool`` messages (see :mod:`rxagent.serve.agui_thread`).
 
 **Uncertain calls.** A call whose outcome a stopped server lost (dispatched, no result recorded; its tool
 neither idempotent nor read-only) blocks the thread: an input that does not settle it is refused with 409,
@@ -62,15 +76,24 @@ not done, and is not to be run) or ``{"outcome": "retry"}`` (not done: run it ag
 entry counts as ``failed``. Every blocking call at once; then the run carries on from the outcomes (with
 the new user message, if the input has one). ``GET /api/sessions/{threadId}`` names them too.
 
-A client that disconnects stops only its stream: the run goes on, and its events stay in the session's
-feed (``GET /api/sessions/{threadId}/feed``).
+**Retrying.** An input whose last user message is the thread's last user message (the same id) while the
+thread holds no answer to it, nothing waits and no run goes (its run failed with ``RUN_ERROR``, or was
+stopped before it answered) runs that turn again, from where it stopped: a client's retry. Sent again
+while that run goes, it is refused with 409; once the turn is answered, it is "nothing to run" (409).
+
+**A client that goes away.** By default it stops only its stream: the run goes on, and its events stay in
+the session's feed (``GET /api/sessions/{threadId}/feed``). With ``ServeSettings.cancel_on_disconnect``
+(``rxagent serve --cancel-on-disconnect``), or ``forwardedProps.cancelOnDisconnect: true`` in the input,
+the run is interrupted as the client goes (one still waiting for its turn is cancelled): it ends
+``INTERRUPTED``, what it finished kept, and lets the thread go, so the next input runs at once. An
+``abortRun()`` of ``@ag-ui/client`` is such a going away.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, Literal, cast
 
 from ag_ui.core import (
@@ -91,7 +114,6 @@ from ag_ui.core import (
     RunFinishedInterruptOutcome,
     RunFinishedSuccessOutcome,
     RunStartedEvent,
-    StateSnapshotEvent,
     StepFinishedEvent,
     StepStartedEvent,
     TextMessageContentEvent,
@@ -102,6 +124,7 @@ from ag_ui.core import (
     ToolCallEndEvent,
     ToolCallResultEvent,
     ToolCallStartEvent,
+    ToolMessage,
     UserMessage,
 )
 from ag_ui.encoder import EventEncoder
@@ -112,9 +135,13 @@ from rxagent.agent import (
     AnswerTakenError,
     ExternalResult,
     PendingToolCallsError,
+    RunHandle,
     SessionHandle,
+    SessionStatus,
     ToolDecision,
 )
+from rxagent.agent.inputs import SharedState
+from rxagent.context import ToolScope
 from rxagent.events import (
     AgentEvent,
     AgentResult,
@@ -137,11 +164,12 @@ from rxagent.events import (
     event_to_json,
 )
 from rxagent.messages import Msg, ToolResultBlock, ToolUseBlock
+from rxagent.serve.agui_thread import ClientSync, front_end_of, message_id_of, tool_results
 from rxagent.serve.http import ApiError, read_json
 from rxagent.serve.hub import HUB, refusal
 from rxagent.serve.run_stream import stream_run
 from rxagent.serve.session_api import pending_json
-from rxagent.session import Reconcile
+from rxagent.session import FeedItem, Reconcile
 from rxagent.state import PendingCall
 
 __all__ = [
@@ -305,9 +333,10 @@ def _object(value: Any) -> dict[str, Any]:
 
 
 def _new_message(run_input: RunAgentInput, known: set[str]) -> Msg | None:
-    """The input's last user message, unless the session has it already."""
+    """The input's last user message, unless the session has it already (by its id in the thread, see
+    :func:`~rxagent.serve.agui_thread.message_id_of`)."""
     last = next((m for m in reversed(run_input.messages) if isinstance(m, UserMessage)), None)
-    if last is None or last.id in known:
+    if last is None or message_id_of(last) in known:
         return None
     if isinstance(last.content, str):
         text = last.content
@@ -322,7 +351,7 @@ def _new_message(run_input: RunAgentInput, known: set[str]) -> Msg | None:
         text = "".join(texts)
     if not text.strip():
         raise ApiError(400, f"user message {last.id!r} has no text")
-    return Msg.user(text, id=last.id)
+    return Msg.user(text, id=message_id_of(last))
 
 
 # ---- the endpoint ----------------------------------------------------------------------------------------
@@ -333,10 +362,10 @@ async def run_agui(request: web.Request) -> web.StreamResponse:
     hub = request.app[HUB]
     run_input = parse_input(await read_json(request, hub.settings.max_body))
     session_id = hub.session_id(run_input.thread_id)
+    front = front_end_of(run_input, hub.agent.toolkit, hub.settings.cancel_on_disconnect)
+    scope = ToolScope(caller_tools=front.tools) if front.tools else None
     hub.refuse_while_stopping()
     handle = hub.handle(session_id)
-    feed = await handle.open_feed()
-    after = feed.head  # the run's facts come after it
     status = await handle.read_status()
     entries = run_input.resume or ()
     settled = [c.id for c in status.uncertain]
@@ -350,32 +379,45 @@ async def run_agui(request: web.Request) -> web.StreamResponse:
     waiting = {p.call.id: p for p in status.pending}
     await _refuse_taken(handle, [e.interrupt_id for e in entries if e.interrupt_id not in waiting])
     answers, warnings = answers_from_resume(entries, waiting)
-    state = await hub.agent.sessions.state(handle.ctx)
-    message = _new_message(run_input, {m.id for m in state.messages})
+    projection = await hub.agent.keeper.peek(handle.key)  # what the run will start from, as of now
+    feed = await handle.open_feed()
+    history = projection.state.messages
+    results = tool_results(run_input, waiting, history)
+    answers += results
+    message = _new_message(run_input, {m.id for m in history})
     if answers:
         try:
-            await handle.check(answers)
+            await handle.check(answers, tools=scope)
             handle.refuse_taken(a.call_id for a in answers)  # again: nothing is awaited from here on
         except PendingToolCallsError as refused:
             raise refusal(refused) from None
         if handle.status().state in ("running", "queued"):
             raise ApiError(409, "a run of this thread is going or queued: resume once it has ended")
     elif message is None and not settled:
-        raise ApiError(
-            409,
-            "nothing to run: the last user message is already in the thread, and no resume entry "
-            "answers an interrupt",
-        )
+        _check_retry(run_input, history, handle.status())
+        hub.refuse_while_waiting(status, "a retry (send resume entries for its interrupts)")
     elif message is not None:
         hub.refuse_while_waiting(status, "new input (send resume entries for its interrupts)")
-    feed = await handle.open_feed()
-    after = feed.durable_head  # the run's facts come after it (what a failed writer published never does)
-    carried = [*answers, *([message] if message is not None else [])]
+    # Nothing is awaited from the checks above to the submission: a retry sent twice at once runs once.
+    carried: list[ToolDecision | ExternalResult | Msg | SharedState] = [*answers]
+    if message is not None:
+        carried.append(message)
+    if front.state is not None:
+        carried.append(SharedState(front.state))
     if answers:
-        run = await hub.submit_answers(handle, carried, request)  # 409 when another answer came first
+        run = await hub.submit_answers(handle, carried, request, tools=scope)  # 409: another answer first
     else:
-        run = hub.submit(handle, carried, request)
-    still_waiting = {i: p for i, p in waiting.items() if i not in {a.call_id for a in answers}}
+        run = hub.submit(handle, carried, request, tools=scope)
+    answered = {a.call_id for a in answers}
+    still_waiting = {i: p for i, p in waiting.items() if i not in answered}
+    told = {r.call_id for r in results}
+    incoming = [
+        m
+        for m in run_input.messages
+        if (isinstance(m, ToolMessage) and m.tool_call_id in told)
+        or (message is not None and isinstance(m, UserMessage) and message_id_of(m) == message.id)
+    ]
+    sync = ClientSync(projection, run.id, run_input.messages, incoming, front.state)
     translator = AguiTranslator(
         run_input.thread_id,
         run_input.run_id,
@@ -383,8 +425,61 @@ async def run_agui(request: web.Request) -> web.StreamResponse:
         model=hub.agent.model.model_name,
         waiting=still_waiting,
         warnings=warnings,
+        front_end_tools={t.name for t in front.tools},
+        client_results=told,
+        opening=sync.opening,
     )
-    return await stream_run(request, run, feed, after, translator, _encode)
+    # From what the run starts from: the facts after it are the run's, and any of other runs before them
+    # (the history the client is told about follows them).
+    return await stream_run(
+        request,
+        run,
+        feed,
+        projection.seq,
+        translator,
+        _encode,
+        watcher=_Watch(sync, translator),
+        on_gone=_stop if front.cancel_on_disconnect else None,
+    )
+
+
+def _check_retry(run_input: RunAgentInput, history: list[Msg], status: SessionStatus) -> None:
+    """Let an input that brings nothing new through when it retries the thread's unanswered last turn (see
+    the module's **Retrying**).
+
+    Raises:
+        ApiError: 409 when there is nothing to run (no user message, another one, or it has its answer), or
+            when a run of the thread is going or queued (the retry may be it).
+    """
+    last = next((m for m in reversed(run_input.messages) if isinstance(m, UserMessage)), None)
+    asked = next((i for i in range(len(history) - 1, -1, -1) if history[i].role == "user"), None)
+    if last is None or asked is None or history[asked].id != message_id_of(last):
+        raise ApiError(
+            409,
+            "nothing to run: the last user message is already in the thread, and no resume entry "
+            "answers an interrupt",
+        )
+    if any(m.role == "assistant" and m.has_answer_text and not m.tool_calls for m in history[asked + 1 :]):
+        raise ApiError(
+            409,
+            f"nothing to run: the thread has answered user message {last.id!r} already, and no resume "
+            "entry answers an interrupt",
+        )
+    if status.state in ("running", "queued"):
+        raise ApiError(
+            409, f"a run of this thread is going or queued: it may be answering {last.id!r} already"
+        )
+
+
+def _stop(run: RunHandle) -> None:
+    """Stop a run whose client went away: interrupted (it ends ``INTERRUPTED``, what it finished kept), or
+    cancelled while it still waits for its turn."""
+    if run.done():
+        return
+    if run.status == "queued":
+        run.cancel()
+    else:
+        run.interrupt()
 
 
 async def _refuse_taken(handle: SessionHandle, interrupt_ids: list[str]) -> None:
@@ -396,6 +491,29 @@ async def _refuse_taken(handle: SessionHandle, interrupt_ids: list[str]) -> None
     for interrupt_id in interrupt_ids:
         if interrupt_id in taken:
             raise refusal(AnswerTakenError(taken[interrupt_id]))
+
+
+class _Watch:
+    """What the AG-UI stream does with the feed's facts besides the run's events: another run's facts move
+    the history the client is told about (:class:`~rxagent.serve.agui_thread.ClientSync`), and the run's
+    changes of the shared state become ``STATE_DELTA`` events once the run has started on the wire."""
+
+    __slots__ = ("_sync", "_translator")
+
+    def __init__(self, sync: ClientSync, translator: AguiTranslator) -> None:
+        self._sync = sync
+        self._translator = translator
+
+    def see(self, item: FeedItem, own: bool) -> list[BaseEvent]:
+        if not own:
+            self._sync.follow(item)  # another run's, before this run's: the history this run starts from
+            return []
+        self._sync.begin()
+        if item.kind != "extras":
+            return []
+        changed = self._sync.extras(item)
+        translator = self._translator
+        return changed if translator.started and not translator.closed else []
 
 
 def _encode(events: Iterable[BaseEvent]) -> bytes:
@@ -415,6 +533,12 @@ class AguiTranslator:
         model: the model's name, for ``usage``.
         waiting: calls that wait for answers from before this run and are not answered by its input.
         warnings: sent as ``CUSTOM`` events named ``rxagent.warning`` right after ``RUN_STARTED``.
+        front_end_tools: the names of the front end's own tools in this run: their waiting calls are in
+            ``RUN_FINISHED``'s ``pendingToolCallIds``, not interrupts.
+        client_results: the calls whose results the input's ``tool`` messages gave: the client has them,
+            so they are not told again.
+        opening: what follows ``RUN_STARTED`` (and the warnings): the messages and state snapshots of
+            :class:`~rxagent.serve.agui_thread.ClientSync`.
     """
 
     def __init__(
@@ -426,6 +550,9 @@ class AguiTranslator:
         model: str | None = None,
         waiting: Mapping[str, PendingCall] | None = None,
         warnings: Iterable[str] = (),
+        front_end_tools: Collection[str] = (),
+        client_results: Collection[str] = (),
+        opening: Callable[[], list[BaseEvent]] | None = None,
     ) -> None:
         self.thread_id = thread_id
         self.run_id = run_id
@@ -437,7 +564,13 @@ class AguiTranslator:
         self.pending: dict[str, PendingCall] = dict(waiting or {})
         self.usage = UsageTotals()
         self._warnings = list(warnings)
+        self._front_end = frozenset(front_end_tools)
+        self._client_results = frozenset(client_results)
+        self._opening = opening
         self._count = 0
+        self._answer: str | None = None
+        """The id of the assistant message being told (its text's and its calls' parent), once it has
+        begun."""
         self._text: str | None = None
         self._reasoning: tuple[str, str] | None = None
         self._calls: set[str] = set()
@@ -502,10 +635,11 @@ class AguiTranslator:
         self._count += 1
         return f"{self.rx_run_id}.{what}.{self._count}"
 
-    def _state(self) -> StateSnapshotEvent:
+    def _run_state(self) -> CustomEvent:
         usage = self.usage
-        return StateSnapshotEvent(
-            snapshot={
+        return CustomEvent(
+            name="rxagent.run_state",
+            value={
                 "session_id": self.thread_id,
                 "run_id": self.rx_run_id,
                 "pending": [pending_json(p) for p in self.pending.values()],
@@ -514,7 +648,7 @@ class AguiTranslator:
                     "output_tokens": usage.output_tokens,
                     "model_calls": usage.model_calls,
                 },
-            }
+            },
         )
 
     def _custom(self, event: AgentEvent) -> list[BaseEvent]:
@@ -527,7 +661,14 @@ class AguiTranslator:
         self._reasoning = None
         return [ReasoningMessageEndEvent(message_id=message), ReasoningEndEvent(message_id=span)]
 
+    def _answer_id(self) -> str:
+        """The id of the assistant message being told: made by its first text or call."""
+        if self._answer is None:
+            self._answer = self._id("answer")
+        return self._answer
+
     def _end_text(self) -> list[BaseEvent]:
+        self._answer = None  # what comes next is another answer
         if self._text is None:
             return []
         message, self._text = self._text, None
@@ -544,7 +685,7 @@ class AguiTranslator:
 
     def _whole_call(self, call_id: str, name: str, arguments: str) -> list[BaseEvent]:
         events: list[BaseEvent] = [
-            ToolCallStartEvent(tool_call_id=call_id, tool_call_name=name, parent_message_id=self._text)
+            ToolCallStartEvent(tool_call_id=call_id, tool_call_name=name, parent_message_id=self._answer_id())
         ]
         if arguments:
             events.append(ToolCallArgsEvent(tool_call_id=call_id, delta=arguments))
@@ -576,7 +717,9 @@ class AguiTranslator:
             )
         ]
         events.extend(CustomEvent(name="rxagent.warning", value=w) for w in self._warnings)
-        events.append(self._state())
+        if self._opening is not None:
+            events.extend(self._opening())
+        events.append(self._run_state())
         return events
 
     def _node_started(self, event: StepStarted) -> list[BaseEvent]:
@@ -603,7 +746,7 @@ class AguiTranslator:
         if step in self._steps:
             self._steps.discard(step)
             events.append(StepFinishedEvent(step_name=step))
-        events.append(self._state())
+        events.append(self._run_state())
         return events
 
     def _thinking(self, event: ThinkingDelta) -> list[BaseEvent]:
@@ -622,7 +765,7 @@ class AguiTranslator:
             return []
         events = self._end_reasoning()
         if self._text is None:
-            self._text = self._id("text")
+            self._text = self._answer_id()
             events.append(TextMessageStartEvent(message_id=self._text, role="assistant"))
         events.append(TextMessageContentEvent(message_id=self._text, delta=event.text))
         return events
@@ -633,7 +776,9 @@ class AguiTranslator:
             self._calls.add(event.call_id)
             events.append(
                 ToolCallStartEvent(
-                    tool_call_id=event.call_id, tool_call_name=event.name, parent_message_id=self._text
+                    tool_call_id=event.call_id,
+                    tool_call_name=event.name,
+                    parent_message_id=self._answer_id(),
                 )
             )
         else:  # no id or name yet: the call is told whole when it completes
@@ -664,7 +809,7 @@ class AguiTranslator:
         if message.role == "assistant":
             return self._end_reasoning() + self._end_text() + self._end_calls()
         # Results no ToolResult told (a custom step's that added one without its event) are told here.
-        return [self._told(r) for r in message.tool_results if r.tool_use_id not in self._results]
+        return [e for r in message.tool_results if r.tool_use_id not in self._results for e in self._told(r)]
 
     def _execution_started(self, event: ToolExecutionStarted) -> list[BaseEvent]:
         step = _tool_step(event.call)
@@ -680,19 +825,22 @@ class AguiTranslator:
         if step in self._steps:
             self._steps.discard(step)
             events.append(StepFinishedEvent(step_name=step))
-        events.append(self._told(result))
+        events.extend(self._told(result))
         return events
 
-    def _told(self, result: ToolResultBlock) -> ToolCallResultEvent:
+    def _told(self, result: ToolResultBlock) -> list[BaseEvent]:
         self.pending.pop(result.tool_use_id, None)
         self._results.add(result.tool_use_id)
-        return ToolCallResultEvent(
+        if result.tool_use_id in self._client_results:  # the client sent it: it has it already
+            return []
+        event = ToolCallResultEvent(
             message_id=self._id("result"),
             tool_call_id=result.tool_use_id,
             content=result.text,
             role="tool",
             metadata={"status": result.status},
         )
+        return [event]
 
     def _asked(self, event: ToolPermissionAsked) -> list[BaseEvent]:
         self.pending[event.call.id] = PendingCall(call=event.call, kind="ask", reason=event.reason)
@@ -710,7 +858,7 @@ class AguiTranslator:
         events = self._end_reasoning() + self._end_text() + self._end_calls() + self._end_steps()
         still = {c.id for c in event.pending}
         self.pending = {i: p for i, p in self.pending.items() if i in still}
-        events.append(self._state())
+        events.append(self._run_state())
         self.closed = True
         timestamp = _ms(event.time)
         usage = self._usage(event.usage)
@@ -720,19 +868,19 @@ class AguiTranslator:
             code = error.error_type if error is not None else "error"
             events.append(RunErrorEvent(message=message, code=code, usage=usage, timestamp=timestamp))
             return events
-        interrupts = [
-            _interrupt(p)
-            for c in event.pending
-            if (p := self.pending.get(c.id)) is not None and p.kind in _REASONS
+        waiting = [
+            p for c in event.pending if (p := self.pending.get(c.id)) is not None and p.kind in _REASONS
         ]
+        front_end = [p.call.id for p in waiting if p.kind == "external" and p.call.name in self._front_end]
+        interrupts = [_interrupt(p) for p in waiting if p.call.id not in front_end]
         outcome: RunFinishedSuccessOutcome | RunFinishedInterruptOutcome | RunFinishedCancelledOutcome
         result: dict[str, Any] | None = None
         if interrupts:
             outcome = RunFinishedInterruptOutcome(interrupts=interrupts)
         elif event.reason in ("INTERRUPTED", "STOPPED"):
             outcome = RunFinishedCancelledOutcome()
-        else:
-            outcome = RunFinishedSuccessOutcome()
+        else:  # the front end's calls, if any, are for the client to run (AG-UI's pending tool calls)
+            outcome = RunFinishedSuccessOutcome(pending_tool_call_ids=front_end or None)
             result = {"reason": event.reason, "text": event.text, "iterations": event.iterations}
             if event.structured is not None:
                 result["structured"] = json.loads(event_to_json(event))["structured"]
@@ -770,11 +918,13 @@ def _tool_step(call: ToolUseBlock) -> str:
 def _interrupt(pending: PendingCall) -> Interrupt:
     call = pending.call
     kind: Literal["ask", "external"] = "ask" if pending.kind == "ask" else "external"
+    # Written for the person who answers: what the assistant wants and with what, never how the operator
+    # configured the server (a rule's reason, such as "--ask calc*", is in the metadata for front ends that
+    # want it).
     if kind == "ask":
-        why = f": {pending.reason}" if pending.reason else ""
-        message = f"{call.name} needs your approval{why}"
+        message = f"The assistant wants to run {call.name}{_arguments_shown(call)}. Do you allow it?"
     else:
-        message = f"{call.name} waits for its result from outside"
+        message = f"The assistant asks for the result of {call.name}{_arguments_shown(call)}."
     return Interrupt(
         id=call.id,
         reason=_REASONS[kind],
@@ -784,8 +934,31 @@ def _interrupt(pending: PendingCall) -> Interrupt:
         metadata={
             "tool": call.name,
             "arguments": call.input if call.input is not None else call.raw_arguments,
+            "rule_reason": pending.reason,
         },
     )
+
+
+_SHOWN_CHARS = 200
+"""The most characters of a call's arguments an interrupt's message shows."""
+
+
+def _arguments_shown(call: ToolUseBlock) -> str:
+    """`` with city "Oslo", days 3`` (shortened past :data:`_SHOWN_CHARS`), or nothing for no arguments."""
+    arguments = call.input
+    if isinstance(arguments, dict) and not arguments:
+        return ""
+    if isinstance(arguments, dict):
+        shown = ", ".join(
+            f"{name} {json.dumps(value, ensure_ascii=False)}" for name, value in arguments.items()
+        )
+    else:  # arguments the model got wrong: shown as it wrote them
+        shown = call.raw_arguments.strip()
+        if not shown:
+            return ""
+    if len(shown) > _SHOWN_CHARS:
+        shown = shown[: _SHOWN_CHARS - 1] + "…"
+    return f" with {shown}"
 
 
 def _ms(seconds: float) -> int:

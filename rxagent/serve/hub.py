@@ -37,7 +37,7 @@ from rxagent.agent import (
     SessionHandle,
     SessionStatus,
 )
-from rxagent.context import RuntimeContext
+from rxagent.context import RuntimeContext, ToolScope
 from rxagent.messages import ToolUseBlock
 from rxagent.serve.http import ApiError, Handler, JsonObject
 from rxagent.serve.settings import ServeSettings
@@ -236,17 +236,24 @@ class SessionHub:
             raise ApiError(404, f"no session {session_id!r}")
         return self.handle(session_id)
 
-    def submit(self, handle: SessionHandle, input: AgentInput, request: web.Request) -> RunHandle:
+    def submit(
+        self,
+        handle: SessionHandle,
+        input: AgentInput,
+        request: web.Request,
+        *,
+        tools: ToolScope | None = None,
+    ) -> RunHandle:
         """Queue a run of ``input`` on the session, joined to the caller's trace when the request carries
         a valid ``traceparent`` header (an invalid one is ignored, as the W3C asks: the run starts its
-        own trace)."""
+        own trace); ``tools`` is the run's tool scope (a front end's own tools)."""
         header = request.headers.get("traceparent")
         run: RunHandle | None = None
         if header is not None:
             with contextlib.suppress(ValueError):
-                run = handle.submit(input, traceparent=header)
+                run = handle.submit(input, traceparent=header, tools=tools)
         if run is None:
-            run = handle.submit(input)
+            run = handle.submit(input, tools=tools)
         ids = {"run_id": run.id, "session_id": handle.ctx.session_id, "trace_id": run.ctx.trace_id}
         _log.info("run %s queued on session %s", run.id, handle.ctx.session_id, extra=ids)
         held = self._held(handle.key[1])
@@ -255,7 +262,12 @@ class SessionHub:
         return run
 
     async def submit_answers(
-        self, handle: SessionHandle, input: AgentInput, request: web.Request
+        self,
+        handle: SessionHandle,
+        input: AgentInput,
+        request: web.Request,
+        *,
+        tools: ToolScope | None = None,
     ) -> RunHandle:
         """:meth:`submit` for an input that answers waiting calls, once the answers are taken: the run
         holds the session and checked them there, under its lease (it began), or it ended first.
@@ -266,7 +278,7 @@ class SessionHub:
                 tab); no run starts then.
         """
         try:
-            run = self.submit(handle, input, request)
+            run = self.submit(handle, input, request, tools=tools)
         except AnswerTakenError as taken:  # a run submitted here carries an answer for the call already
             raise refusal(taken) from None
         if not await run.began():

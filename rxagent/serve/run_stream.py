@@ -10,7 +10,8 @@ stops), the translator's :meth:`~RunTranslator.fail` says so instead. The events
 used as tools) are not this run's and are skipped.
 
 A client that disconnects stops only its stream: the run goes on, and its events stay in the session's
-feed.
+feed (unless the endpoint asks, with ``on_gone``, to stop it then). A :class:`FeedWatcher` sees every fact
+of the feed besides the run's events (another run's, the run's state changes) and may add items of its own.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from rxagent.serve.hub import HUB
 from rxagent.serve.streams import EventStream
 from rxagent.session import FeedGap, FeedItem, SessionFeed
 
-__all__ = ["RunTranslator", "stream_run"]
+__all__ = ["FeedWatcher", "RunTranslator", "stream_run"]
 
 ItemT = TypeVar("ItemT")
 ItemT_co = TypeVar("ItemT_co", covariant=True)
@@ -51,6 +52,15 @@ class RunTranslator(Protocol[ItemT_co]):
         ...
 
 
+class FeedWatcher(Protocol[ItemT_co]):
+    """Sees each fact of the feed the stream reads that is not one of the run's events (AG-UI follows the
+    history and the shared state with it)."""
+
+    def see(self, item: FeedItem, own: bool) -> Sequence[ItemT_co]:
+        """Items to send for ``item`` before what follows it; ``own``: it is one of the run's facts."""
+        ...
+
+
 async def stream_run(
     request: web.Request,
     run: RunHandle,
@@ -60,6 +70,8 @@ async def stream_run(
     encode: Callable[[Sequence[ItemT]], bytes],
     *,
     headers: Mapping[str, str] | None = None,
+    watcher: FeedWatcher[ItemT] | None = None,
+    on_gone: Callable[[RunHandle], None] | None = None,
 ) -> web.StreamResponse:
     """Answer ``request`` with the events of ``run`` as server-sent events (see the module).
 
@@ -71,6 +83,9 @@ async def stream_run(
         translator: the protocol's translator for this run.
         encode: writes a batch of the translator's items as SSE bytes.
         headers: more response headers (a protocol's own, such as the AI SDK's stream version).
+        watcher: sees the feed's other facts (see :class:`FeedWatcher`).
+        on_gone: called with the run when the client went away before the run's last word (not while the
+            server stops): to stop it.
     """
     hub = request.app[HUB]
     settings = hub.settings
@@ -93,7 +108,7 @@ async def stream_run(
             if isinstance(batch, FeedGap):  # not with the catch-up policy; kept exact all the same
                 cursor = batch.last
                 continue
-            items = _take_batch(batch, run.id, translator)
+            items = _take_batch(batch, run.id, translator, watcher)
             cursor = batch[-1].seq
             if items:
                 await stream.send(encode(items))
@@ -124,14 +139,21 @@ async def stream_run(
     finally:
         hub.streams.discard(stream)
         settled.cancel()
+        if on_gone is not None and not translator.closed and not hub.stopping:
+            on_gone(run)  # the client went away before the run's end reached it
     return stream.response
 
 
-def _take_batch(batch: list[FeedItem], run_id: str, translator: RunTranslator[ItemT]) -> list[ItemT]:
+def _take_batch(
+    batch: list[FeedItem], run_id: str, translator: RunTranslator[ItemT], watcher: FeedWatcher[ItemT] | None
+) -> list[ItemT]:
     items: list[ItemT] = []
     for item in batch:
         # The run's own facts carry its id; of its events, nested runs' (agents used as tools) are skipped.
-        if item.run_id != run_id or item.kind != "event":
+        own = item.run_id == run_id
+        if watcher is not None:
+            items.extend(watcher.see(item, own))
+        if not own or item.kind != "event":
             continue
         event = item.event
         if event is None or event.run_id != run_id:

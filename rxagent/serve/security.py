@@ -32,6 +32,9 @@ Bodies are limited by the app (``client_max_size``: 413), and JSON bodies must s
 
 The access log (:class:`RedactedAccessLogger`) writes the path without its query string, so a token sent
 as a query parameter never reaches a log line; nothing else the server logs carries request data.
+
+**Front ends on other origins.** The origins ``ServeSettings.allow_origins`` lists (``--allow-origin``) pass
+the origin check, and their preflights are answered (:mod:`rxagent.serve.cors`); they still need the token.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
+from rxagent.serve.cors import listed_origin
 from rxagent.serve.http import ApiError, Handler
 from rxagent.serve.settings import ProxyNetwork, ServeSettings, is_loopback, proxy_networks
 
@@ -74,6 +78,7 @@ def guard(settings: ServeSettings) -> Any:
     :class:`~rxagent.serve.http.ApiError`."""
     token = settings.token.encode() if settings.token is not None else None
     bound = settings.host.strip().lower().removeprefix("[").removesuffix("]")
+    origins = frozenset(settings.allow_origins)
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -90,7 +95,7 @@ def guard(settings: ServeSettings) -> Any:
                 "(a browser: open /?token=<token> once, and the dashboard keeps it in a cookie)",
             )
         if request.method not in _SAFE_METHODS:
-            _check_origin(request)
+            _check_origin(request, origins)
         return await handler(request)
 
     return middleware
@@ -176,15 +181,20 @@ def token_cookie(request: web.Request) -> str:
     return f"{TOKEN_COOKIE}_{request.url.port}"
 
 
-def _check_origin(request: web.Request) -> None:
+_LET_IN = " (a front end's origin is let in with --allow-origin ORIGIN, ServeSettings.allow_origins)"
+
+
+def _check_origin(request: web.Request, allowed: frozenset[str]) -> None:
+    if listed_origin(request, allowed) is not None:  # a front end the operator let in (--allow-origin)
+        return
     if request.headers.get("Sec-Fetch-Site", "").lower() == "cross-site":
-        raise ApiError(403, "cross-site requests may not change anything here")
+        raise ApiError(403, f"cross-site requests may not change anything here{_LET_IN}")
     origin = request.headers.get("Origin")
     if origin is None:
         return
     own = f"{request.scheme}://{request.host}".lower()
     if origin.strip().lower().rstrip("/") != own:
-        raise ApiError(403, "requests from another origin may not change anything here")
+        raise ApiError(403, f"requests from another origin may not change anything here{_LET_IN}")
 
 
 class RedactedAccessLogger(AbstractAccessLogger):

@@ -21,6 +21,7 @@ from aiohttp import web
 
 from rxagent.agent import ReActAgent
 from rxagent.serve import agui, dashboard, harness_api, health, session_api, vercel_ai
+from rxagent.serve.cors import allow_cross_origin
 from rxagent.serve.http import bodies, json_errors
 from rxagent.serve.hub import HUB, SessionHub
 from rxagent.serve.security import RedactedAccessLogger, behind_proxies, guard
@@ -36,8 +37,8 @@ ACCESS_LOG = logging.getLogger("rxagent.serve.access")
 def create_app(agent: ReActAgent, settings: ServeSettings | None = None) -> web.Application:
     """The aiohttp application serving ``agent``'s sessions: the session API, AG-UI, the AI SDK's chat
     route (:mod:`rxagent.serve.vercel_ai`) and the dashboard page at ``/`` (:mod:`rxagent.serve.dashboard`),
-    behind the guard (host, token, origin) and the body
-    limit (see :mod:`rxagent.serve`).
+    behind the guard (host, token, origin) and the body limit (see :mod:`rxagent.serve`); front ends on the
+    origins the settings allow may call it (:mod:`rxagent.serve.cors`).
 
     Other routes (a page) may be added to it before it starts; they pass the same guard.
     """
@@ -56,6 +57,7 @@ def create_app(agent: ReActAgent, settings: ServeSettings | None = None) -> web.
     app.add_routes(harness_api.routes())
     app.add_routes(agui.routes())
     app.add_routes(vercel_ai.routes())
+    allow_cross_origin(app, settings.allow_origins)  # preflights first; pages of listed origins let in
     app.add_routes(dashboard.routes())
     app.add_routes(health.routes())
     return app

@@ -6,6 +6,8 @@ import ipaddress
 from dataclasses import dataclass
 from typing import TypeAlias
 
+from rxagent.serve.cors import origin_of
+
 __all__ = ["LOOPBACK_NAMES", "ProxyNetwork", "ServeSettings", "is_loopback", "proxy_networks"]
 
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.", "ip6-localhost"})
@@ -55,6 +57,12 @@ class ServeSettings:
         session_ttl: seconds after which a session nothing uses (no run going or queued, no request,
             no feed client) leaves the server's memory; its log keeps it, and the next request loads it.
         stop_timeout: seconds a stopping server waits for interrupted runs to end before it cancels them.
+        allow_origins: origins (``http://localhost:5173``) whose pages may call the server from the
+            browser: their CORS preflights are answered and their requests may change things (still with
+            the token, which such a page sends as ``Authorization: Bearer …``). Each is
+            ``scheme://host[:port]`` (anything else is a ``ValueError``). See :mod:`rxagent.serve.cors`.
+        cancel_on_disconnect: an AG-UI client that goes away before its run ends interrupts the run (each
+            request may say otherwise, see :mod:`rxagent.serve.agui`); by default the run goes on.
 
     Raises:
         ValueError: a host off loopback without a token, an empty token, trusted proxies without a token
@@ -74,8 +82,14 @@ class ServeSettings:
     send_buffer: int | None = None
     session_ttl: float = 600.0
     stop_timeout: float = 10.0
+    allow_origins: tuple[str, ...] = ()
+    cancel_on_disconnect: bool = False
 
     def __post_init__(self) -> None:
+        origins = self.allow_origins
+        if isinstance(origins, str):  # a lone string would be read letter by letter
+            raise ValueError("allow_origins must be a tuple of origins, not a string")
+        object.__setattr__(self, "allow_origins", tuple(origin_of(o) for o in origins))
         if self.token is not None and not self.token.strip():
             raise ValueError("the token must not be empty")
         if not is_loopback(self.host) and self.token is None:

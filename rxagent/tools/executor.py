@@ -2,10 +2,12 @@
 
 For each call, in this order: refuse argument text over the toolkit's size limit; reject unparseable
 arguments and calls of tools this run cannot see (error results, nothing runs); ask the permission gate
-(deny → ``denied`` result, ask → :class:`ToolPermissionRequired`, nothing runs); suspend external tools;
-then pass the call through the interceptor chain (the ``tool_call`` cut point), whose innermost step
-coerces, validates and converts the arguments, adds presets, asks the gate again if an interceptor
-changed the arguments, and runs the body with the tool's timeout.
+(deny → ``denied`` result, ask → :class:`ToolPermissionRequired`, nothing runs); suspend external tools
+once their arguments pass the tool's schema (the caller runs them on what it is given; arguments that do
+not fit get an error result, for the model to fix, as a local tool's do); then pass the call through the
+interceptor chain (the ``tool_call`` cut point), whose innermost step coerces, validates and converts the
+arguments, adds presets, asks the gate again if an interceptor changed the arguments, and runs the body
+with the tool's timeout.
 
 Scheduling: with ``parallel=False`` calls run one after another. With ``parallel=True`` consecutive
 concurrency-safe calls run together (at most ``max_concurrency`` at once) and every other call is a
@@ -285,6 +287,10 @@ class ToolExecutor:
         if decision.decision == "ask" and not approved:
             return ToolPermissionRequired(call, decision)
         if tool.traits.external:
+            try:  # the caller runs it: what it gets must fit the schema, as a local body's arguments do
+                tool.prepare(arguments, resolved.presets)
+            except ToolArgumentError as error:
+                return reject(str(error))
             return ToolCallSuspended(call)
         return _Runnable(index, ToolInvocation(call, tool, arguments, resolved.presets))
 

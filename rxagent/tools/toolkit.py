@@ -6,7 +6,10 @@ current snapshot each time it prepares a request or executes a call, so a tool d
 refused from the next call on.
 
 Group activation and per-run presets live on the :class:`ToolView`, never on the shared toolkit: one
-session activating a group changes no other session's view.
+session activating a group changes no other session's view. So do a run's *caller tools*: tools the caller
+runs itself (a front end's own, which AG-UI sends with each run), given to :meth:`Toolkit.view` as schemas.
+The run sees them beside the toolkit's; a call to one suspends the run for the caller's result, as an
+``external`` tool's call does.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Any, Literal
 
 from rxagent.display import Displayable
 from rxagent.requests import ToolSchema
-from rxagent.tools._tool import FunctionTool, Tool, tool
+from rxagent.tools._tool import FunctionTool, SchemaTool, Tool, ToolContext, ToolTraits, tool
 
 __all__ = ["ResolvedTool", "ToolGroup", "ToolView", "Toolkit", "Unavailable"]
 
@@ -259,6 +262,7 @@ class Toolkit(Displayable):
         active_groups: Iterable[str] | None = None,
         presets: Mapping[str, Mapping[str, Any]] | None = None,
         shared_presets: Mapping[str, Any] | None = None,
+        caller_tools: Iterable[ToolSchema] = (),
     ) -> ToolView:
         """A per-run view of this toolkit.
 
@@ -269,6 +273,13 @@ class Toolkit(Displayable):
                 over registration presets and over anything the model sends.
             shared_presets: values preset for every tool that has a parameter of that name
                 (``{"user_id": ctx.user_id}``).
+            caller_tools: tools the caller runs itself (see the module): visible to this run whatever
+                ``allow`` and the groups say, each an ``external`` tool whose arguments are checked against
+                its schema.
+
+        Raises:
+            ValueError: a caller tool has the name of one of the toolkit's tools or of another caller tool
+                (or a name a tool may not have).
         """
         if active_groups is None:
             active_groups = [g.name for g in self._groups.values() if g.active_by_default]
@@ -278,7 +289,20 @@ class Toolkit(Displayable):
             active_groups=set(active_groups),
             presets={k: dict(v) for k, v in (presets or {}).items()},
             shared_presets=dict(shared_presets or {}),
+            caller=self._caller_entries(caller_tools),
         )
+
+    def _caller_entries(self, schemas: Iterable[ToolSchema]) -> Mapping[str, _Entry]:
+        entries: dict[str, _Entry] = {}
+        for schema in schemas:
+            if schema.name in self._entries:
+                raise ValueError(
+                    f"a caller tool is named {schema.name!r}, as one of the agent's own tools is"
+                )
+            if schema.name in entries:
+                raise ValueError(f"two caller tools are named {schema.name!r}")
+            entries[schema.name] = _Entry(_caller_tool(schema), MappingProxyType({}))
+        return MappingProxyType(entries)
 
     def _snapshot(self) -> Mapping[str, _Entry]:
         return self._entries
@@ -292,6 +316,19 @@ def _tool_methods(obj: object) -> list[Tool]:
             if isinstance(bound, Tool):
                 found.append(bound)
     return found
+
+
+_CALLER_TRAITS = ToolTraits(external=True)
+
+
+def _caller_tool(schema: ToolSchema) -> Tool:
+    """A tool the caller runs itself: external (the run suspends for its result), never run here."""
+
+    def outside(arguments: dict[str, Any], context: ToolContext[Any]) -> None:
+        del arguments, context
+        raise RuntimeError(f"{schema.name} is run by the caller, not here")  # external: never reached
+
+    return SchemaTool(schema.name, schema.description, schema.parameters, outside, traits=_CALLER_TRAITS)
 
 
 def _renamed(item: Tool, name: str) -> Tool:
@@ -312,7 +349,10 @@ class ToolView:
     active_groups: set[str]
     presets: dict[str, dict[str, Any]] = field(default_factory=lambda: {})
     shared_presets: dict[str, Any] = field(default_factory=lambda: {})
+    caller: Mapping[str, _Entry] = field(default_factory=lambda: MappingProxyType({}))
+    """The caller's own tools (see the module), by name."""
     _schemas_cache: tuple[tuple[Any, ...], tuple[ToolSchema, ...]] | None = field(default=None, repr=False)
+    _merged: tuple[Mapping[str, _Entry], Mapping[str, _Entry]] | None = field(default=None, repr=False)
 
     def activate_group(self, name: str) -> None:
         """Make the group's tools visible in this view."""
@@ -327,6 +367,8 @@ class ToolView:
     def _why_unavailable(
         self, entry: _Entry | None, name: str
     ) -> Literal["unknown", "disabled", "group_inactive"] | None:
+        if entry is not None and self.caller.get(name) is entry:  # the caller's: its own to offer
+            return None
         # A tool outside the allow-list is "unknown": a run must not learn what it cannot see.
         if entry is None or (self.allow is not None and name not in self.allow):
             return "unknown"
@@ -353,7 +395,13 @@ class ToolView:
 
     def _entries(self) -> Mapping[str, _Entry]:
         # The view is the toolkit's own companion: it reads the copy-on-write registry directly.
-        return self.toolkit._snapshot()  # pyright: ignore[reportPrivateUsage]
+        snapshot = self.toolkit._snapshot()  # pyright: ignore[reportPrivateUsage]
+        if not self.caller:
+            return snapshot
+        merged = self._merged
+        if merged is None or merged[0] is not snapshot:  # one merge per snapshot: its identity keys caches
+            merged = self._merged = (snapshot, MappingProxyType({**snapshot, **self.caller}))
+        return merged[1]
 
     def tools(self) -> tuple[ResolvedTool, ...]:
         """The tools this run may call now, with their presets."""
@@ -383,7 +431,8 @@ class ToolView:
             if cached is not None and cached[0][0] is key[0] and cached[0][1:] == key[1:]:
                 return cached[1]
         schemas = tuple(resolved.tool.schema(resolved.hidden) for resolved in self.tools())
-        if shared is None or shared[0][0] is not key[0]:  # none yet, or of an older snapshot: share these
+        # A view with caller tools sees more than its toolkit's other views: it keeps its schemas to itself.
+        if not self.caller and (shared is None or shared[0][0] is not key[0]):  # none yet, or older: share
             self.toolkit._shared_schemas = (key, schemas)  # pyright: ignore[reportPrivateUsage]
         else:
             self._schemas_cache = (key, schemas)

@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 from ag_ui.core import (
     BaseEvent,
+    CustomEvent,
     Event,
     EventType,
     RunErrorEvent,
     RunFinishedEvent,
     RunStartedEvent,
-    StateSnapshotEvent,
     StepStartedEvent,
     ToolCallResultEvent,
 )
@@ -152,6 +152,11 @@ def of_type(events: list[BaseEvent], kind: type[Any]) -> list[Any]:
     return [e for e in events if isinstance(e, kind)]
 
 
+def run_states(events: list[BaseEvent]) -> list[dict[str, Any]]:
+    """The values of the ``rxagent.run_state`` events (the run's pending calls and usage)."""
+    return [e.value for e in of_type(events, CustomEvent) if e.name == "rxagent.run_state"]
+
+
 # ---- a whole run -------------------------------------------------------------------------------------------
 
 
@@ -219,7 +224,7 @@ async def test_a_run_with_reasoning_text_and_a_tool_call_streams_valid_ordered_a
     assert finished.result == {"reason": "MODEL_STOP", "text": "Oslo is big.", "iterations": 2}
     assert finished.usage is not None
     assert finished.usage[0].model == model.model_name
-    final_state = of_type(events, StateSnapshotEvent)[-1].snapshot
+    final_state = run_states(events)[-1]  # the run's own bookkeeping, apart from the shared state
     assert final_state["usage"]["model_calls"] == 2
     assert final_state["pending"] == []
     assert ran == ["lookup Oslo"]
@@ -256,7 +261,7 @@ async def test_an_approval_round_trip_through_interrupt_and_resume_runs_the_tool
         assert (interrupt.id, interrupt.reason, interrupt.tool_call_id) == ("r1", "tool_approval", "r1")
         assert interrupt.response_schema is not None
         assert "allow" in interrupt.response_schema["properties"]
-        assert of_type(first, StateSnapshotEvent)[-1].snapshot["pending"][0]["kind"] == "ask"
+        assert run_states(first)[-1]["pending"][0]["kind"] == "ask"
         assert ran == []
 
         resume = [{"interruptId": "r1", "status": "resolved", "payload": {"allow": True}}]
