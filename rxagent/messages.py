@@ -109,11 +109,37 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{_ID_BASE}{next(_id_counter) & 0xFFFFFFFFFFFF:012x}"
 
 
+_FIELD_SETS: dict[frozenset[str], set[str]] = {}
+"""One set of field names per combination in use, shared by the frozen messages and blocks that have it."""
+
+
+def _share_fields_set(model: BaseModel) -> None:
+    """Give ``model`` the shared copy of its set of fields set.
+
+    Pydantic keeps a set of the fields given per instance: a session's history kept in memory would hold
+    one per message and one per block, each one more object that every full collection of the garbage
+    collector walks (about a fifth of what a turn adds to a session). Frozen models never change that set
+    (``model_copy`` copies it before it adds to it), so the instances that have the same one share it.
+    """
+    fields = model.__pydantic_fields_set__
+    key = frozenset(fields)
+    shared = _FIELD_SETS.get(key)
+    if shared is None:
+        if len(_FIELD_SETS) < 4096:  # a bound: the combinations in use are few
+            _FIELD_SETS[key] = fields
+    elif shared is not fields:
+        object.__setattr__(model, "__pydantic_fields_set__", shared)
+
+
 class _Block(BaseModel):
     # defer_build (here, inherited by every block, and on Msg): pydantic builds a model's validator and
     # serializer when the model is first used, not when the class is defined, so `import rxagent` does not
     # pay for them (nor for pydantic's plugin lookup, which reads every installed package's metadata).
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    def model_post_init(self, context: object, /) -> None:
+        """Share the set of fields set with the blocks that have the same (see ``_share_fields_set``)."""
+        _share_fields_set(self)
 
 
 class TextBlock(_Block):
@@ -544,6 +570,10 @@ class Msg(Displayable, BaseModel):
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    def model_post_init(self, context: object, /) -> None:
+        """Share the set of fields set with the messages that have the same (see ``_share_fields_set``)."""
+        _share_fields_set(self)
 
     id: str = Field(default_factory=lambda: new_id("msg"))
     """Unique message id."""

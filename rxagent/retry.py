@@ -127,7 +127,9 @@ class RetryBudget:
 
     max_retries: int = 8
     used: int = 0
-    _listeners: list[Callable[[RetryAttempt], None]] = field(default_factory=list, repr=False)
+    # A tuple, replaced on change: a run rarely adds a listener, and an empty tuple is no object for the
+    # garbage collector to walk while the run is in flight (an empty list per run would be).
+    _listeners: tuple[Callable[[RetryAttempt], None], ...] = field(default=(), repr=False)
 
     @property
     def remaining(self) -> int:
@@ -143,13 +145,31 @@ class RetryBudget:
 
     def add_listener(self, listener: Callable[[RetryAttempt], None]) -> Callable[[], None]:
         """Call ``listener`` before every retry drawn from this budget; returns a function that removes it."""
-        self._listeners.append(listener)
-        return lambda: self._listeners.remove(listener)
+        self._listeners = (*self._listeners, listener)
+        return _Removal(self, listener)
 
     def notify(self, attempt: RetryAttempt) -> None:
         """Tell the listeners about ``attempt`` (called by the retrying operator)."""
-        for listener in tuple(self._listeners):
+        for listener in self._listeners:
             listener(attempt)
+
+
+class _Removal:
+    """Removes one listener from a budget when called (one slotted object per model call, not a closure)."""
+
+    __slots__ = ("_budget", "_listener")
+
+    def __init__(self, budget: RetryBudget, listener: Callable[[RetryAttempt], None]) -> None:
+        self._budget = budget
+        self._listener = listener
+
+    def __call__(self) -> None:
+        budget = self._budget
+        listeners = list(budget._listeners)  # pyright: ignore[reportPrivateUsage] - the budget's own helper
+        if self._listener not in listeners:
+            raise ValueError("this listener was removed from the retry budget already")
+        listeners.remove(self._listener)
+        budget._listeners = tuple(listeners)  # pyright: ignore[reportPrivateUsage]
 
 
 class RetryExhausted(Exception):

@@ -87,6 +87,22 @@ def test_msg_is_immutable_and_ids_are_unique() -> None:
     assert msg.name is None
 
 
+def test_messages_with_the_same_fields_given_share_one_set_of_them_and_a_copy_changes_only_its_own() -> None:
+    # One set per combination, not one per message and block: a long history kept in memory is that many
+    # fewer objects for the garbage collector (bench/soak.py).
+    a, b = Msg.user("a"), Msg.user("b")
+    assert a.model_fields_set is b.model_fields_set
+    assert a.content[0].model_fields_set is b.content[0].model_fields_set
+    named = a.model_copy(update={"name": "x"})
+    assert named.model_fields_set == {"role", "content", "name"}
+    assert a.model_fields_set == {"role", "content"} == Msg.user("c").model_fields_set
+    assert "name" not in a.model_dump(exclude_unset=True)
+    assert named.model_dump(exclude_unset=True)["name"] == "x"
+    read, again = (Msg.model_validate_json(named.model_dump_json()) for _ in range(2))  # as a store reads
+    assert read == again == named
+    assert read.model_fields_set is again.model_fields_set
+
+
 def test_msg_rejects_unknown_block_types_and_fields() -> None:
     with pytest.raises(ValidationError, match="does not match any of the expected tags"):
         Msg.model_validate({"role": "user", "content": [{"type": "video", "url": "x"}]})

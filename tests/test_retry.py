@@ -91,6 +91,22 @@ def test_plan_retry_spends_the_budget_and_tells_its_listeners() -> None:
     assert refused.why == "budget"
 
 
+def test_a_removed_listener_hears_nothing_more_and_the_others_still_do() -> None:
+    budget = RetryBudget(max_retries=3)
+    first: list[RetryAttempt] = []
+    second: list[RetryAttempt] = []
+    remove_first = budget.add_listener(first.append)
+    budget.add_listener(second.append)
+    policy = RetryPolicy(base_delay=1, jitter=0)
+    plan_retry(policy, 1, Flaky(), budget)
+    remove_first()
+    plan_retry(policy, 2, Flaky(), budget)
+    assert [a.retry_number for a in first] == [1]
+    assert [a.retry_number for a in second] == [1, 2]
+    with pytest.raises(ValueError, match="removed from the retry budget already"):
+        remove_first()
+
+
 def test_module_examples() -> None:
     results = doctest.testmod(rxagent.retry)
     assert results.attempted > 0

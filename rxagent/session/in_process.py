@@ -31,7 +31,9 @@ __all__ = ["MemoryStore"]
 class _Log:
     facts: list[Fact] = field(default_factory=lambda: [])
     """The appended facts, in order (fact ``n`` is ``facts[n - 1]``); their payloads are encoded when read."""
-    checkpoints: list[Checkpoint] = field(default_factory=lambda: [])
+    checkpoints: tuple[Checkpoint, ...] = ()
+    """The last few, oldest first (a tuple, replaced whole: a session without one keeps no empty list for
+    the garbage collector to walk)."""
     batches: dict[str, int] = field(default_factory=lambda: {})
     """The ids of the appends made with a batch, and the sequence number each one ended at."""
     lease: Lease | None = None
@@ -217,7 +219,7 @@ class MemoryStore:
         if checkpoint.seq > len(log.facts):
             raise ValueError(f"checkpoint {checkpoint.seq} is beyond the log's head ({len(log.facts)})")
         if not log.checkpoints or checkpoint.seq > log.checkpoints[-1].seq:
-            log.checkpoints = [*log.checkpoints[-(CHECKPOINTS_KEPT - 1) :], checkpoint]
+            log.checkpoints = (*log.checkpoints[-(CHECKPOINTS_KEPT - 1) :], checkpoint)
 
     async def read(self, key: SessionKey, after: int = 0, limit: int | None = None) -> list[StoredFact]:
         """Facts after ``after``."""
@@ -254,7 +256,7 @@ class MemoryStore:
         source = self._logs.get(key)
         if source is not None:
             target.facts = list(source.facts[:at])
-            target.checkpoints = [c for c in source.checkpoints if c.seq <= at][-1:]
+            target.checkpoints = tuple(c for c in source.checkpoints if c.seq <= at)[-1:]
             if target.facts:
                 self._listeners.notify(into)
 

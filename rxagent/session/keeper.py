@@ -45,17 +45,28 @@ import os
 import socket
 import weakref
 from collections import OrderedDict
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from rxagent.clock import SYSTEM_CLOCK, Clock, Timer
 from rxagent.operators import start_task
+from rxagent.operators._from_async_iterable import (  # the callbacks' shared empty context, as start_task's
+    _NO_CONTEXT,  # pyright: ignore[reportPrivateUsage]
+)
 from rxagent.session.feed import SessionFeed
 from rxagent.session.owner import ProcessOwner, owner_gone
 from rxagent.session.projection import Projection
 from rxagent.session.recorder import Recorder
-from rxagent.session.store import Lease, LeaseLostError, SessionStore, Ticket, TicketLostError, Waiting
+from rxagent.session.store import (
+    Lease,
+    LeaseLostError,
+    Listening,
+    SessionStore,
+    Ticket,
+    TicketLostError,
+    Waiting,
+)
 from rxagent.state import SessionKey
 
 __all__ = ["TURN_POLL", "Claim", "Place", "SessionBusy", "SessionKeeper"]
@@ -97,13 +108,16 @@ class Place:
     the queue moving.
     """
 
-    __slots__ = ("_gone", "_position", "holder", "key")
+    __slots__ = ("_gone", "_left", "_position", "holder", "key")
 
     def __init__(self, key: SessionKey) -> None:
         self.key = key
         """The session."""
         self._position: int | None = None
-        self._gone = asyncio.Event()
+        self._left = False
+        # Made when someone waits for it (rarely): an event is two more objects per run in flight for the
+        # garbage collector to walk (see bench/turn_objects.py).
+        self._gone: asyncio.Event | None = None
         self.holder: str | None = None
         """Who held the session's lease when this place last looked (``None``: nobody, or it holds it)."""
 
@@ -115,6 +129,10 @@ class Place:
 
     async def gone(self) -> None:
         """Wait until the run gave the session back, or left the line without it."""
+        if self._left:
+            return
+        if self._gone is None:
+            self._gone = asyncio.Event()
         await self._gone.wait()
 
     def _stands(self, waiting: Waiting) -> None:
@@ -128,16 +146,20 @@ class Place:
     def _leaves(self) -> None:
         self._position = None
         self.holder = None
-        self._gone.set()
+        self._left = True
+        if self._gone is not None:
+            self._gone.set()
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Line:
     """This keeper's places on one session (waiting or holding it), and the order they join the store's
-    line in."""
+    line in: ``joining`` exists while ``joiners`` of them are joining (a lock kept by every session held
+    would be one more object per run in flight for the garbage collector to walk)."""
 
     places: list[Place] = field(default_factory=lambda: [])
-    joining: asyncio.Lock = field(default_factory=asyncio.Lock)
+    joining: asyncio.Lock | None = None
+    joiners: int = 0
 
 
 @dataclass(eq=False)
@@ -153,6 +175,14 @@ class Claim:
     broken: bool = False
     """Something failed to be recorded: the projection may be ahead of the log, so it is not kept."""
     extras: dict[str, object] = field(default_factory=lambda: {})
+    renew: Callable[[Claim], None] | None = field(default=None, repr=False)
+    """What renews the lease when :attr:`renewal` fires (the keeper's): one bound method per claim is the
+    timer's callback, where a closure would be four objects for the garbage collector to walk."""
+
+    def renew_due(self) -> None:
+        """The lease's renewal is due (the timer's callback)."""
+        if self.renew is not None:
+            self.renew(self)
 
     async def flush(self) -> None:
         """Append what the recorder holds (see :meth:`Recorder.flush`); if that fails the claim is
@@ -267,10 +297,10 @@ class SessionKeeper:
             # (or lost the session) before recording how it ended. Whoever takes the session next records
             # that, with its first flush: a run, a reconciliation, an injected message, a refused resume.
             recorder.lost(projection.open_run)
-        claim = Claim(key, place, lease, projection, recorder)
+        claim = Claim(key, place, lease, projection, recorder, renew=self._renew)
         self._claims[key] = claim
         self._claiming -= 1
-        claim.renewal = self.clock.call_later(self.lease_ttl / 3, lambda: self._renew(claim))
+        claim.renewal = self.clock.call_later(self.lease_ttl / 3, claim.renew_due)
         return claim
 
     async def _take_turn(self, place: Place, key: SessionKey, wait: float | None) -> Lease:
@@ -281,12 +311,23 @@ class SessionKeeper:
         if line is None:
             line = self._lines[key] = _Line()
         line.places.append(place)  # until it leaves (_leave)
-        woken = asyncio.Event()
-        listening = self.store.listen_turns(key, woken.set)
+        # Made once the run has to wait (most runs get the lease at once): an event and a listener are four
+        # more objects per run in flight for the garbage collector to walk.
+        woken: asyncio.Event | None = None
+        listening: Listening | None = None
         ticket: Ticket | None = None
         try:
-            async with line.joining:  # this keeper's runs join in the order they came
-                outcome = await self._finishing(self.store.enqueue(key, self.owner, self.lease_ttl))
+            if line.joining is None:
+                line.joining = asyncio.Lock()
+            joining = line.joining
+            line.joiners += 1
+            try:
+                async with joining:  # this keeper's runs join in the order they came
+                    outcome = await self._finishing(self.store.enqueue(key, self.owner, self.lease_ttl))
+            finally:
+                line.joiners -= 1
+                if not line.joiners:
+                    line.joining = None
             renew_at = self.clock.now() + self.lease_ttl / 3
             while isinstance(outcome, Waiting):
                 ticket = outcome.ticket
@@ -298,6 +339,10 @@ class SessionKeeper:
                 now = self.clock.now()
                 if deadline is not None and now >= deadline:
                     raise SessionBusy(now - started, outcome.ahead, outcome.holder)
+                if woken is None or listening is None:
+                    woken = asyncio.Event()
+                    listening = self.store.listen_turns(key, woken.set)
+                    woken.set()  # the line may have moved before this listened: ask again at once
                 pause = max(outcome.retry_in, _RETRY_FLOOR)
                 if not listening.live:
                     pause = min(pause, TURN_POLL)
@@ -331,7 +376,8 @@ class SessionKeeper:
                     await self._drop(ticket)
             raise
         finally:
-            listening.close()
+            if listening is not None:
+                listening.close()
 
     def _leave(self, place: Place) -> None:
         """``place`` gave the session back, or left the line without it (a no-op the second time)."""
@@ -359,7 +405,8 @@ class SessionKeeper:
         took is dropped, or the lease it granted released, in the background."""
         task = self._track(asyncio.ensure_future(call))
         try:
-            return await asyncio.shield(task)
+            await _finished(task)
+            return task.result()
         except asyncio.CancelledError:
             if task.done():
                 # The call finished before the cancel reached us: undo now. A done callback would run a
@@ -394,14 +441,15 @@ class SessionKeeper:
         raised to the caller, or logged when the caller was cancelled)."""
         task = self._track(asyncio.ensure_future(self.store.release(lease)))
         try:
-            await asyncio.shield(task)
+            await _finished(task)
+            task.result()
         except asyncio.CancelledError:
             task.add_done_callback(_log_failed_release)
             raise
 
     def _track(self, work: asyncio.Future[_T]) -> asyncio.Future[_T]:
         self._undoing.add(work)
-        work.add_done_callback(self._done)
+        work.add_done_callback(self._done, context=_NO_CONTEXT)  # it reads no context variable
         return work
 
     def _done(self, work: asyncio.Future[Any]) -> None:
@@ -457,7 +505,7 @@ class SessionKeeper:
             except Exception:
                 _log.warning("rxagent: renewing the lease on session %r failed", claim.key[1], exc_info=True)
             if claim.renewal is not None:  # still held
-                claim.renewal = self.clock.call_later(self.lease_ttl / 3, lambda: self._renew(claim))
+                claim.renewal = self.clock.call_later(self.lease_ttl / 3, claim.renew_due)
 
         claim.renewal = start_task(asyncio.get_running_loop(), renew(), "rxagent.session.renew")
 
@@ -591,6 +639,34 @@ class SessionKeeper:
                 self._quiet = None
         if self._checkpoints:
             await asyncio.gather(*self._checkpoints, return_exceptions=True)
+
+
+class _Wake:
+    """Sets ``waiter`` when the work it is a done callback of is done."""
+
+    __slots__ = ("waiter",)
+
+    def __init__(self, waiter: asyncio.Future[None]) -> None:
+        self.waiter = waiter
+
+    def __call__(self, work: asyncio.Future[Any]) -> None:
+        if not self.waiter.done():
+            self.waiter.set_result(None)
+
+
+def _finished(work: asyncio.Future[Any]) -> asyncio.Future[None]:
+    """A future done when ``work`` is; cancelling it (a cancel of whoever awaits it) leaves ``work`` going.
+
+    What ``asyncio.shield`` does, in one slotted callback run in the shared empty context instead of two
+    closures, their cells and a copy of the context each: the keeper waits so at every turn's start and
+    end, and with a thousand turns in flight all of it is walked by the garbage collector's collections.
+    """
+    waiter = asyncio.get_running_loop().create_future()
+    if work.done():
+        waiter.set_result(None)
+    else:
+        work.add_done_callback(_Wake(waiter), context=_NO_CONTEXT)
+    return waiter
 
 
 def _log_failed_release(task: asyncio.Future[Any]) -> None:

@@ -62,10 +62,12 @@ from rxagent.state import AgentState
 __all__ = ["LOST_RUN", "Recorder", "fact", "message_fact", "run_started_fact", "seed_session"]
 
 _TAIL = 4
+"""Recorded messages checked for in-place replacement at each flush."""
 _FLUSH_AT = 256
 """Queued facts (recorded events, mostly) that start a flush in the background."""
 _log = logging.getLogger("rxagent")
-"""Recorded messages checked for in-place replacement at each flush."""
+_NOTHING: frozenset[str] = frozenset()
+"""No call ids (shared: the usual value, which costs no object per recorder)."""
 
 LOST_RUN = "the run ended with no record of how (its process stopped)"
 """The error recorded for a run whose end the log lacks, by whoever takes the session next."""
@@ -112,11 +114,11 @@ def _result_payload(result: ToolResultBlock) -> str:
     return f'{{"result":{json_of(result)}}}'
 
 
-def _pending_payload(pending: list[Any]) -> str:
+def _pending_payload(pending: Sequence[Any]) -> str:
     return '{"pending":[' + ",".join(json_of(p) for p in pending) + "]}"
 
 
-def _results_payload(results: list[ToolResultBlock]) -> str:
+def _results_payload(results: Sequence[ToolResultBlock]) -> str:
     return '{"results":[' + ",".join(json_of(r) for r in results) + "]}"
 
 
@@ -164,12 +166,15 @@ class Recorder:
         self.projection = projection
         self.run_id = run_id
         self.feed = feed
-        self._lock = asyncio.Lock()
+        # What a run in flight keeps is walked by the garbage collector at every full collection (see
+        # bench/turn_objects.py): the lock is made at the first flush, and what is usually empty is an
+        # immutable empty value (a frozenset of ids, a tuple) until it is not.
+        self._lock: asyncio.Lock | None = None
         self._queue: list[Fact] = []
         self._next = projection.seq + 1
         """The sequence number the next queued fact gets (the lease makes this the only writer)."""
-        self._answered: set[str] = set()
-        self._unsure: list[_Sent] = []
+        self._answered: frozenset[str] = _NOTHING
+        self._unsure: tuple[_Sent, ...] = ()
         """Appends that failed or were cancelled and may have committed all the same: each was the queue's
         first ``count`` facts, to start right after the recorded head (so at most one of them commits)."""
         self._snapshot = _Snapshot.of(projection)
@@ -225,7 +230,7 @@ class Recorder:
 
     async def _flush_queued(self) -> None:
         try:
-            async with self._lock:
+            async with self._flushing():
                 if not self._closed:  # closed while this waited for the run's own flush: that one decided
                     await self._append_queued(())
         except Exception:  # the facts stay queued: the run's next flush tries them again, and raises
@@ -242,7 +247,8 @@ class Recorder:
             self._enqueue([fact("run_failed", {"run_id": lost, "error": LOST_RUN}, self.run_id)])
         changes, self._snapshot, answered = self._snapshot.changes(self.projection, self.run_id)
         self._enqueue(changes)
-        self._answered |= answered
+        if answered:
+            self._answered |= answered
 
     def _enqueue(self, facts: Sequence[Fact], event: AgentEvent | None = None) -> None:
         if not facts:
@@ -288,8 +294,14 @@ class Recorder:
             LeaseLostError: the lease is no longer the session's (nothing was appended).
             Exception: whatever the store raised (nothing was recorded as appended).
         """
-        async with self._lock:
+        async with self._flushing():
             await self._append_queued(facts)
+
+    def _flushing(self) -> asyncio.Lock:
+        """The lock that serialises flushes (made by the first one)."""
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        return self._lock
 
     @property
     def settled(self) -> bool:
@@ -305,9 +317,9 @@ class Recorder:
             await self._settle()
         while self._queue:
             batch = list(self._queue)
-            sent = _Sent(Batch.new(self.projection.seq + 1), len(batch), set(self._answered))
+            sent = _Sent(Batch.new(self.projection.seq + 1), len(batch), self._answered)
             # Kept until the store answers: a failure or a cancel leaves it unsure.
-            self._unsure.append(sent)
+            self._unsure = (*self._unsure, sent)
             try:
                 seq = await self.store.append(self.lease, batch, batch=sent.batch)
             except HeadMovedError as moved:
@@ -357,12 +369,12 @@ class Recorder:
                 f"session {self.lease.key[1]!r}: the store says the append ended at {seq}, but it was to "
                 f"end at {expected}: the store does not honour the batch's first sequence number"
             )
-        self._unsure.clear()  # the head moved past where they were to start: none of them can commit now
+        self._unsure = ()  # the head moved past where they were to start: none of them can commit now
         batch = self._queue[: sent.count]
         del self._queue[: sent.count]  # facts queued while the append was on its way stay queued
         if self.feed is not None:
             self.feed.durable(seq)
-        self._answered -= sent.answered
+        self._answered = (self._answered - sent.answered) or _NOTHING
         projection.seq = seq
         projection.since_checkpoint += sent.count
         for written in batch:
@@ -408,8 +420,9 @@ class Recorder:
         partial = self.projection.state.partial_results
         if all(r.tool_use_id != result.tool_use_id for r in partial):
             partial.append(result)
-            self._snapshot.partial.append(result)  # recorded by the fact above: not a change to write
-        self._answered.add(result.tool_use_id)
+            snapshot = self._snapshot  # recorded by the fact above: not a change to write
+            snapshot.partial = (*snapshot.partial, result)
+        self._answered |= {result.tool_use_id}
         if self.store.durable:
             await self.flush()
 
@@ -421,11 +434,14 @@ class _Sent:
 
     batch: Batch
     count: int
-    answered: set[str]
+    answered: frozenset[str]
 
 
 class _Snapshot:
-    """What the recorder last wrote of the state: enough to find what changed since, cheaply."""
+    """What the recorder last wrote of the state: enough to find what changed since, cheaply.
+
+    Tuples, not lists: one snapshot is alive per run in flight, an empty tuple is no object at all for the
+    garbage collector, and an unchanged one is shared by the next snapshot instead of copied."""
 
     __slots__ = ("extras", "groups", "length", "partial", "pending", "tail")
 
@@ -433,8 +449,8 @@ class _Snapshot:
         self,
         length: int,
         tail: tuple[Msg, ...],
-        pending: list[Any],
-        partial: list[ToolResultBlock],
+        pending: tuple[Any, ...],
+        partial: tuple[ToolResultBlock, ...],
         extras: str,
         groups: list[str] | None,
     ) -> None:
@@ -452,8 +468,8 @@ class _Snapshot:
         return cls(
             len(messages),
             tuple(messages[-_TAIL:]),
-            list(state.pending),
-            list(state.partial_results),
+            tuple(state.pending),
+            tuple(state.partial_results),
             _encode_extras(state.extras),
             None if state.active_groups is None else list(state.active_groups),
         )
@@ -467,7 +483,9 @@ class _Snapshot:
         state.extras = json.loads(self.extras)
         state.active_groups = None if self.groups is None else list(self.groups)
 
-    def changes(self, projection: Projection, run_id: str | None) -> tuple[list[Fact], _Snapshot, set[str]]:
+    def changes(
+        self, projection: Projection, run_id: str | None
+    ) -> tuple[list[Fact], _Snapshot, frozenset[str]]:
         """The facts that bring the log from this snapshot to the state now, the next snapshot, and the
         ids of calls those facts give a result."""
         state = projection.state
@@ -481,7 +499,7 @@ class _Snapshot:
             and not state.extras
             and self.extras == "{}"
         ):
-            return [], self, set()
+            return [], self, _NOTHING
         facts: list[Fact] = []
         answered: set[str] = set()
         start = max(0, self.length - len(self.tail))
@@ -492,13 +510,13 @@ class _Snapshot:
         for message in messages[self.length :]:
             facts.append(message_fact("message", message, run_id))
             answered.update(r.tool_use_id for r in message.tool_results)
-        pending = state.pending
-        if not _same(pending, self.pending):
-            pending = list(pending)
+        pending = self.pending
+        if not _same(state.pending, pending):
+            pending = tuple(state.pending)
             facts.append(Fact.later("pending", _pending_payload, pending, run_id))
-        partial = state.partial_results
-        if not _same(partial, self.partial):
-            partial = list(partial)
+        partial = self.partial
+        if not _same(state.partial_results, partial):
+            partial = tuple(state.partial_results)
             answered.update(r.tool_use_id for r in partial)
             facts.append(Fact.later("partial_results", _results_payload, partial, run_id))
         # Extras are plain JSON a step may change in place: only their text tells. Empty is the common
@@ -514,19 +532,19 @@ class _Snapshot:
         snapshot = _Snapshot(
             len(messages),
             tuple(messages[-_TAIL:]),
-            list(pending),
-            list(partial),
+            pending,
+            partial,
             extras,
             None if groups is None else list(groups),
         )
-        return facts, snapshot, answered
+        return facts, snapshot, frozenset(answered) if answered else _NOTHING
 
 
-def _same(now: list[Any], recorded: list[Any]) -> bool:
+def _same(now: list[Any], recorded: tuple[Any, ...]) -> bool:
     """Whether a list of frozen models is unchanged: by identity first (the usual case, and cheap)."""
     if len(now) != len(recorded):
         return False
-    return not now or all(map(operator.is_, now, recorded)) or now == recorded
+    return not now or all(map(operator.is_, now, recorded)) or all(map(operator.eq, now, recorded))
 
 
 def _encode_extras(extras: dict[str, JsonValue]) -> str:

@@ -23,9 +23,12 @@ After every cancel (and after every run the cancel missed, which must then have 
 - the model's connection pool has no connection acquired (each is back in the pool or closed);
 - no asyncio task is left but the test's own and the loopback server's, and no timer of rxagent's is
   left on the loop (a lease renewal, a background flush);
-- the session keeper holds nothing (no claim, no place in a line, no lease work under way) and the
-  store's lease on the session is free; the next run on the session, with ``session_wait=0``, starts at
-  once (each session serves 20 runs in a row, then a run the test lets finish);
+- no lock is held: the session keeper holds nothing (no claim, so no recorder's flush lock; no place in a
+  line, so no line's joining lock; no lease work under way), the store's lease on the session is free, the
+  SQLite file's write lock is free (another connection takes it at once), and rxagent's process-wide
+  guards (a run control's, the lazy reactivex locks') are free; the next run on the session, with
+  ``session_wait=0``, starts at once (each session serves 20 runs in a row, then a run the test lets
+  finish);
 - the session's log reads back: numbered ``1..head``; every run it started has its end (``run_finished``;
   ``run_cancelled`` for a run a cancel cut short, after ``run_finished`` when the cancel came while that
   was being written; never ``run_failed``); no run,
@@ -47,6 +50,7 @@ import contextlib
 import json
 import os
 import random
+import sqlite3
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
@@ -56,10 +60,12 @@ from typing import Any, Literal, get_args
 import pytest
 
 from rxagent.agent import Agent, AgentOptions
+from rxagent.agent.control import _GUARD as CONTROL_GUARD  # pyright: ignore[reportPrivateUsage]
 from rxagent.context import RuntimeContext
 from rxagent.events import AgentEvent, AgentResult
 from rxagent.model.openai import OpenAIChatModel
 from rxagent.operators import to_async_iterator
+from rxagent.operators._source import _MAKING_LOCKS  # pyright: ignore[reportPrivateUsage]
 from rxagent.session import (
     DelegatingStore,
     Fact,
@@ -332,6 +338,10 @@ class Fixture:
         ctx = RuntimeContext(user_id="fuzz", session_id=point.session)
         assert self.agent.sessions.active_run(ctx) is None
         assert await self.store.lease(key) is None, "the session's lease is still held"
+        assert not CONTROL_GUARD.locked(), "a run control's guard is still held"
+        assert not _MAKING_LOCKS.locked(), "the guard of reactivex's lazy locks is still held"
+        if isinstance(self.store, SQLiteStore):
+            assert write_lock_free(self.store.path), "the SQLite file's write lock is still held"
         facts = await self.store.read(key)
         end = check_log(facts, head, outcome, point)
         replayed = Projection.replay(None, facts)
@@ -366,6 +376,21 @@ class Fixture:
             if not strays():
                 return
             await asyncio.sleep(0)  # a loop turn, not a wait for time to pass
+
+
+def write_lock_free(path: Path) -> bool:
+    """Whether another connection takes the SQLite file's write lock at once (no transaction of the store's
+    is left open: a cancelled append that kept its ``BEGIN IMMEDIATE`` would hold it)."""
+    connection = sqlite3.connect(path, timeout=0, isolation_level=None)
+    try:
+        connection.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError:
+        return False
+    else:
+        connection.execute("ROLLBACK")
+        return True
+    finally:
+        connection.close()
 
 
 def strays() -> list[str]:
