@@ -1033,14 +1033,24 @@ async def _chat(
 
 
 async def _decide(prompter: _Prompter, calls: Sequence[ToolUseBlock]) -> list[ToolDecision] | None:
-    """Ask about each call in turn: allow it? (``None``: the input ended first)."""
+    """Ask about each call in turn: allow it (``y``), refuse it (anything else), or allow it and the tool's
+    later calls in this session without asking (``a``: the rule the session's log keeps, as ``respond
+    --always``; the tool's other calls asked about here are then answered by it). ``None``: the input
+    ended first."""
     decisions: list[ToolDecision] = []
+    allowed: set[str] = set()
     for call in calls:
-        answer = await prompter.line(f"allow {_call_text(call)}? [y/N] ", always=True)
+        if call.name in allowed:  # the rule answered just now approves it with the others (agent.grants)
+            continue
+        answer = await prompter.line(f"allow {_call_text(call)}? [y/N/a(lways)] ", always=True)
         if answer is None:
             return None
-        allow = answer.strip().lower() in ("y", "yes")
-        decisions.append(ToolDecision(call.id, allow=allow, reason="" if allow else DENIED))
+        said = answer.strip().lower()
+        always = said in ("a", "always")
+        allow = always or said in ("y", "yes")
+        decisions.append(ToolDecision(call.id, allow=allow, reason="" if allow else DENIED, always=always))
+        if always:
+            allowed.add(call.name)
     return decisions
 
 
@@ -1306,7 +1316,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "respond":
         if not args.answers:
             parser.error(
-                "respond needs an answer: --approve CALL_ID, --deny CALL_ID or --result CALL_ID TEXT"
+                "respond needs an answer: --approve CALL_ID, --always CALL_ID, --deny CALL_ID or "
+                "--result CALL_ID TEXT"
             )
         if missing_file(args.db):  # no such session, and answering creates no store
             print(f"rxagent: {terminal_safe(unknown_session(args.db, args.session))}", file=sys.stderr)

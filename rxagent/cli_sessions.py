@@ -89,8 +89,9 @@ async def new_session_name(store: SessionStore) -> str:
 
 
 class _AnswerAction(argparse.Action):
-    """Collects ``--approve``, ``--deny``, ``--result`` and ``--args`` into one list of answers, in
-    command-line order; ``--args`` changes the arguments of the ``--approve`` right before it."""
+    """Collects ``--approve``, ``--always``, ``--deny``, ``--result`` and ``--args`` into one list of
+    answers, in command-line order; ``--args`` changes the arguments of the ``--approve`` (or ``--always``)
+    right before it."""
 
     def __call__(
         self,
@@ -103,6 +104,8 @@ class _AnswerAction(argparse.Action):
         kind: str = self.const
         if kind == "approve":
             answers.append(ToolDecision(str(values), allow=True))
+        elif kind == "always":  # the run records the rule, as for the other doors (rxagent.agent.grants)
+            answers.append(ToolDecision(str(values), allow=True, always=True))
         elif kind == "deny":
             answers.append(ToolDecision(str(values), allow=False, reason=DENIED))
         elif kind == "result":
@@ -145,6 +148,11 @@ def add_answer_options(parser: argparse.ArgumentParser) -> None:
     answers.add_argument(
         "--approve", dest="answers", action=_AnswerAction, const="approve", metavar="CALL_ID",
         help="run the call (repeatable)",
+    )  # fmt: skip
+    answers.add_argument(
+        "--always", dest="answers", action=_AnswerAction, const="always", metavar="CALL_ID",
+        help="run the call, and from now on its tool's calls in this session without asking (a permission "
+        "rule the session's log keeps; repeatable)",
     )  # fmt: skip
     answers.add_argument(
         "--args", dest="answers", action=_AnswerAction, const="args", metavar="JSON",

@@ -46,6 +46,7 @@ from hypothesis import strategies as st
 import rxagent.cli as cli_module
 from rxagent import ScriptedModel, ScriptedResponse, ScriptedToolCall
 from rxagent.agent import ReActAgent
+from rxagent.agent.grants import SESSION_RULES
 from rxagent.cli import ExitCode, TerminalSafeStream, exit_code_for, main, terminal_safe
 from rxagent.context import RuntimeContext
 from rxagent.events import RunReason, event_from_json
@@ -735,7 +736,7 @@ async def test_chat_asks_before_a_call_that_needs_approval(
     )
 
     assert done.code == 0, done.stderr
-    assert 'allow calculator({"expression": "2 + 2"})? [y/N] ' in done.stderr
+    assert 'allow calculator({"expression": "2 + 2"})? [y/N/a(lways)] ' in done.stderr
     events = done.events()
     assert [e["reason"] for e in events if e["type"] == "agent_result"] == ["PERMISSION_ASKING", "MODEL_STOP"]
     # The decision's result is the first message the second run completes (the model sees it next).
@@ -744,6 +745,30 @@ async def test_chat_asks_before_a_call_that_needs_approval(
     [result] = tool_message["content"]
     assert (result["type"], result["status"]) == ("tool_result", status)
     assert output in json.dumps(result["output"])
+
+
+async def test_always_in_chat_runs_the_call_and_the_tools_later_calls_without_asking(
+    server: OpenAIServer,
+) -> None:
+    server.script(
+        call_reply("calculator", {"expression": "2 + 2"}),
+        text_reply("Four."),
+        call_reply("calculator", {"expression": "3 * 3"}, "call_2"),
+        text_reply("Nine."),
+    )
+
+    done = await rxagent(
+        *on(server, "chat", "--tools", "calculator", "--ask", "calculator", "--json"),
+        stdin="What is 2 + 2?\na\nAnd 3 * 3?\n",
+    )
+
+    assert done.code == 0, done.stderr
+    assert done.stderr.count("? [y/N/a(lways)] ") == 1  # asked about the first call only
+    events = done.events()
+    reasons = [e["reason"] for e in events if e["type"] == "agent_result"]
+    assert reasons == ["PERMISSION_ASKING", "MODEL_STOP", "MODEL_STOP"]
+    results = [e["result"] for e in events if e["type"] == "tool_result"]
+    assert [(r["tool_use_id"], r["status"]) for r in results] == [("call_1", "ok"), ("call_2", "ok")]
 
 
 async def test_ctrl_c_in_chat_ends_the_turn_and_the_chat_goes_on(server: OpenAIServer) -> None:
@@ -1321,6 +1346,50 @@ async def test_respond_with_edited_arguments_runs_them_and_refuses_what_the_sche
     assert call["input"] == {"expression": "3 * 3"}
 
 
+async def test_respond_always_runs_the_call_then_the_tools_next_calls_unasked_and_the_rule_is_in_the_log(
+    server: OpenAIServer, tmp_path: Path
+) -> None:
+    db = tmp_path / "sessions.db"
+    _, command = await waiting_session(server, "--session", "grant", "--db", str(db))
+    command[2] = "--always"
+    server.script(text_reply("It is 4."))
+    done = await rxagent(*command)
+    assert done.code == ExitCode.ANSWER, done.stderr
+
+    # The same session's next run: the calculator's call runs without asking, under the same --ask.
+    server.script(call_reply("calculator", {"expression": "3 * 3"}, "call_2"), text_reply("It is 9."))
+    again = await rxagent(*on(server, "run", "And 3 * 3?", *ASK, "--session", "grant", "--db", str(db)))
+    assert again.code == ExitCode.ANSWER, again.stderr
+    assert server.requests[-1].body["messages"][-1] == {
+        "role": "tool",
+        "tool_call_id": "call_2",
+        "content": "9",
+    }
+
+    store = SQLiteStore(db)
+    try:
+        facts = [(f.kind, f.data()) for f in await store.read((None, "grant"))]
+    finally:
+        await store.aclose()
+    [decision] = [d for kind, d in facts if kind == "decision"]
+    assert decision == {
+        "call_id": "call_1",
+        "kind": "approval",
+        "reason": "",
+        "arguments": None,
+        "always": True,
+    }
+    rule = {"decision": "allow", "tool": "calculator", "call_id": "call_1", "reason": ""}
+    assert [d for kind, d in facts if kind == "extras"][-1] == {"extras": {SESSION_RULES: [rule]}}
+
+    # --always with a call that is not waiting records nothing, as --approve.
+    head = await head_of(db, "grant")
+    refused = await rxagent(*command[:3], "call_9", *command[4:])
+    assert refused.code == ExitCode.USAGE, refused.stderr
+    assert "session 'grant' has no call 'call_9'" in refused.stderr
+    assert await head_of(db, "grant") == head
+
+
 async def test_respond_result_answers_an_external_call_a_program_left_waiting(
     server: OpenAIServer, tmp_path: Path
 ) -> None:
@@ -1430,8 +1499,8 @@ async def test_chat_in_a_terminal_asks_about_waiting_calls_first(server: OpenAIS
     os.close(terminal_end)
     terminal = Terminal(controller)
     try:
-        asked = await asyncio.to_thread(terminal.read_until, "? [y/N] ")
-        assert 'allow calculator({"expression": "2 + 2"})? [y/N] ' in asked
+        asked = await asyncio.to_thread(terminal.read_until, "? [y/N/a(lways)] ")
+        assert 'allow calculator({"expression": "2 + 2"})? [y/N/a(lways)] ' in asked
         assert "you> " not in asked  # the calls come before any new input
         terminal.type("y\n")
         answered = await asyncio.to_thread(terminal.read_until, "you> ")

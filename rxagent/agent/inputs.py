@@ -81,13 +81,16 @@ class ToolDecision:
     ``allow=True`` runs the *same* call; with ``arguments`` it runs the call with those arguments instead
     (an edit): they are checked against the tool's schema when the decision arrives and pass the
     permission gate again, and the edited call is what runs and what the history records. ``allow=False``
-    refuses the call (``reason`` is shown to the model).
+    refuses the call (``reason`` is shown to the model). ``always=True`` (with ``allow=True``) also allows
+    the tool's later calls in the session without asking: a permission rule kept in the session (see
+    :mod:`rxagent.agent.grants`).
     """
 
     call_id: str
     allow: bool
     reason: str = ""
     arguments: Mapping[str, JsonValue] | None = None
+    always: bool = False
 
 
 @dataclass(frozen=True, slots=True)

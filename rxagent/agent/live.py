@@ -495,6 +495,11 @@ class SessionHandle:
 
     # ---- where it stands ----------------------------------------------------------------------------------
 
+    @property
+    def runs(self) -> tuple[RunHandle, ...]:
+        """The runs submitted here that have not ended, in the order submitted (the first may be running)."""
+        return tuple(self._runs)
+
     def status(self) -> SessionStatus:
         """Where the session stands now, as this process knows it (from any thread)."""
         active = self.agent.sessions.active_run(self.ctx)

@@ -3,7 +3,9 @@
 New text with nothing pending joins the history and goes to the model. When calls are pending, the input
 must answer them: approvals (possibly with edited arguments), denials and external results are checked as
 a whole before anything changes (a refused input leaves no trace), then applied; approved calls run next
-(:func:`~rxagent.agent.decisions.route_input`). New text while calls wait is refused, unless
+(:func:`~rxagent.agent.decisions.route_input`); an approval that says ``always`` adds a permission rule to
+the session, which answers its tool's other waiting calls at once (:mod:`rxagent.agent.grants`). New text
+while calls wait is refused, unless
 ``AgentOptions.recover_pending`` answers the waiting calls as interrupted (never running an asking call).
 """
 
@@ -18,6 +20,7 @@ from reactivex import Observable
 from typing_extensions import TypeVar
 
 from rxagent.agent.decisions import route_input
+from rxagent.agent.grants import allow_always, allowed_tools
 from rxagent.agent.inputs import AppliedInput, ExternalResult, PendingToolCallsError, RunInput, ToolDecision
 from rxagent.agent.nodes import Node, Start, StepOutput
 from rxagent.agent.run import RunState
@@ -148,9 +151,19 @@ def _resume(
         elif decision.allow:
             edited = edits.get(call.id)
             approved.append(_record_edit(run, call, edited) if edited is not None else call)
+            if decision.always:
+                allow_always(state, call, decision.reason)
         else:
             why = f": {decision.reason}" if decision.reason else ""
             told += run.add_result(result_of(call, f"The user denied this call{why}.", "denied"))
+    # Calls still asking whose tool a rule of the session now allows (one just made) need no answer; in
+    # the order of the calls, as the rest of the batch.
+    allowed = allowed_tools(state)
+    for pending in [p for p in by_id.values() if p.kind == "ask" and p.call.name in allowed]:
+        call = by_id.pop(pending.call.id).call
+        why = f"a rule of this session allows {call.name} without asking"
+        run.note("decision", {**_decision_record(ToolDecision(call.id, True, why), None), "by": "rule"})
+        approved.append(call)
     state.pending = list(by_id.values())
     if approved or state.pending or more_to_run:  # the messages join the history after the results
         return AppliedInput(tuple(approved), tuple(messages)), told
@@ -164,12 +177,15 @@ def _decision_record(
 ) -> dict[str, JsonValue]:
     if isinstance(decision, ExternalResult):
         return {"call_id": decision.call_id, "kind": "external_result", "status": decision.status}
-    return {
+    record: dict[str, JsonValue] = {
         "call_id": decision.call_id,
         "kind": "approval" if decision.allow else "denial",
         "reason": decision.reason,
         "arguments": edited,
     }
+    if decision.always:
+        record["always"] = True
+    return record
 
 
 def check_answers(
@@ -201,6 +217,8 @@ def check_answers(
             continue
         if waiting.kind != "ask":
             raise PendingToolCallsError(f"call {call_id!r} is external: send an ExternalResult")
+        if decision.always and not decision.allow:
+            raise PendingToolCallsError(f"call {call_id!r}: 'always' comes with an approval, not a denial")
         if decision.arguments is not None:
             if not decision.allow:
                 raise PendingToolCallsError(

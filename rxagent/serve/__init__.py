@@ -48,6 +48,13 @@ Sessions
 ``GET /api/sessions``
     ``{"sessions": [{"session_id", "facts", "updated_at", "owner"}]}``, newest first (``facts``: the
     sequence number of its last fact; ``owner``: who holds its lease now, or ``null``).
+``GET /api/feed`` — SSE
+    The sessions list, live: ``event: sessions`` with the whole list first (newest first), then
+    ``event: session`` with each session that is new or changed, ``event: removed`` for one deleted. Each
+    is a summary: ``{"session_id", "title", "state", "error", "facts", "updated_at", "owner", "queued"}``
+    (``title``: the session's first input; ``state``: ``running``, ``queued``, ``waiting_for_approval``,
+    ``waiting_for_results``, ``uncertain``, ``failed`` with its ``error``, or ``idle``). See
+    :mod:`rxagent.serve.session_list`.
 ``GET /api/sessions/{sid}``
     ``{"session_id", "head", "status": {"state", "running", "queued", "pending", "held_elsewhere",
     "position", "uncertain"}}``: ``head`` is the sequence number of the session's newest fact in the log;
@@ -60,7 +67,14 @@ Sessions
     session's line, which runs share across servers in the order they were submitted (``1``: it is next),
     or ``null``; ``uncertain`` the calls a stopped server left dispatched with no recorded result, whose
     tools are neither idempotent nor read-only (each the call's JSON): the session runs nothing until they
-    are reconciled (``state`` is then ``uncertain``).
+    are reconciled (``state`` is then ``uncertain``); ``queued_runs`` the runs waiting here, each
+    ``{"run_id", "position", "input"}`` (``input``: its text, or the kind of input it is).
+``DELETE /api/sessions/{sid}``
+    ``200 {"session_id", "deleted": true}``: the session and its log are gone. ``409`` (``state``) while a
+    run of it is going or queued, here or on another server of the same store.
+``DELETE /api/sessions/{sid}/runs/{run_id}``
+    ``200 {"run_id", "cancelled": true}``: a run queued here is cancelled before it starts. ``409``
+    (``run_status``) for one that runs (interrupt it instead); ``404`` for one this server has not queued.
 ``GET /api/sessions/{sid}/turns``
     ``{"turns": [{"turn_id", "started", "input", "runs": [{"run_id", "started", "ended", "outcome",
     "reason", "error"}], "finished", "reason"}]}`` (see :mod:`rxagent.session.history`).
@@ -123,9 +137,11 @@ Sessions
     ``202 {}``: the message joins the running run at its next reasoning boundary; with no run going (or
     none reaching a boundary) it starts the next run.
 ``POST /api/sessions/{sid}/respond``
-    ``{"decisions": [{"call_id", "allow": bool, "reason"?: str, "arguments"?: object}], "results":
-    [{"call_id", "output": str, "status"?: "ok"|"error"}]}`` (at least one entry) → ``202 {"run_id"}``:
-    a run carries on from the answers. ``arguments`` approves the call with edited arguments. Checked
+    ``{"decisions": [{"call_id", "allow": bool, "reason"?: str, "arguments"?: object, "always"?: bool}],
+    "results": [{"call_id", "output": str, "status"?: "ok"|"error"}]}`` (at least one entry) →
+    ``202 {"run_id"}``: a run carries on from the answers. ``arguments`` approves the call with edited
+    arguments; ``always`` (with ``allow: true``) also allows the tool's later calls in this session without
+    asking, a permission rule the session's log keeps (:mod:`rxagent.agent.grants`). Checked
     whole before anything changes (409 when it does not fit; see above). The 202 comes once the run
     holds the session and took the answers there (under its lease): an answer the log already has for
     a call is a 409, whoever gave it.
@@ -170,12 +186,21 @@ The dashboard
 -------------
 ``GET /``
     A page (HTML; inline script and style only, under a hash-only ``Content-Security-Policy``) that reads
-    and drives the API above: sessions, the live answer, a timeline of model and tool calls, tokens per
-    model call, approvals, interrupt, steer, new messages, replay from the log; and, for a harness's
-    agent, the todo list and the background tasks, each with its status and a link to its session
-    (shown read-only). ``GET /?token=<token>``
-    answers ``303`` to ``/`` and sets the token as an ``HttpOnly`` ``rxagent_token_<port>`` cookie, so
-    the token leaves the address bar. See :mod:`rxagent.serve.dashboard`.
+    and drives the API above: the sessions list, the conversation as it streams (Markdown), a trace of
+    runs, steps, model and tool calls and nested runs, tokens per model call, approvals, interrupt, steer,
+    new messages, replay from the log; and, for a harness's agent, the todo list and the background tasks,
+    each with its status and a link to its session (shown read-only). ``GET /?token=<token>`` answers
+    ``303`` to ``/`` and sets the token as an ``HttpOnly`` ``rxagent_token_<port>`` cookie, so the token
+    leaves the address bar; without the token a browser gets a sign-in form (``401``). See
+    :mod:`rxagent.serve.dashboard`.
+
+The trace
+---------
+``GET /api/sessions/{sid}/requests/{seq}``
+    The request of the model call whose ``model_call_started`` event is fact ``seq`` of the log (messages
+    and tools; ``"source": "sent"`` as this server sent it, or ``"log"`` rebuilt from the log).
+``GET /api/sessions/{sid}/state?at=N``
+    The session's state as its log has it up to fact ``N``. See :mod:`rxagent.serve.trace`.
 
 Front ends on other origins
 ---------------------------

@@ -61,7 +61,9 @@ of one of the agent's external tools waiting for its result one with ``reason: "
 The interrupt's id is the call's id (``toolCallId`` too), its ``message`` a sentence for the person who
 answers (what the assistant wants to run, with which arguments; ``metadata`` has the tool, the arguments
 and the permission rule's reason), and its ``responseSchema`` says what ``payload`` to resume with: for an
-approval ``{"allow": bool, "reason"?: str, "arguments"?: object}`` (edited arguments), or a bare
+approval ``{"allow": bool, "reason"?: str, "arguments"?: object, "always"?: bool}`` (edited arguments;
+``always`` with ``allow``: the tool runs without asking in this thread from then on, a rule the log
+keeps, as the session API's ``always``), or a bare
 ``true``/``false``; for a result ``{"output": str, "status"?: "ok"|"error"}``, or a bare string. A
 ``cancelled`` entry denies the approval, or gives the external call an error result. The front end's own
 tools are not interrupts: their calls are in ``pendingToolCallIds``, and their results come back as
@@ -79,7 +81,8 @@ the new user message, if the input has one). ``GET /api/sessions/{threadId}`` na
 **Retrying.** An input whose last user message is the thread's last user message (the same id) while the
 thread holds no answer to it, nothing waits and no run goes (its run failed with ``RUN_ERROR``, or was
 stopped before it answered) runs that turn again, from where it stopped: a client's retry. Sent again
-while that run goes, it is refused with 409; once the turn is answered, it is "nothing to run" (409).
+while that run goes, it is refused with 409; once the turn is answered, it is "nothing to run" (409). The
+AI SDK's chat route retries by the same rule (:mod:`rxagent.serve.retry`).
 
 **A client that goes away.** By default it stops only its stream: the run goes on, and its events stay in
 the session's feed (``GET /api/sessions/{threadId}/feed``). With ``ServeSettings.cancel_on_disconnect``
@@ -137,7 +140,6 @@ from rxagent.agent import (
     PendingToolCallsError,
     RunHandle,
     SessionHandle,
-    SessionStatus,
     ToolDecision,
 )
 from rxagent.agent.inputs import SharedState
@@ -167,6 +169,7 @@ from rxagent.messages import Msg, ToolResultBlock, ToolUseBlock
 from rxagent.serve.agui_thread import ClientSync, front_end_of, message_id_of, tool_results
 from rxagent.serve.http import ApiError, read_json
 from rxagent.serve.hub import HUB, refusal
+from rxagent.serve.retry import retries_turn
 from rxagent.serve.run_stream import stream_run
 from rxagent.serve.session_api import pending_json
 from rxagent.session import FeedItem, Reconcile
@@ -187,6 +190,10 @@ APPROVAL_SCHEMA: dict[str, Any] = {
         "allow": {"type": "boolean", "description": "run the call (true) or refuse it (false)"},
         "reason": {"type": "string", "description": "why, shown to the model when refused"},
         "arguments": {"type": "object", "description": "run the call with these arguments instead"},
+        "always": {
+            "type": "boolean",
+            "description": "with allow: run this tool's calls in this thread without asking from now on",
+        },
     },
     "required": ["allow"],
 }
@@ -304,13 +311,17 @@ def _approval(entry: ResumeEntry) -> ToolDecision:
         return ToolDecision(call_id, payload)
     fields = _object(payload)
     allow, reason, arguments = fields.get("allow"), fields.get("reason", ""), fields.get("arguments")
+    always = fields.get("always", False)
     if not isinstance(allow, bool):
         raise ApiError(
             400, f'resume entry {call_id!r}: the payload must be true, false or {{"allow": bool, …}}'
         )
     if not isinstance(reason, str) or not (arguments is None or isinstance(arguments, dict)):
         raise ApiError(400, f"resume entry {call_id!r}: 'reason' must be a string and 'arguments' an object")
-    return ToolDecision(call_id, allow, reason, cast("dict[str, Any] | None", arguments))
+    if not isinstance(always, bool):
+        raise ApiError(400, f"resume entry {call_id!r}: 'always' must be true or false")
+    # The run records the rule, as for the session API's and the command line's 'always' (agent.grants).
+    return ToolDecision(call_id, allow, reason, cast("dict[str, Any] | None", arguments), always)
 
 
 def _external_result(entry: ResumeEntry) -> ExternalResult:
@@ -393,10 +404,9 @@ async def run_agui(request: web.Request) -> web.StreamResponse:
             raise refusal(refused) from None
         if handle.status().state in ("running", "queued"):
             raise ApiError(409, "a run of this thread is going or queued: resume once it has ended")
-    elif message is None and not settled:
-        _check_retry(run_input, history, handle.status())
-        hub.refuse_while_waiting(status, "a retry (send resume entries for its interrupts)")
-    elif message is not None:
+    elif (message is not None or not settled) and not retries_turn(
+        handle, _last_user_id(run_input), history, status, noun="thread", hint=_RETRY_HINT
+    ):  # new input (a retry of the thread's failed turn, or a 409, otherwise)
         hub.refuse_while_waiting(status, "new input (send resume entries for its interrupts)")
     # Nothing is awaited from the checks above to the submission: a retry sent twice at once runs once.
     carried: list[ToolDecision | ExternalResult | Msg | SharedState] = [*answers]
@@ -443,32 +453,13 @@ async def run_agui(request: web.Request) -> web.StreamResponse:
     )
 
 
-def _check_retry(run_input: RunAgentInput, history: list[Msg], status: SessionStatus) -> None:
-    """Let an input that brings nothing new through when it retries the thread's unanswered last turn (see
-    the module's **Retrying**).
-
-    Raises:
-        ApiError: 409 when there is nothing to run (no user message, another one, or it has its answer), or
-            when a run of the thread is going or queued (the retry may be it).
-    """
+def _last_user_id(run_input: RunAgentInput) -> str | None:
+    """The id the thread keeps the input's last user message by (``None``: the input has none)."""
     last = next((m for m in reversed(run_input.messages) if isinstance(m, UserMessage)), None)
-    asked = next((i for i in range(len(history) - 1, -1, -1) if history[i].role == "user"), None)
-    if last is None or asked is None or history[asked].id != message_id_of(last):
-        raise ApiError(
-            409,
-            "nothing to run: the last user message is already in the thread, and no resume entry "
-            "answers an interrupt",
-        )
-    if any(m.role == "assistant" and m.has_answer_text and not m.tool_calls for m in history[asked + 1 :]):
-        raise ApiError(
-            409,
-            f"nothing to run: the thread has answered user message {last.id!r} already, and no resume "
-            "entry answers an interrupt",
-        )
-    if status.state in ("running", "queued"):
-        raise ApiError(
-            409, f"a run of this thread is going or queued: it may be answering {last.id!r} already"
-        )
+    return None if last is None else message_id_of(last)
+
+
+_RETRY_HINT = " (send a new user message, or resume entries for the thread's interrupts)"
 
 
 def _stop(run: RunHandle) -> None:

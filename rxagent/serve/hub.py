@@ -367,6 +367,12 @@ class SessionHub:
         for stream in list(self.streams):
             stream.end()
 
+    def known(self, session_id: str) -> SessionHandle | None:
+        """The session's handle if the hub holds it already (never made here: for readers that must not
+        bring sessions into memory)."""
+        held = self._sessions.get(session_id)
+        return None if held is None else held.handle
+
 
 _ENDS_KEPT = 32
 """How many ends of runs submitted here the hub keeps per session in memory (for the runs whose log says

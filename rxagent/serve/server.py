@@ -20,7 +20,7 @@ from typing import Self
 from aiohttp import web
 
 from rxagent.agent import ReActAgent
-from rxagent.serve import agui, dashboard, harness_api, health, session_api, vercel_ai
+from rxagent.serve import agui, dashboard, harness_api, health, session_api, session_list, trace, vercel_ai
 from rxagent.serve.cors import allow_cross_origin
 from rxagent.serve.http import bodies, json_errors
 from rxagent.serve.hub import HUB, SessionHub
@@ -47,6 +47,7 @@ def create_app(agent: ReActAgent, settings: ServeSettings | None = None) -> web.
     middlewares = [
         json_errors,
         *([behind_proxies(settings)] if settings.trusted_proxies else []),
+        dashboard.sign_in,
         guard(settings),
         bodies(settings.max_body, settings.body_timeout, agent.clock),
         hub.scope(),
@@ -60,6 +61,8 @@ def create_app(agent: ReActAgent, settings: ServeSettings | None = None) -> web.
     allow_cross_origin(app, settings.allow_origins)  # preflights first; pages of listed origins let in
     app.add_routes(dashboard.routes())
     app.add_routes(health.routes())
+    session_list.install(app)
+    trace.install(app, agent)
     return app
 
 

@@ -84,7 +84,17 @@ async def get_session(request: web.Request) -> web.Response:
     feed = await handle.open_feed()
     status = await handle.read_status()
     head = feed.durable_head
-    return json_response({"session_id": handle.key[1], "head": head, "status": status_json(status)})
+    queued = [_queued_json(run) for run in handle.runs if run.status == "queued"]
+    return json_response(
+        {"session_id": handle.key[1], "head": head, "status": {**status_json(status), "queued_runs": queued}}
+    )
+
+
+def _queued_json(run: RunHandle) -> JsonObject:
+    """A run waiting here for its turn: its id, its place in the session's line, and what it will run."""
+    given = run.input
+    what = given if isinstance(given, str) else None if given is None else type(given).__name__
+    return {"run_id": run.id, "position": run.position, "input": what[:200] if what is not None else None}
 
 
 async def get_turns(request: web.Request) -> web.Response:
@@ -531,18 +541,21 @@ def _entry(value: Any, name: str, index: int, required: set[str], optional: set[
 
 
 def _decision(value: Any, index: int) -> ToolDecision:
-    entry = _entry(value, "decisions", index, {"call_id", "allow"}, {"reason", "arguments"})
+    entry = _entry(value, "decisions", index, {"call_id", "allow"}, {"reason", "arguments", "always"})
     where = f"decisions[{index}]: "
     allow = entry["allow"]
     if not isinstance(allow, bool):
         raise ApiError(400, f"{where}'allow' must be true or false, not {_kind(allow)}")
+    always = entry.get("always", False)
+    if not isinstance(always, bool):
+        raise ApiError(400, f"{where}'always' must be true or false, not {_kind(always)}")
     reason = entry.get("reason", "")
     if not isinstance(reason, str):
         raise ApiError(400, f"{where}'reason' must be a string, not {_kind(reason)}")
     arguments = entry.get("arguments")
     if arguments is not None and not isinstance(arguments, dict):
         raise ApiError(400, f"{where}'arguments' must be an object, not {_kind(arguments)}")
-    return ToolDecision(_text(entry, "call_id", where), allow, reason, arguments)  # pyright: ignore[reportUnknownArgumentType]
+    return ToolDecision(_text(entry, "call_id", where), allow, reason, arguments, always)  # pyright: ignore[reportUnknownArgumentType]
 
 
 def _result(value: Any, index: int) -> ExternalResult:

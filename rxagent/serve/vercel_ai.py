@@ -15,8 +15,10 @@ conversation, so of ``messages`` only **the last one** counts:
 - a **user** message is the new input: its ``text`` parts, and its ``file`` parts as images (PNG, JPEG,
   GIF, WebP) and documents (PDF, plain text), given inline as ``data:`` URLs or by ``http(s)`` URL. The
   message keeps its id, so sending the same message twice runs once: a message the session has already
-  is refused with 409 ("nothing to run"), unless nothing answered it yet (its run failed before the model
-  said anything: ``regenerate()`` after an error) and no run is going, when its turn runs again;
+  is refused with 409 ("nothing to run"), unless it is the session's last user message, nothing answered
+  it yet (its run failed or was stopped: ``regenerate()`` after an error), no run is going and no call
+  waits, when its turn runs again from where it stopped (the rule AG-UI follows too:
+  :mod:`rxagent.serve.retry`);
 - an **assistant** message (``useChat`` continuing after ``addToolApprovalResponse`` or ``addToolOutput``)
   answers the calls the session waits on: a tool part in state ``approval-responded`` approves or denies
   its call (``approval.approved``; ``approval.reason`` is shown to the model on a denial), and a tool part
@@ -125,6 +127,7 @@ from rxagent.messages import (
 )
 from rxagent.serve.http import ApiError, JsonObject, read_json
 from rxagent.serve.hub import HUB, SessionHub, refusal
+from rxagent.serve.retry import retries_turn
 from rxagent.serve.run_stream import stream_run
 
 __all__ = [
@@ -382,14 +385,13 @@ async def run_chat(request: web.Request) -> web.StreamResponse:
     chat = parse_chat_request(await read_json(request, hub.settings.max_body))
     session_id = hub.session_id(chat.chat_id)
     hub.refuse_while_stopping()
+    handle = await hub.existing(session_id) if chat.role == "assistant" else hub.handle(session_id)
+    feed = await handle.open_feed()  # before the checks: nothing is awaited from them to the submission
     if chat.role == "assistant":
-        handle = await hub.existing(session_id)
         carried = await _answering(hub, handle, chat)
         message_id = chat.message_id  # the client goes on with the message it holds
     else:
-        handle = hub.handle(session_id)
         carried, message_id = await _asking(hub, handle, chat), None
-    feed = await handle.open_feed()
     after = feed.durable_head  # the run's facts come after it
     try:
         if chat.role == "assistant":
@@ -439,19 +441,13 @@ async def _asking(hub: SessionHub, handle: SessionHandle, chat: ChatRequest) -> 
     """
     state = await hub.agent.sessions.state(handle.ctx)
     status = await handle.read_status()
-    if any(m.id == chat.message_id for m in state.messages):
-        if state.messages[-1].id != chat.message_id:
-            why = "and what answered it (the log keeps every answer: send a new message, with a new id)"
-        elif status.state == "idle":
-            return None  # its run failed before the model said anything: the turn runs again
-        elif status.state in ("running", "queued"):
-            why = "and a run for it is going or queued"
-        else:
-            hub.refuse_while_waiting(status, "running its turn again")
-            why = "and it waits"
-        raise ApiError(409, f"nothing to run: the session has message {chat.message_id!r} already, {why}")
+    if retries_turn(handle, chat.message_id, state.messages, status, noun="session", hint=_RETRY_HINT):
+        return None
     hub.refuse_while_waiting(status, "a new message (answer the calls that wait first)")
     return chat.user
+
+
+_RETRY_HINT = " (the log keeps every answer: send a new message, with a new id)"
 
 
 def encode(items: Sequence[StreamItem]) -> bytes:

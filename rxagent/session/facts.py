@@ -38,6 +38,9 @@ kind                 payload                                            projecti
 ``task_collected``   ``task_id``, ``attempt``, ``run_id``               (a run counted its usage)
 ===================  =================================================  ======================================
 
+A ``decision`` may also say ``"always": true`` (the approval added a permission rule to the session) or
+``"by": "rule"`` (a rule of the session answered the call): see :mod:`rxagent.agent.grants`.
+
 A **checkpoint** is the projection at a sequence number, whole (:class:`Checkpoint`). Stores keep them
 beside the log rather than in it: a checkpoint of sequence ``n`` stays true whatever is appended after
 ``n``, so it can be written in the background, after the writer has let the session go, and loading a

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import pytest
+import pytest_asyncio
+from playwright.async_api import Browser, async_playwright
 from reactivex import Observable
 
 from rxagent.agent import ReActAgent, SessionHandle
@@ -230,3 +234,26 @@ def is_result_of(run_id: str) -> Callable[[SSE], bool]:
         )
 
     return check
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def browser() -> AsyncIterator[Browser]:
+    """One headless Chromium for every test that drives the dashboard (see ``tests/serve/browser.py``). In
+    CI a missing browser fails the tests; elsewhere it skips them, saying why (the set-up could not
+    install it)."""
+    from tests.serve.browser import CHROMIUM, CHROMIUM_ARGS
+
+    if not CHROMIUM.exists():
+        problem = (
+            f"Chromium is not at {CHROMIUM}: `bash scripts/test.sh` installs it with apt-get (as root, or "
+            "with sudo); set RXAGENT_CHROMIUM to use another"
+        )
+        if os.environ.get("CI"):
+            pytest.fail(problem, pytrace=False)
+        pytest.skip(problem)
+    async with async_playwright() as playwright:
+        launched = await playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            yield launched
+        finally:
+            await launched.close()

@@ -30,6 +30,7 @@ from pydantic import TypeAdapter
 
 from rxagent import ScriptedModel, ScriptedResponse, ScriptedToolCall
 from rxagent.agent import AgentOptions, ReActAgent
+from rxagent.agent.grants import SESSION_RULES
 from rxagent.tools import Permissions, Toolkit, tool
 from tests.serve.conftest import WAIT, Live, ValveModel, is_result_of, serving
 
@@ -282,6 +283,41 @@ async def test_an_approval_round_trip_through_interrupt_and_resume_runs_the_tool
         assert ran == ["refund A-1"]
 
 
+async def test_always_in_an_approval_lets_the_tool_run_unasked_in_the_thread_and_the_log_keeps_it() -> None:
+    def refunds(*orders: str) -> ScriptedResponse:
+        return ScriptedResponse(
+            tool_calls=[ScriptedToolCall("refund", {"order": o}, id=f"r-{o}") for o in orders]
+        )
+
+    model = ScriptedModel([refunds("A-1"), "Refunded A-1.", refunds("A-2"), "Refunded A-2."])
+    agent = ReActAgent(model, Toolkit([refund]), permissions=Permissions().ask("refund"))
+    async with serving(agent) as live:
+        first = await agui(live, run_input("t", "run-1", ("m1", "Refund A-1.")))
+        asked = first[-1]
+        assert isinstance(asked, RunFinishedEvent)
+        assert asked.outcome is not None
+        (interrupt,) = asked.outcome.interrupts
+        assert interrupt.response_schema is not None
+        assert interrupt.response_schema["properties"]["always"]["type"] == "boolean"
+        always = [{"interruptId": "r-A-1", "status": "resolved", "payload": {"allow": True, "always": True}}]
+        await agui(live, run_input("t", "run-2", ("m1", "Refund A-1."), resume=always))
+        assert ran == ["refund A-1"]
+
+        third = await agui(live, run_input("t", "run-3", ("m1", "Refund A-1."), ("m2", "And A-2.")))
+        finished = third[-1]
+        assert isinstance(finished, RunFinishedEvent)
+        assert finished.outcome is not None
+        assert finished.outcome.type == "success"  # no interrupt: the thread's rule answered
+        assert ran == ["refund A-1", "refund A-2"]
+        facts = [(f.kind, f.data()) for f in await agent.sessions.facts(live.server.hub.handle("t").ctx)]
+        decisions = [d for kind, d in facts if kind == "decision"]
+        assert decisions == [  # the later call asked nothing, so nothing was decided for it
+            {"call_id": "r-A-1", "kind": "approval", "reason": "", "arguments": None, "always": True}
+        ]
+        rule = {"decision": "allow", "tool": "refund", "call_id": "r-A-1", "reason": ""}
+        assert [d for kind, d in facts if kind == "extras"][-1] == {"extras": {SESSION_RULES: [rule]}}
+
+
 async def test_a_cancelled_approval_denies_the_call() -> None:
     model = ScriptedModel(
         [
@@ -431,6 +467,16 @@ async def test_bad_inputs_are_refused_before_the_stream_opens(body: str, status:
         ),
         ([{"interruptId": "e1", "status": "resolved", "payload": {"text": "x"}}], 400, '{"output": str'),
         ([{"interruptId": "r1", "status": "maybe"}], 400, "not an AG-UI RunAgentInput"),
+        (
+            [{"interruptId": "r1", "status": "resolved", "payload": {"allow": True, "always": "yes"}}],
+            400,
+            "'always' must be true or false",
+        ),
+        (
+            [{"interruptId": "r1", "status": "resolved", "payload": {"allow": False, "always": True}}],
+            409,
+            "'always' comes with an approval, not a denial",
+        ),
         (
             [
                 {

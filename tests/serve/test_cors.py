@@ -31,9 +31,9 @@ from rxagent import ScriptedModel
 from rxagent.agent import ReActAgent
 from rxagent.serve import ServeSettings
 from tests.model.openai_server import OpenAIServer, Reply, Stall, text_chunk
+from tests.serve.browser import CHROMIUM, CHROMIUM_ARGS
 from tests.serve.conftest import WAIT, serving
 from tests.serve.test_agui import run_input
-from tests.serve.test_dashboard import CHROMIUM, CHROMIUM_ARGS
 from tests.test_cli import finish, on, start
 
 PAGE = "http://localhost:5173"

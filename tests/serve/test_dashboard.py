@@ -1,9 +1,10 @@
 """The dashboard at ``/``, driven in a real browser: headless Chromium (Debian's, installed by the test
 set-up) under Playwright, against a real server on 127.0.0.1 and scripted models the test paces.
 
-One browser serves the whole module (a new context, so new cookies, per test). Every wait has a timeout
-(``WAIT``); nothing sleeps. Every test also checks that the page raised no error and that its Content
-Security Policy blocked nothing (a blocked script or style would mean the page built markup from text).
+One browser serves the whole run (a new context, so new cookies, per test: see ``tests/serve/browser.py``).
+Every wait has a timeout (``WAIT``); nothing sleeps. Every test also checks that the page raised no error
+and that its Content Security Policy blocked nothing (a blocked script or style would mean the page built
+markup from text).
 
 Bad inputs tried: edited arguments that are not JSON, JSON that is not an object, arguments the tool's
 schema refuses (the server's 409 is shown, nothing runs), a double click on approve (one answer is sent,
@@ -21,15 +22,12 @@ import os
 import shutil
 import sys
 import zipfile
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_asyncio
-from playwright.async_api import Browser, ConsoleMessage, Page, Request, Response, async_playwright
+from playwright.async_api import Browser
 from reactivex import Observable
 from reactivex import operators as ops
 
@@ -50,150 +48,14 @@ from tests.model.openai_server import (
     text_chunk,
     usage_chunk,
 )
+from tests.serve.browser import MS, ROOT, Dashboard, dashboard
 from tests.serve.conftest import WAIT, Live, ValveModel, fact_events, is_result_of, serving
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
-CHROMIUM = Path(os.environ.get("RXAGENT_CHROMIUM", "/usr/bin/chromium"))
-"""Debian's Chromium (scripts/_venv.sh installs it); Playwright's own browser download is never used."""
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-MS = WAIT * 1000
-ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "tok-5e1d-DASHBOARD-NEVER-SHOWN"
 PAYLOAD = '<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>'
-
-
-@pytest_asyncio.fixture(scope="session", loop_scope="session")
-async def browser() -> AsyncIterator[Browser]:
-    """One headless Chromium for every test here. In CI a missing browser fails the tests; elsewhere it
-    skips them, saying why (the set-up could not install it)."""
-    if not CHROMIUM.exists():  # noqa: ASYNC240 (once per session, before the browser starts)
-        problem = (
-            f"Chromium is not at {CHROMIUM}: `bash scripts/test.sh` installs it with apt-get (as root, or "
-            "with sudo); set RXAGENT_CHROMIUM to use another"
-        )
-        if os.environ.get("CI"):
-            pytest.fail(problem, pytrace=False)
-        pytest.skip(problem)
-    async with async_playwright() as playwright:
-        launched = await playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            yield launched
-        finally:
-            await launched.close()
-
-
-# ---- the page under test -----------------------------------------------------------------------------------
-
-
-@dataclass
-class Dashboard:
-    """A browser page on the server's dashboard, with what it did: requests sent, responses, errors."""
-
-    page: Page
-    base: str
-    errors: list[str] = field(default_factory=lambda: [])
-    requests: list[Request] = field(default_factory=lambda: [])
-    responses: list[Response] = field(default_factory=lambda: [])
-
-    async def open(self, session: str | None = None) -> Response | None:
-        return await self.page.goto(self.base + "/" + (f"#/s/{session}" if session else ""))
-
-    async def until(self, function: str, arg: Any = None) -> Any:
-        """Wait (at most ``WAIT``) until the JavaScript ``function`` returns a truthy value; that value."""
-        handle = await self.page.wait_for_function(function, arg=arg, timeout=MS)
-        return await handle.json_value()
-
-    async def answer(self) -> str:
-        """The text of the last answer bubble."""
-        return await self.page.evaluate(
-            "() => { const b = [...document.querySelectorAll('.bubble.assistant .text')];"
-            " return b.length ? b[b.length - 1].textContent : null; }"
-        )
-
-    async def answer_is(self, text: str) -> None:
-        await self.until(
-            "(want) => { const b = [...document.querySelectorAll('.bubble.assistant .text')];"
-            " return b.length > 0 && b[b.length - 1].textContent === want; }",
-            text,
-        )
-
-    async def state_is(self, state: str) -> None:
-        await self.until("(want) => document.getElementById('status').dataset.state === want", state)
-
-    async def seqs(self) -> list[int]:
-        """The ``data-seq`` of every fact rendered, in page order of their kinds (sorted here)."""
-        found: list[int] = await self.page.evaluate(
-            "() => [...document.querySelectorAll('[data-seq]')].map((n) => Number(n.dataset.seq))"
-        )
-        return sorted(found)
-
-    async def timeline(self) -> list[tuple[str, str]]:
-        """``(kind, name)`` of every timeline entry, in order."""
-        entries: list[list[str]] = await self.page.evaluate(
-            "() => [...document.querySelectorAll('#timeline g.entry')]"
-            ".map((g) => [g.dataset.kind, g.dataset.name])"
-        )
-        return [(kind, name) for kind, name in entries]
-
-    async def call_detail(self, name: str) -> dict[str, Any]:
-        """The last call of the timeline named ``name``: its summary, arguments, progress and result."""
-        return await self.page.evaluate(
-            """(name) => {
-                const all = [...document.querySelectorAll('#calls details')]
-                    .filter((d) => d.dataset.name === name);
-                const d = all[all.length - 1];
-                if (!d) return null;
-                const pres = d.querySelectorAll('pre');
-                return { summary: d.querySelector('summary').textContent, args: pres[0].textContent,
-                         progress: [...d.querySelectorAll('li')].map((li) => li.textContent),
-                         result: pres[1].textContent };
-            }""",
-            name,
-        )
-
-    async def call_result_is(self, name: str, result: str) -> None:
-        """Wait until the last call named ``name`` shows ``result`` (the call list is redrawn a moment
-        after the fact that changed it)."""
-        await self.until(
-            "([name, want]) => { const all = [...document.querySelectorAll('#calls details')]"
-            ".filter((d) => d.dataset.name === name); const d = all[all.length - 1];"
-            " return d !== undefined && d.querySelectorAll('pre')[1].textContent === want; }",
-            [name, result],
-        )
-
-    def posts(self, path_end: str) -> list[Request]:
-        return [r for r in self.requests if r.method == "POST" and r.url.endswith(path_end)]
-
-
-@asynccontextmanager
-async def dashboard(browser: Browser, live: Live) -> AsyncIterator[Dashboard]:
-    """A fresh browser context and page on ``live``'s server; closed after, checking the page raised no
-    error and its Content Security Policy blocked nothing."""
-    context = await browser.new_context(viewport={"width": 1280, "height": 900})
-    page = await context.new_page()
-    dash = Dashboard(page, live.url)
-
-    def console(message: ConsoleMessage) -> None:
-        if "Content Security Policy" in message.text or "Refused to" in message.text:
-            dash.errors.append(message.text)
-
-    page.on("pageerror", lambda error: dash.errors.append(str(error)))
-    page.on("console", console)
-    page.on("request", lambda request: dash.requests.append(request))
-    page.on("response", lambda response: dash.responses.append(response))
-    try:
-        yield dash
-        assert dash.errors == []
-    finally:
-        await context.close()
+__all__ = ["PAYLOAD", "Dashboard", "dashboard"]
 
 
 # ---- agents and tools --------------------------------------------------------------------------------------
@@ -297,9 +159,14 @@ async def head(live: Live, session: str) -> int:
     return int(answer["head"])
 
 
+def session_feeds(live: Live) -> list[Any]:
+    """The sessions' feeds the server streams now (not the sessions list's)."""
+    return [s for s in live.server.hub.streams if s.request.path.startswith("/api/sessions/")]
+
+
 async def streams_closed(live: Live) -> None:
-    """Wait until every event stream the server has open now has ended."""
-    await asyncio.wait_for(asyncio.gather(*(s.closed.wait() for s in list(live.server.hub.streams))), WAIT)
+    """Wait until every session feed the server streams now has ended."""
+    await asyncio.wait_for(asyncio.gather(*(s.closed.wait() for s in session_feeds(live))), WAIT)
 
 
 # ---- streaming ---------------------------------------------------------------------------------------------
@@ -381,8 +248,8 @@ async def test_a_reload_mid_run_shows_every_fact_once_and_the_exact_answer(brows
         seqs = await dash.seqs()
         assert seqs == list(range(1, await head(live, "s") + 1))  # contiguous: no gap, no duplicate
         assert await dash.answer() == letters
-        spans = await dash.page.locator(".bubble.assistant .text span[data-seq]").count()
-        assert spans == len(letters)
+        # One text node took the deltas: no element per piece.
+        assert await dash.page.locator(".bubble.assistant .text span").count() == 0
 
 
 async def test_a_dropped_stream_resumes_after_the_last_event_with_no_gap(browser: Browser) -> None:
@@ -395,7 +262,7 @@ async def test_a_dropped_stream_resumes_after_the_last_event_with_no_gap(browser
         await model.until_sent(5)
         await dash.answer_is(letters[:5])
         rendered = (await dash.seqs())[-1]
-        (stream,) = live.server.hub.streams
+        (stream,) = session_feeds(live)
         stream.end()  # the server ends the stream (a proxy's timeout, a restart): the browser reconnects
         await dash.until("() => document.getElementById('conn').dataset.conn !== 'live'")
         await dash.until("() => document.getElementById('conn').dataset.conn === 'live'")
@@ -403,7 +270,7 @@ async def test_a_dropped_stream_resumes_after_the_last_event_with_no_gap(browser
         await dash.state_is("idle")
         assert await dash.answer() == letters
         assert await dash.seqs() == list(range(1, await head(live, "s") + 1))
-        feeds = [r for r in dash.requests if "/feed" in r.url]
+        feeds = [r for r in dash.requests if "/api/sessions/s/feed" in r.url]
         assert len(feeds) == 2
         assert (await feeds[1].all_headers()).get("last-event-id") == str(rendered)
 
@@ -416,9 +283,9 @@ async def test_closing_the_page_releases_its_stream_and_the_run_goes_on(browser:
             await dash.open("s")
             model.release(3)
             await dash.answer_is("sti")
-            assert len(live.server.hub.streams) == 1
+            assert len(session_feeds(live)) == 1
         await streams_closed(live)  # the context closed with the page: its EventSource went away
-        assert not live.server.hub.streams
+        assert not session_feeds(live)
         assert (await live.server.hub.handle("s").open_feed()).watchers == 0
         model.open()
         await asyncio.wait_for(live.server.hub.handle("s").wait(), WAIT)
@@ -459,14 +326,15 @@ async def test_deny_never_runs_the_call(browser: Browser) -> None:
         await dash.answer_is("Not refunded.")
         await dash.state_is("idle")
         await dash.until(
-            "() => [...document.querySelectorAll('#calls details[data-name=\"refund\"] summary')]"
-            ".some((s) => s.textContent.includes('denied'))"
+            "() => [...document.querySelectorAll('#trace .row[data-name=\"refund\"]')]"
+            ".some((r) => r.textContent.includes('denied') && r.dataset.status === 'denied')"
         )
         detail = await dash.call_detail("refund")
         assert "The user denied this call" in detail["result"]
         assert "denied" in detail["summary"]
-        # The denial is told by its tool_result event and by the tool message: shown once all the same.
-        assert await dash.page.locator('#calls details[data-name="refund"]').count() == 1
+        # The denial is told by its tool_result event (of the answer's run) and by the tool message: the
+        # call is shown once, where it was asked.
+        assert await dash.page.locator('#trace .row[data-name="refund"]').count() == 1
         assert refunds == []
 
 
@@ -509,6 +377,15 @@ async def test_approve_with_edited_arguments_runs_the_call_with_them(browser: Br
         detail = await dash.call_detail("refund")
         assert detail["result"] == "refunded B-7"
         assert "approved with edited arguments" in detail["summary"]
+        assert json.loads(detail["args"]) == {"order": "B-7"}
+        # The conversation shows the arguments the call ran with, not the model's.
+        await dash.until(
+            "() => { const c = document.querySelector('.chip[data-call=\"r1\"]');"
+            " return c && c.dataset.edited === 'yes' && c.textContent.includes('B-7'); }"
+        )
+        await dash.select("tool", "refund", 0)  # the call where it was asked: its arguments too
+        asked = await dash.page.locator("#detail pre.args").text_content()
+        assert json.loads(asked or "") == {"order": "B-7"}
 
 
 # ---- timeline and chart ------------------------------------------------------------------------------------
@@ -532,7 +409,10 @@ async def test_the_timeline_and_the_token_chart_show_every_call(browser: Browser
         )
         assert bars == [[u["input_tokens"], u["output_tokens"]] for u in with_usage]
         assert await dash.page.locator("#tokens g.bar rect").count() == 4  # input and output of each
-        await dash.until("() => document.querySelectorAll('#timeline g.entry').length === 5")
+        await dash.until(
+            "() => document.querySelectorAll('#trace .row[data-kind=model], #trace .row[data-kind=tool]')"
+            ".length === 5"
+        )
         assert await dash.timeline() == [
             ("model", "scripted"),
             ("tool", "lookup"),
@@ -540,14 +420,24 @@ async def test_the_timeline_and_the_token_chart_show_every_call(browser: Browser
             ("tool", "convert"),
             ("model", "scripted"),
         ]
-        assert await dash.page.locator('#timeline g.entry[data-name="lookup"] circle.progress').count() == 2
+        await dash.until(
+            "() => document.querySelectorAll('#trace .row[data-name=\"lookup\"] .tick').length === 2"
+        )
         lookup_call = await dash.call_detail("lookup")
         assert json.loads(lookup_call["args"]) == {"city": "Oslo"}
         assert lookup_call["progress"] == ["station 1/2 (50 %)", "station 2/2 (100 %)"]
         assert lookup_call["result"] == "12 °C in Oslo"
         assert (await dash.call_detail("convert"))["result"] == "53.6 °F"
-        await dash.page.locator('#timeline g.entry[data-name="convert"] rect').click()
-        await dash.until("() => document.querySelector('#calls details[data-name=\"convert\"]').open")
+        await dash.page.locator('#trace .row[data-name="convert"]').click()
+        await dash.until("() => document.querySelector('#detail h4.summary').textContent === 'tool convert'")
+        # Each model call is in the step that made it, and the run's three steps of reasoning are there.
+        steps = [r["label"] for r in await dash.rows("step")]
+        assert steps == [
+            *("Start", "Reason", "Act: lookup", "Reason", "Act: convert", "Reason", "Finish: MODEL_STOP")
+        ]
+        models = await dash.rows("model")
+        assert [m["depth"] for m in models] == [2, 2, 2]  # run > step > model call
+        assert all(m["status"] == "ok" for m in models)
 
 
 # ---- interrupt, steer, new messages ------------------------------------------------------------------------
@@ -564,8 +454,11 @@ async def test_the_interrupt_button_ends_the_running_run(browser: Browser) -> No
         await dash.until("() => document.getElementById('action-note').textContent === 'interrupted'")
         await dash.state_is("idle")
         await dash.until(
-            "() => [...document.querySelectorAll('.note')]"
-            ".some((n) => n.textContent.startsWith('result: INTERRUPTED'))"
+            "() => document.querySelector('#trace .row[data-kind=run]').dataset.status === 'interrupted'"
+        )
+        # The model call the interrupt cut short is not left running.
+        await dash.until(
+            "() => document.querySelector('#trace .row[data-kind=model]').dataset.status === 'interrupted'"
         )
         turns = (await live.get("/api/sessions/s/turns"))[1]["turns"]
         assert turns[-1]["runs"][-1]["reason"] == "INTERRUPTED"
@@ -642,8 +535,9 @@ async def test_the_composer_starts_a_run_and_shows_refusals(browser: Browser) ->
         assert await dash.page.locator(".approval[data-call='r1'] button.approve").is_enabled()
         await dash.open("nobody")
         await dash.until(
-            "() => document.getElementById('action-note').textContent === \"404: no session 'nobody'\""
+            "() => document.getElementById('action-note').textContent.startsWith(\"No session 'nobody' yet\")"
         )
+        await dash.state_is("absent")
 
 
 # ---- replay ------------------------------------------------------------------------------------------------
@@ -655,7 +549,7 @@ async def test_replay_plays_the_log_back_and_runs_nothing(browser: Browser) -> N
         await dash.open("w")
         await dash.answer_is("It is 53.6 °F in Oslo.")
         await dash.state_is("idle")
-        await dash.until("() => document.querySelectorAll('#timeline g.entry').length === 5")
+        await dash.until("() => document.querySelectorAll('#trace .row[data-kind=model]').length === 3")
         before = (await dash.answer(), await dash.timeline(), await dash.seqs())
         last = await head(live, "w")
         turns = (await live.get("/api/sessions/w/turns"))[1]
@@ -778,7 +672,10 @@ async def test_untrusted_text_is_shown_as_text_and_never_runs(browser: Browser) 
             assert sink not in page_source, sink
         await dash.open("x")
         await dash.answer_is("Answer: " + PAYLOAD)
-        await dash.until("() => document.querySelectorAll('#timeline g.entry').length === 4")
+        await dash.until(
+            "() => document.querySelectorAll('#trace .row[data-kind=model], #trace .row[data-kind=tool]')"
+            ".length === 4"
+        )
         assert await dash.page.evaluate("() => window.__pwned") is None
         assert await dash.page.locator("img").count() == 0
         assert await dash.page.evaluate("() => document.scripts.length") == 1
@@ -788,10 +685,11 @@ async def test_untrusted_text_is_shown_as_text_and_never_runs(browser: Browser) 
         assert json.loads(detail["args"]) == {"text": PAYLOAD}
         assert detail["progress"] == [PAYLOAD]
         assert detail["result"] == "echo: " + PAYLOAD
-        assert (await dash.call_detail(PAYLOAD))["summary"].startswith("⚙ tool " + PAYLOAD)
+        assert (await dash.call_detail(PAYLOAD))["summary"].startswith("tool " + PAYLOAD)
         names = [name for _, name in await dash.timeline()]
         assert PAYLOAD in names
         await dash.page.click("#facts-box summary")
+        await dash.until("() => document.querySelectorAll('#facts li').length > 0")
         rows = await dash.page.locator('#facts li[data-kind="event"]').all_text_contents()
         assert any(row.endswith("event step_started Act (iteration 1)") for row in rows), rows
         assert await dash.page.locator("img").count() == 0
@@ -827,7 +725,7 @@ async def test_a_screenshot_of_a_populated_dashboard(browser: Browser, tmp_path:
         await dash.state_is("waiting_for_approval")
         await dash.until("() => document.querySelectorAll('#tokens g.bar').length === 2")
         await dash.until("() => document.querySelector('#sessions li') !== null")
-        await dash.page.locator('#calls details[data-name="lookup"] summary').click()
+        await dash.select("tool", "lookup")
         target = (
             ROOT / "docs" / "dashboard.png"
             if os.environ.get("RXAGENT_SCREENSHOT") == "1"

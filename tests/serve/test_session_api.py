@@ -105,6 +105,7 @@ async def test_sessions_are_listed_and_read_with_their_turns() -> None:
             "held_elsewhere": False,
             "position": None,
             "uncertain": [],
+            "queued_runs": [],
         }
         status, turns = await live.get("/api/sessions/older/turns")
         assert status == 200
