@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import itertools
 import logging
 import os
@@ -51,9 +52,6 @@ from typing import Any, TypeVar
 
 from rxagent.clock import SYSTEM_CLOCK, Clock, Timer
 from rxagent.operators import start_task
-from rxagent.operators._from_async_iterable import (  # the callbacks' shared empty context, as start_task's
-    _NO_CONTEXT,  # pyright: ignore[reportPrivateUsage]
-)
 from rxagent.session.feed import SessionFeed
 from rxagent.session.owner import ProcessOwner, owner_gone
 from rxagent.session.projection import Projection
@@ -68,6 +66,10 @@ from rxagent.session.store import (
     Waiting,
 )
 from rxagent.state import SessionKey
+
+# The done callbacks of the keeper's store calls read no context variable: they run in one empty context
+# (a callback added without one gets a copy of the current context, an object per call).
+_NO_CONTEXT = contextvars.Context()
 
 __all__ = ["TURN_POLL", "Claim", "Place", "SessionBusy", "SessionKeeper"]
 
