@@ -21,7 +21,7 @@ import contextlib
 import contextvars
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -355,6 +355,21 @@ class SessionHub:
             sweeper.cancel()
         handles = [held.handle for held in self._sessions.values()]
         await asyncio.gather(*(h.stop(self.settings.stop_timeout) for h in handles))
+
+    async def serve_stream(
+        self,
+        stream: EventStream,
+        body: Callable[[], Awaitable[None]],
+        last_word: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        """Serve ``stream`` (:meth:`EventStream.serve` with ``body`` and ``last_word``) as one of the open
+        :attr:`streams` for as long as it lasts, so that stopping the server and deleting its session
+        reach it."""
+        self.streams.add(stream)
+        try:
+            await stream.serve(body, last_word)
+        finally:
+            self.streams.discard(stream)
 
     async def end_streams(self, grace: float) -> None:
         """Let the streams that end by themselves (AG-UI runs reporting how they ended) finish for up to

@@ -133,11 +133,9 @@ async def stream_run(
 
     settled = asyncio.ensure_future(_settle(run, outcome))
     settled.add_done_callback(lambda _: stream.end())
-    hub.streams.add(stream)
     try:
-        await stream.serve(body, last_word)
+        await hub.serve_stream(stream, body, last_word)
     finally:
-        hub.streams.discard(stream)
         settled.cancel()
         if on_gone is not None and not translator.closed and not hub.stopping:
             on_gone(run)  # the client went away before the run's end reached it

@@ -67,11 +67,11 @@ def run_record(facts: Iterable[StoredFact], run_id: str) -> RunView | None:
         kind = fact.kind
         if kind == "event":
             if fact.run_id == run_id and '"agent_result"' in fact.payload:
-                data = _read(fact)
+                data = fact_data(fact)
                 if data.get("type") == "agent_result" and data.get("run_id") == run_id:
                     result = {k: v for k, v in data.items() if k not in _HEADER}
         elif kind == "run_started" or kind in _ENDS:
-            data = _read(fact)  # a lost run's end is written by the next run: read the payload's id
+            data = fact_data(fact)  # a lost run's end is written by the next run: read the payload's id
             if data.get("run_id") != run_id:
                 continue
             if kind == "run_started":
@@ -94,7 +94,8 @@ def run_record(facts: Iterable[StoredFact], run_id: str) -> RunView | None:
     )
 
 
-def _read(fact: StoredFact) -> dict[str, Any]:
+def fact_data(fact: StoredFact) -> dict[str, Any]:
+    """The JSON object a fact's payload holds; :class:`UnreadableFactError` for anything else."""
     try:
         data = json.loads(fact.payload)
         if not isinstance(data, dict):

@@ -294,11 +294,7 @@ async def get_feed(request: web.Request) -> web.StreamResponse:
             cursor = last
             del data  # its connection's buffer has it
 
-    hub.streams.add(stream)
-    try:
-        await stream.serve(body)
-    finally:
-        hub.streams.discard(stream)
+    await hub.serve_stream(stream, body)
     return stream.response
 
 

@@ -315,9 +315,5 @@ async def get_feed(request: web.Request) -> web.StreamResponse:
                 if parts:
                     await stream.send(b"".join(parts))
 
-    hub.streams.add(stream)
-    try:
-        await stream.serve(body)
-    finally:
-        hub.streams.discard(stream)
+    await hub.serve_stream(stream, body)
     return stream.response

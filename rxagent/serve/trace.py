@@ -36,7 +36,6 @@ Routes (behind the same guard as the rest):
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
@@ -53,7 +52,8 @@ from rxagent.messages import Msg
 from rxagent.requests import ChatRequest, ToolSchema
 from rxagent.serve.http import ApiError, JsonObject, json_response
 from rxagent.serve.hub import HUB
-from rxagent.session import Projection, StoredFact, UnreadableFactError
+from rxagent.serve.runs import fact_data
+from rxagent.session import Projection, StoredFact
 
 __all__ = ["KEPT", "SENT_REQUESTS", "SentRequests", "install", "routes"]
 
@@ -206,7 +206,7 @@ def _tool_json(agent: ReActAgent, name: str, own: bool) -> JsonObject:
 
 def _model_call_event(fact: StoredFact) -> dict[str, Any]:
     if fact.kind == "event":
-        data = _read(fact)
+        data = fact_data(fact)
         if data.get("type") == "model_call_started":
             return data
         what = f"a {data.get('type')} event"
@@ -221,7 +221,7 @@ def _calls_before(facts: Iterable[StoredFact], run_id: str) -> int:
     count = 0
     for fact in facts:
         if fact.kind == "event" and fact.run_id == run_id and '"model_call_started"' in fact.payload:
-            data = _read(fact)
+            data = fact_data(fact)
             count += data.get("type") == "model_call_started" and data.get("run_id") == run_id
     return count
 
@@ -238,7 +238,7 @@ def _history_before_answer(facts: list[StoredFact], run_id: str, n: int) -> list
                 break
             answers += 1
         projection.apply(fact)
-        if fact.kind in _RUN_ENDS and _read(fact).get("run_id") == run_id:
+        if fact.kind in _RUN_ENDS and fact_data(fact).get("run_id") == run_id:
             break
     return list(projection.state.messages)
 
@@ -280,15 +280,5 @@ _RUN_ENDS = frozenset({"run_finished", "run_failed", "run_cancelled"})
 
 
 def _role(fact: StoredFact) -> object:
-    message: Any = _read(fact).get("message")
+    message: Any = fact_data(fact).get("message")
     return message.get("role") if isinstance(message, dict) else None  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
-
-
-def _read(fact: StoredFact) -> dict[str, Any]:
-    try:
-        data = json.loads(fact.payload)
-        if not isinstance(data, dict):
-            raise ValueError("not an object")
-    except ValueError as error:
-        raise UnreadableFactError.of(fact, error) from error
-    return data  # pyright: ignore[reportUnknownVariableType]
