@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import shutil
 import socket
@@ -115,3 +117,31 @@ def living(marker: str) -> list[int]:
         if marker in command and state != "Z":
             found.append(int(entry.name))
     return found
+
+
+async def outliving(marker: str, within: float = 30.0) -> list[int]:
+    """The processes whose command line contains ``marker`` that are still alive ``within`` seconds from
+    now (none is waited for longer than it lives).
+
+    A process sent ``SIGKILL`` is torn down by the kernel after the signal: it closes its files (the end
+    of file a test may wait for) before it exits. So each one still listed is awaited through its pidfd,
+    which becomes readable when it exits, with no polling.
+    """
+    loop = asyncio.get_running_loop()
+    still: list[int] = []
+    for pid in living(marker):
+        try:
+            pidfd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            continue  # gone between the listing and now
+        exited = loop.create_future()
+        loop.add_reader(pidfd, exited.set_result, None)
+        try:
+            await asyncio.wait_for(exited, within)
+        except TimeoutError:
+            still.append(pid)
+        finally:
+            loop.remove_reader(pidfd)
+            with contextlib.suppress(OSError):
+                os.close(pidfd)
+    return still

@@ -28,7 +28,7 @@ from rxagent.harness import Harness, Shell, ShellUnavailableError, Workspace, sh
 from rxagent.messages import ToolResultBlock
 from rxagent.model.scripted import ScriptedModel, ScriptedResponse, ScriptedToolCall
 from rxagent.tools import Tool, ToolArgumentError, ToolContext
-from tests.harness.conftest import living
+from tests.harness.conftest import living, outliving
 
 NO_BWRAP = "/nonexistent/bwrap"
 
@@ -217,7 +217,7 @@ async def test_a_timeout_kills_the_command_and_everything_it_started(
     result = await running
     assert result.status == "error"
     assert result.text.endswith("[killed: timed out after 30 s]")
-    assert living(lingering.marker) == []
+    assert await outliving(lingering.marker) == []
 
 
 @pytest.mark.parametrize("sandbox", ["bubblewrap", "none"])
@@ -241,7 +241,7 @@ async def test_cancelling_the_run_leaves_no_child_alive(
     assert await lingering.child_ended()
     with pytest.raises(asyncio.CancelledError):
         await run
-    assert living(lingering.marker) == []
+    assert await outliving(lingering.marker) == []
     await agent.aclose()
 
 
