@@ -35,7 +35,7 @@ from aiohttp import web
 
 from rxagent.serve.http import Handler, json_response
 
-__all__ = ["ALLOWED_HEADERS", "allow_cross_origin", "listed_origin", "origin_of"]
+__all__ = ["ALLOWED_HEADERS", "allow_cross_origin", "listed_origin", "normal_origin", "origin_of"]
 
 ALLOWED_HEADERS = "Authorization, Content-Type, Last-Event-ID, traceparent, tracestate"
 """The request headers a listed origin's page may send (what the API reads)."""
@@ -52,7 +52,7 @@ def origin_of(text: str) -> str:
         ValueError: not an ``http`` or ``https`` origin (a path, a wildcard, another scheme, a port out of
             range).
     """
-    origin = text.strip().lower().removesuffix("/")
+    origin = normal_origin(text)
     match = _ORIGIN.fullmatch(origin)
     if match is None or (match.group(3) is not None and int(match.group(3)) > 65535):
         raise ValueError(
@@ -62,12 +62,17 @@ def origin_of(text: str) -> str:
     return origin
 
 
+def normal_origin(text: str) -> str:
+    """An origin as compared here: without surrounding space, lowercase, without a trailing ``/``."""
+    return text.strip().lower().removesuffix("/")
+
+
 def listed_origin(request: web.BaseRequest, origins: frozenset[str]) -> str | None:
     """The request's ``Origin`` when it is one of ``origins`` (``None`` otherwise)."""
     origin = request.headers.get("Origin")
     if origin is None or not origins:
         return None
-    normal = origin.strip().lower().removesuffix("/")
+    normal = normal_origin(origin)
     return normal if normal in origins else None
 
 

@@ -48,7 +48,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
-from rxagent.serve.cors import listed_origin
+from rxagent.serve.cors import listed_origin, normal_origin
 from rxagent.serve.http import ApiError, Handler
 from rxagent.serve.settings import ProxyNetwork, ServeSettings, is_loopback, proxy_networks
 
@@ -193,7 +193,7 @@ def _check_origin(request: web.Request, allowed: frozenset[str]) -> None:
     if origin is None:
         return
     own = f"{request.scheme}://{request.host}".lower()
-    if origin.strip().lower().rstrip("/") != own:
+    if normal_origin(origin) != own:
         raise ApiError(403, f"requests from another origin may not change anything here{_LET_IN}")
 
 
