@@ -202,8 +202,11 @@ class _Buffer(Sink[_T]):
             if self.gate is not None:  # it holds max_buffer items now (or more: a burst)
                 self.gate.close()
         waiter = self.waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        if waiter is not None:
+            # Once per wait: the items after it find no waiter (the iteration clears it when it wakes).
+            self.waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
 
     def on_error(self, error: Exception) -> None:
         self._end(error)
