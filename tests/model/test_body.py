@@ -15,6 +15,7 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
+from aiohttp.test_utils import TestServer
 
 from rxagent.model._body import read_available
 
@@ -55,15 +56,8 @@ async def served(
 ) -> AsyncGenerator[str]:
     app = web.Application()
     app.router.add_get("/", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    try:
-        port = runner.addresses[0][1]
-        yield f"http://127.0.0.1:{port}/"
-    finally:
-        await runner.cleanup()
+    async with TestServer(app, host="127.0.0.1") as server:
+        yield str(server.make_url("/"))
 
 
 async def read_all(content: aiohttp.StreamReader) -> list[bytes]:
