@@ -22,8 +22,9 @@ Measured with ``time.process_time`` (every thread of the process: the SQLite sto
   Every round's CPU is counted, the collector's too; the ratio of the two rounds alone is printed beside.
 - ``1000 vs 100``: CPU per turn over all rounds with ``--sessions`` sessions ÷ with a tenth of them;
   goal <= 1.2.
-- the cyclic garbage collector's share of the CPU (timed through ``gc.callbacks``), and its full
-  collections in each round.
+- the cyclic garbage collector's share of the CPU (timed through ``gc.callbacks``), its full collections
+  in each round, and the objects they walked per turn (every object tracked as each one began): the
+  collector's work, which no other process's load moves.
 - RSS per idle session: resident memory after the soak (``gc.collect()`` first) minus before the agent
   existed, ÷ sessions. Idle sessions are those whose projection the agent keeps in memory between turns
   (the in-memory store also holds every session's log).
@@ -89,17 +90,29 @@ def rss_bytes() -> int:
 
 
 class GCTimer:
-    """CPU spent in the cyclic garbage collector, and its full collections, from ``gc.callbacks``."""
+    """CPU spent in the cyclic garbage collector, its full collections and the objects they walked, from
+    ``gc.callbacks``.
+
+    The objects are counted (``len(gc.get_objects())``) as a full collection starts: a figure no other
+    process's load moves. Counting takes a few milliseconds a collection; that CPU is kept in
+    :attr:`counting`, which the soak takes off the rounds' CPU.
+    """
 
     def __init__(self) -> None:
         self.seconds = 0.0
         self.full = 0
+        self.walked = 0
+        self.counting = 0.0
         self._start = 0.0
 
     def __call__(self, phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
+            if info["generation"] == 2:
+                self.full += 1
+                began = time.process_time()
+                self.walked += len(gc.get_objects())
+                self.counting += time.process_time() - began
             self._start = time.process_time()
-            self.full += info["generation"] == 2
         else:
             self.seconds += time.process_time() - self._start
 
@@ -119,8 +132,9 @@ async def soak(store: SessionStore, sessions: int, rounds: int) -> dict[str, Any
         for turn in range(1, rounds + 1):
             text = question(turn)
             cpu, gc_before, full_before = time.process_time(), timer.seconds, timer.full
+            counting = timer.counting
             results = await asyncio.gather(*(agent.call(text, ctx) for ctx in contexts))
-            per_round.append(time.process_time() - cpu)
+            per_round.append(time.process_time() - cpu - (timer.counting - counting))
             gc_per_round.append(timer.seconds - gc_before)
             full_per_round.append(timer.full - full_before)
             assert all(r.reason == "MODEL_STOP" for r in results)
@@ -135,6 +149,7 @@ async def soak(store: SessionStore, sessions: int, rounds: int) -> dict[str, Any
         "gc_per_round": gc_per_round,
         "full_collections": timer.full,
         "full_per_round": full_per_round,
+        "walked_per_turn": timer.walked / (sessions * rounds),
         "rss_per_session": (rss_after - rss_before) / sessions,
         "messages": messages,
     }
@@ -192,7 +207,8 @@ def report(kind: str, sessions: int, result: dict[str, Any]) -> list[float]:
         f"{per_round[1] / sessions * 1e6:.0f} µs/turn, round {rounds}: {per_round[-1] / sessions * 1e6:.0f} "
         f"µs/turn (round {rounds} / round 2: {ratio:.2f} along the line, {per_round[-1] / per_round[1]:.2f} "
         f"of the two rounds; without the gc's CPU: {without:.2f}); gc {gc_share:.0%} of the CPU, full "
-        f"collections by round {result['full_per_round']}; RSS per idle session "
+        f"collections by round {result['full_per_round']}, which walked {result['walked_per_turn']:.0f} "
+        f"objects per turn; RSS per idle session "
         f"{result['rss_per_session'] / 1e3:.1f} KB ({result['messages']} messages each)"
     )
     return per_round
@@ -255,13 +271,15 @@ def main() -> None:
         print(f"gc thresholds: {(threshold, 10, 10) if threshold else gc.get_threshold()}")
         small: dict[str, list[list[float]]] = {kind: [] for kind in kinds}
         large: dict[str, list[list[float]]] = {kind: [] for kind in kinds}
+        walked: dict[str, tuple[float, float]] = {}
         for _ in range(args.repeats):
             # Alternating, so that a change in the machine's load falls on every configuration alike.
             for kind in kinds:
-                small[kind].append(report(kind, few, run_child(kind, few, args.rounds, threshold)))
-                large[kind].append(
-                    report(kind, args.sessions, run_child(kind, args.sessions, args.rounds, threshold))
-                )
+                few_result = run_child(kind, few, args.rounds, threshold)
+                small[kind].append(report(kind, few, few_result))
+                many_result = run_child(kind, args.sessions, args.rounds, threshold)
+                large[kind].append(report(kind, args.sessions, many_result))
+                walked[kind] = (many_result["walked_per_turn"], few_result["walked_per_turn"])
         figures[threshold] = {}
         for kind in kinds:
             many, tenth = least(large[kind]), least(small[kind])
@@ -277,7 +295,9 @@ def main() -> None:
             print(
                 f"{kind}, least CPU of {args.repeats} runs by round: round {args.rounds} / round 2 at "
                 f"{args.sessions} sessions: {round_ratio:.2f} (runs: {_spread(round_ratios)}); CPU per turn "
-                f"at {args.sessions} sessions / at {few}: {size_ratio:.2f} (runs: {_spread(size_ratios)})"
+                f"at {args.sessions} sessions / at {few}: {size_ratio:.2f} (runs: {_spread(size_ratios)}); "
+                f"objects walked by full collections per turn at {args.sessions} / at {few}: "
+                f"{walked[kind][0]:.0f} / {walked[kind][1]:.0f}"
             )
         worst[threshold] = (
             max(r for r, _ in figures[threshold].values()),
