@@ -232,7 +232,9 @@ class ToolExecutor:
         group: list[Callable[[], Observable[ToolEvent]]] = []
 
         def flush() -> None:
-            if group:
+            if len(group) == 1:  # a stretch of one call (the usual batch): the call is the stage
+                stages.append(group.pop())
+            elif group:
                 members = tuple(group)
                 stages.append(lambda: self._together([start() for start in members]))
                 group.clear()
@@ -256,8 +258,6 @@ class ToolExecutor:
         return stages, direct
 
     def _together(self, streams: list[Observable[ToolEvent]]) -> Observable[ToolEvent]:
-        if len(streams) == 1:
-            return streams[0]
         return reactivex.from_iterable(streams).pipe(ops.merge(max_concurrent=self.max_concurrency))
 
     # ---- before anything runs ----------------------------------------------------------------------

@@ -37,13 +37,6 @@ class ToolGroup:
 
 
 @dataclass(frozen=True, slots=True)
-class _Entry:
-    tool: Tool
-    preset: Mapping[str, Any]
-    enabled: bool = True
-
-
-@dataclass(frozen=True, slots=True)
 class ResolvedTool:
     """A tool as one run sees it: the tool and the presets (registration's and the run's) it gets."""
 
@@ -54,6 +47,19 @@ class ResolvedTool:
     def hidden(self) -> frozenset[str]:
         """The preset parameter names (absent from the model-visible schema)."""
         return frozenset(self.presets)
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    tool: Tool
+    preset: Mapping[str, Any]
+    enabled: bool = True
+    plain: ResolvedTool = field(init=False, repr=False, compare=False)
+    """The tool with its registration's presets only: what a view without presets of its own resolves it
+    to, made once (every call of a run resolves its tool)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "plain", ResolvedTool(self.tool, self.preset))
 
 
 @dataclass(frozen=True, slots=True)
@@ -379,6 +385,8 @@ class ToolView:
         return None
 
     def _resolved(self, entry: _Entry) -> ResolvedTool:
+        if not self.shared_presets and not self.presets:
+            return entry.plain
         tool_ = entry.tool
         presets: dict[str, Any] = dict(entry.preset)
         if self.shared_presets:
