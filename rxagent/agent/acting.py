@@ -125,16 +125,16 @@ class _Acting(Frame[ToolEvent, StepOutput[_To | Finish]]):
                 self._durations = {}
             self._durations[event.call.id] = event.duration_s
             run.in_flight[event.call.id] = event.result
-            return []
+            return ()
         if isinstance(event, ToolBatchFinished):
             if self._outcome is None:
                 self._outcome = event
-            return []
+            return ()
         if isinstance(event, ToolCallNested):
             return _nested(run, event.event)
         deps = run.deps
         if deps.quiet:
-            return []
+            return ()
         head = deps.head
         if isinstance(event, ToolBodyStarted):
             return [ToolExecutionStarted(**head, call=event.call)]

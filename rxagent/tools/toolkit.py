@@ -36,6 +36,9 @@ class ToolGroup:
     active_by_default: bool = False
 
 
+_NONE: frozenset[Any] = frozenset()
+
+
 @dataclass(frozen=True, slots=True)
 class ResolvedTool:
     """A tool as one run sees it: the tool and the presets (registration's and the run's) it gets."""
@@ -427,12 +430,13 @@ class ToolView:
         identity. Views that see the same (every run of an agent without a tool scope, usually) share one
         tuple, kept by the toolkit: a run's view keeps none of its own.
         """
+        presets, shared_presets = self.presets, self.shared_presets
         key = (  # schemas depend on which parameters are preset, never on the preset values
             self._entries(),
             self.allow,
             frozenset(self.active_groups),
-            frozenset((name, frozenset(values)) for name, values in self.presets.items()),
-            frozenset(self.shared_presets),
+            frozenset((name, frozenset(values)) for name, values in presets.items()) if presets else _NONE,
+            frozenset(shared_presets) if shared_presets else _NONE,
         )
         shared = self.toolkit._shared_schemas  # pyright: ignore[reportPrivateUsage]
         for cached in (shared, self._schemas_cache):
