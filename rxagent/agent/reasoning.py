@@ -372,7 +372,13 @@ class _ModelCall(Frame[ChatChunk | RetryAttempt, StepOutput[Node]]):
         if self.stopped or self.is_disposed:
             return
         try:
-            self._take(value, self._observer)  # not its bound `on_next`: an object per token
+            if type(value) is ChatChunk and self._deltas and not (value.tool_calls or value.thinking):
+                # A text token, the most common chunk by far: `_take`'s first branch, without its call.
+                self._fold.add(value)
+                if value.text:
+                    self._observer.on_next(self._make.text(value.text))
+            else:
+                self._take(value, self._observer)  # not its bound `on_next`: an object per token
         except Exception as error:  # the mapper's failure is the stream's failure
             self.on_error(error)
 

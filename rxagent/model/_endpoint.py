@@ -41,6 +41,7 @@ from pydantic import Secret, SecretStr
 from yarl import URL
 
 from rxagent.clock import SYSTEM_CLOCK, Clock, Deadline
+from rxagent.model._body import read_available
 from rxagent.model.errors import ModelConnectionError, ModelError, ModelHTTPError, ModelTimeoutError
 from rxagent.redaction import MASK, mask_url, redact, split_credentials, url_secrets
 
@@ -147,7 +148,7 @@ class RequestTimer:
         """
         if self._limit("idle", self._idle):
             raise self.total_error()
-        data = await content.readany()
+        data = await read_available(content)
         self.deadline.reschedule(None)
         return data
 

@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from functools import partial
 from typing import Any, cast
 
 from pydantic import JsonValue
-from reactivex import Observable
+from reactivex import Observable, abc
 
 from rxagent.chunks import ChatChunk, FinishReason, ToolCallDelta, Usage
 from rxagent.messages import (
@@ -30,8 +29,8 @@ from rxagent.messages import (
     mend_surrogates,
     new_id,
 )
-from rxagent.operators._frame import frame
-from rxagent.operators._source import deferred
+from rxagent.operators._frame import Frame
+from rxagent.operators._source import Source
 from rxagent.operators._typing import Operator
 
 __all__ = ["MessageFold", "fold_message"]
@@ -273,34 +272,46 @@ class MessageFold:
         )
 
 
-_NOTHING: tuple[Msg, ...] = ()
+class _Folding(Frame[ChatChunk, Msg]):
+    """One subscription of :func:`fold_message`: its accumulator in a slot, each chunk taken by ``on_next``
+    itself rather than through ``Frame.each`` (one object per subscription and no closures; a chunk costs
+    one call into the fold)."""
 
+    __slots__ = ("_fold", "_snapshots")
 
-def _add(fold: MessageFold, chunk: ChatChunk) -> tuple[Msg, ...]:
-    fold.add(chunk)
-    return _NOTHING  # a constant: nothing is built per chunk
+    def __init__(
+        self, observer: abc.ObserverBase[Msg], scheduler: abc.SchedulerBase | None, snapshots: bool
+    ) -> None:
+        super().__init__(observer, scheduler)
+        self._fold = MessageFold()
+        self._snapshots = snapshots
 
+    def on_next(self, value: ChatChunk) -> None:
+        if self.stopped or self.is_disposed:
+            return
+        fold = self._fold
+        try:
+            fold.add(value)
+            snapshot = fold.snapshot() if self._snapshots else None
+        except Exception as error:  # the fold's failure is the stream's failure
+            self.on_error(error)
+            return
+        if snapshot is not None:
+            self._observer.on_next(snapshot)
 
-def _add_and_snapshot(fold: MessageFold, chunk: ChatChunk) -> tuple[Msg, ...]:
-    fold.add(chunk)
-    return (fold.snapshot(),)
-
-
-def _final(fold: MessageFold) -> tuple[Msg, ...]:
-    return (fold.message(),)
+    def after(self) -> tuple[Msg, ...]:
+        return (self._fold.message(),)
 
 
 def fold_message(*, snapshots: bool = False) -> Operator[ChatChunk, Msg]:
     """Fold chunks into the final assistant message (see :func:`rxagent.operators.fold_message`)."""
-    each = _add_and_snapshot if snapshots else _add
 
     def operator(source: Observable[ChatChunk]) -> Observable[Msg]:
-        # One `frame` subscription per fold, its accumulator made per subscription: a chunk costs one
-        # call into the fold, where reactivex's `reduce` + `map` took five observers and a scan step.
-        def per_subscription() -> Observable[Msg]:
-            fold = MessageFold()
-            return source.pipe(frame(partial(each, fold), after=partial(_final, fold)))
+        def subscribe(
+            observer: abc.ObserverBase[Msg], scheduler: abc.SchedulerBase | None = None
+        ) -> abc.DisposableBase:
+            return _Folding(observer, scheduler, snapshots).attach(source)
 
-        return deferred(per_subscription)
+        return Source(subscribe)
 
     return operator

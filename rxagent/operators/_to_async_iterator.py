@@ -174,7 +174,7 @@ class _Buffer(Sink[_T]):
         self.subscription: abc.DisposableBase | None = None
 
     def _wake(self) -> None:
-        waiter = self.waiter
+        waiter, self.waiter = self.waiter, None
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
@@ -202,8 +202,10 @@ class _Buffer(Sink[_T]):
             if self.gate is not None:  # it holds max_buffer items now (or more: a burst)
                 self.gate.close()
         waiter = self.waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        if waiter is not None:  # `_wake` inlined; it clears the waiter, so the next items skip this
+            self.waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
 
     def on_error(self, error: Exception) -> None:
         self._end(error)
