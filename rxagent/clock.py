@@ -135,7 +135,7 @@ class Deadline:
     Create one with :meth:`Clock.timeout` or :meth:`Clock.timeout_at`; enter it once, inside a task.
     """
 
-    __slots__ = ("_armed_at", "_cancelling", "_clock", "_state", "_task", "_timer", "_when")
+    __slots__ = ("_armed_at", "_cancelling", "_clock", "_state", "_task", "_timer", "_wake", "_when")
 
     def __init__(self, clock: Clock, when: float | None) -> None:
         self._clock = clock
@@ -145,6 +145,20 @@ class Deadline:
         self._cancelling = 0
         self._timer: Timer | None = None
         self._armed_at = math.inf
+        self._wake = math.inf
+
+    def wake_by(self, when: float) -> None:
+        """Arm the timer at ``when`` on entering, if that comes before the deadline, without moving the
+        deadline: for one that will be moved to about ``when`` soon after (a request's idle limit, once it
+        has its connection), so that moving it there costs an assignment instead of a second timer. Woken
+        early, the timer finds the deadline later and re-arms itself at it, as after a push.
+
+        Raises:
+            RuntimeError: the deadline was entered already.
+        """
+        if self._state != "created":
+            raise RuntimeError(f"wake_by is for a deadline not entered yet (it is {self._state})")
+        self._wake = when
 
     def when(self) -> float | None:
         """The deadline on the clock's time scale, or ``None`` when disarmed."""
@@ -178,7 +192,7 @@ class Deadline:
         self._cancelling = task.cancelling()
         self._state = "entered"
         if self._when is not None:
-            self._arm(self._when)
+            self._arm(min(self._when, self._wake))
         return self
 
     async def __aexit__(

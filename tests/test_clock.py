@@ -1,6 +1,6 @@
 """The clock: virtual sleeps in due order, deadlines that expire, move and cancel, and virtual time over
 real loopback I/O. Bad inputs tried: negative, NaN and infinite advances, a NaN start and due time, a
-deadline rescheduled outside its ``async with`` and one entered twice."""
+deadline rescheduled outside its ``async with``, one entered twice, and one told when to wake once entered."""
 
 from __future__ import annotations
 
@@ -194,6 +194,52 @@ async def test_pushing_a_deadline_back_reuses_one_timer() -> None:
     with pytest.raises(TimeoutError):
         await clock.run(reads())
     assert clock.now() == 9.0
+
+
+async def test_a_deadline_woken_early_keeps_its_time_and_its_one_timer_when_moved_there() -> None:
+    clock = VirtualClock()
+    moved_at: list[float] = []
+
+    async def waits_then_moves() -> None:
+        deadline = clock.timeout_at(600)
+        deadline.wake_by(60)  # the request's idle limit, expected once it has a connection
+        async with deadline:
+            assert clock.pending() == (60.0,)  # one timer, at the expected time
+            await clock.sleep(100)  # still waiting for a connection: woken at 60, not expired
+            assert not deadline.expired()
+            assert clock.pending() == (600.0,)  # woken at 60, the timer re-armed itself at the deadline
+            deadline.reschedule(clock.now() + 60)  # a connection: the idle limit, earlier than the total
+            moved_at.append(clock.now())
+            await asyncio.Event().wait()
+
+    with pytest.raises(TimeoutError):
+        await clock.run(waits_then_moves())
+    assert moved_at == [100.0]
+    assert clock.now() == 160.0
+
+
+async def test_a_deadline_moved_to_its_wake_time_sets_no_second_timer() -> None:
+    clock = VirtualClock()
+
+    async def body() -> None:
+        deadline = clock.timeout_at(600)
+        deadline.wake_by(60)
+        async with deadline:
+            await clock.sleep(1)
+            deadline.reschedule(clock.now() + 60)  # due at 61, its timer still set for 60
+            assert clock.pending() == (60.0,)
+            await asyncio.Event().wait()
+
+    with pytest.raises(TimeoutError):
+        await clock.run(body())
+    assert clock.now() == 61.0
+
+
+async def test_wake_by_is_refused_once_entered() -> None:
+    clock = VirtualClock()
+    async with clock.timeout(5) as deadline:
+        with pytest.raises(RuntimeError, match="not entered yet"):
+            deadline.wake_by(1)
 
 
 async def test_a_deadline_moved_earlier_fires_earlier() -> None:

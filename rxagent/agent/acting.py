@@ -32,7 +32,7 @@ from rxagent.events import (
     ToolResult,
     ToolSuspended,
 )
-from rxagent.messages import Msg, ToolUseBlock
+from rxagent.messages import Msg, ToolResultBlock, ToolUseBlock
 from rxagent.operators import Frame, Source, sync_of
 from rxagent.state import PendingCall
 from rxagent.tools import (
@@ -125,16 +125,16 @@ class _Acting(Frame[ToolEvent, StepOutput[_To | Finish]]):
                 self._durations = {}
             self._durations[event.call.id] = event.duration_s
             run.in_flight[event.call.id] = event.result
-            return []
+            return ()
         if isinstance(event, ToolBatchFinished):
             if self._outcome is None:
                 self._outcome = event
-            return []
+            return ()
         if isinstance(event, ToolCallNested):
             return _nested(run, event.event)
         deps = run.deps
         if deps.quiet:
-            return []
+            return ()
         head = deps.head
         if isinstance(event, ToolBodyStarted):
             return [ToolExecutionStarted(**head, call=event.call)]
@@ -236,14 +236,22 @@ def _repeat_guard(run: RunState) -> list[AgentEvent]:
     threshold = run.deps.options.repeat_guard
     if threshold == 0:
         return []
-    last: tuple[str, str, str] | None = None
+    newest: tuple[ToolUseBlock, ToolResultBlock] | None = None
+    text = ""  # the newest result's text, read once a second call matches its name and arguments
     count = 0
     repeated: ToolUseBlock | None = None
-    for call, text in _answered_calls_backwards(run.state.messages):
-        key = (call.name, call.raw_arguments, text)  # the same text: no need to re-encode
-        if last is not None and key != last:
-            break
-        last, count, repeated = key, count + 1, call
+    for call, result in _answered_calls_backwards(run.state.messages):
+        if newest is None:
+            newest = (call, result)
+        else:
+            first = newest[0]
+            if call.name != first.name or call.raw_arguments != first.raw_arguments:
+                break
+            if count == 1:
+                text = newest[1].text
+            if result.text != text:  # the same text: no need to re-encode
+                break
+        count, repeated = count + 1, call
     if repeated is None or count < threshold:
         return []
     hint = (
@@ -256,18 +264,18 @@ def _repeat_guard(run: RunState) -> list[AgentEvent]:
     return [RepeatGuardTriggered(**run.head, tool=repeated.name, arguments=arguments, count=count)]
 
 
-def _answered_calls_backwards(messages: Sequence[Msg]) -> Iterator[tuple[ToolUseBlock, str]]:
-    """The calls with results since the last user message or repeat hint, newest first, with their result
-    texts: lazily, so the guard reads back only as far as the calls repeat."""
-    results: dict[str, str] = {}
+def _answered_calls_backwards(messages: Sequence[Msg]) -> Iterator[tuple[ToolUseBlock, ToolResultBlock]]:
+    """The calls with results since the last user message or repeat hint, newest first, with their
+    results: lazily, so the guard reads back only as far as the calls repeat."""
+    results: dict[str, ToolResultBlock] = {}
     for message in reversed(messages):
         if message.role == "user" or message.metadata.get("rxagent") == _REPEAT_HINT:
             return
         if message.role == "assistant":
             for call in reversed(message.tool_calls):
-                text = results.get(call.id)
-                if text is not None:
-                    yield call, text
+                result = results.get(call.id)
+                if result is not None:
+                    yield call, result
         else:
             for result in message.tool_results:
-                results[result.tool_use_id] = result.text
+                results[result.tool_use_id] = result

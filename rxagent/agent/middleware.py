@@ -192,7 +192,7 @@ def _overrides(middleware: AnyMiddleware, cut_point: CutPoint) -> bool:
 
 def has_hooks(middlewares: Sequence[AnyMiddleware], cut_point: CutPoint) -> bool:
     """True when any of ``middlewares`` overrides the ``cut_point`` hook (else the agent skips the cut)."""
-    return any(_overrides(m, cut_point) for m in middlewares)
+    return bool(middlewares) and any(_overrides(m, cut_point) for m in middlewares)
 
 
 def watches_events(middlewares: Sequence[AnyMiddleware]) -> bool:
@@ -212,6 +212,8 @@ def chain(
     innermost: Callable[[_I], Observable[_O]],
 ) -> Callable[[_I], Observable[_O]]:
     """Compose the ``cut_point`` hooks of ``middlewares`` around ``innermost`` (first = outermost)."""
+    if not middlewares:  # an agent without middleware: every cut point of every step comes here
+        return innermost
     composed = innermost
     for middleware in reversed([m for m in middlewares if _overrides(m, cut_point)]):
         hook = cast(

@@ -379,6 +379,10 @@ def _hooked(step: Step[Node, Node], node: Node, run: RunState, loop: _Loop) -> O
     that produced no message (``Finish(NO_ANSWER)``), or a batch that ran nothing (the next turn).
     """
 
+    middleware = run.deps.middleware
+    kind = node.cut_point
+    if kind is None or not has_hooks(middleware, kind):
+        return None
     take_next = loop.take_next
 
     def then_default() -> Observable[AgentEvent]:
@@ -390,10 +394,6 @@ def _hooked(step: Step[Node, Node], node: Node, run: RunState, loop: _Loop) -> O
             )
         return reactivex.empty()
 
-    middleware = run.deps.middleware
-    kind = node.cut_point
-    if kind is None or not has_hooks(middleware, kind):
-        return None
     if kind == "reasoning":
         summarising = isinstance(node, Reason) and node.summarising
 

@@ -48,16 +48,16 @@ def repair_transcript(messages: Sequence[Msg]) -> list[Msg]:
             index += 1
             continue
         if msg.role == "tool":
-            kept = [r for r in msg.tool_results if r.tool_use_id in open_calls]
+            results = msg.tool_results
+            kept = [r for r in results if r.tool_use_id in open_calls]
             answered = {r.tool_use_id for r in kept}
             missing = [_missing(i, n) for i, n in open_calls.items() if i not in answered]
-            others = [b for b in msg.content if not isinstance(b, ToolResultBlock)]
-            if len(kept) == len(msg.tool_results) and not missing and not others:
+            if len(kept) == len(results) == len(msg.content) and not missing:  # nothing to mend
                 repaired.append(msg)
             elif kept or missing:
                 order = {call_id: position for position, call_id in enumerate(open_calls)}
-                results = sorted([*kept, *missing], key=lambda r: order[r.tool_use_id])
-                repaired.append(msg.model_copy(update={"content": tuple(results)}))
+                mended = sorted([*kept, *missing], key=lambda r: order[r.tool_use_id])
+                repaired.append(msg.model_copy(update={"content": tuple(mended)}))
             open_calls = {}
             index += 1
             continue
@@ -116,4 +116,6 @@ class RepairedHistory:
             self._originals.extend(appended)
             self._prefix.extend(repair_transcript(appended))
             length = end
+        if length == len(history):  # the usual request: the history ends with the results of its calls
+            return self._prefix, []
         return self._prefix, repair_transcript(history[length:])

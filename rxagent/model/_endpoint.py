@@ -104,6 +104,8 @@ class RequestTimer:
         self._total_due = total_due
         self.deadline: Deadline = clock.timeout_at(total_due)
         """Only the total until the request has a connection; expiring cancels the request."""
+        if self._idle is not None:  # the idle limit comes next: one timer for both, not two per request
+            self.deadline.wake_by(clock.now() + self._idle)
         self.phase: Literal["connect", "idle", "total"] = "total"
         """Which limit the deadline stands for now."""
         self._watching: Token[RequestTimer | None] | None = None

@@ -204,7 +204,8 @@ class Frame(Sink[_T], abc.DisposableBase, Generic[_T, _R]):
         upstream, self.upstream = self.upstream, None
         if upstream is not None:
             upstream.dispose()
-        self._unhook()
+        if self.stop is not None or self.unhook is not None:
+            self._unhook()
 
     def _unhook(self) -> None:
         stop, unhook, self.stop, self.unhook = self.stop, self.unhook, None, None
@@ -218,10 +219,7 @@ class Frame(Sink[_T], abc.DisposableBase, Generic[_T, _R]):
         if self.is_disposed:
             return
         self.is_disposed = True
-        upstream, self.upstream = self.upstream, None
-        if upstream is not None:
-            upstream.dispose()
-        self._unhook()
+        self._let_go()
 
 
 class _Framed(Frame[_T, _R]):

@@ -503,13 +503,16 @@ class _Snapshot:
         facts: list[Fact] = []
         answered: set[str] = set()
         start = max(0, self.length - len(self.tail))
-        for offset, recorded in enumerate(self.tail):
-            index = start + offset
-            if index < len(messages) and messages[index] is not recorded:
-                facts.append(message_fact("message_replaced", messages[index], run_id))
+        if not all(map(operator.is_, messages[start : self.length], self.tail)):  # one replaced (rare)
+            for offset, recorded in enumerate(self.tail):
+                index = start + offset
+                if index < len(messages) and messages[index] is not recorded:
+                    facts.append(message_fact("message_replaced", messages[index], run_id))
         for message in messages[self.length :]:
             facts.append(message_fact("message", message, run_id))
-            answered.update(r.tool_use_id for r in message.tool_results)
+            results = message.tool_results
+            if results:
+                answered.update(r.tool_use_id for r in results)
         pending = self.pending
         if not _same(state.pending, pending):
             pending = tuple(state.pending)

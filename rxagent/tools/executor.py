@@ -121,10 +121,16 @@ Only the first :class:`ToolCallSettled` it emits counts."""
 
 def result_of(call: ToolUseBlock, output: str, status: ToolResultStatus) -> ToolResultBlock:
     """A result block for ``call`` holding ``output`` as text."""
-    # Validated: pydantic-core checks these fields (a string is taken as it is, whatever its length) in
-    # less than half the time model_construct takes to skip checking them, in Python.
-    return ToolResultBlock(
-        tool_use_id=call.id, name=call.name, output=(TextBlock(text=output),), status=status
+    # Validated, from plain data in one call: pydantic-core checks these fields (a string is taken as it
+    # is, whatever its length) in less time than model_construct takes to skip checking them, in Python,
+    # and than building the text block first (4.4 µs; this: 3.2 µs).
+    return ToolResultBlock.model_validate(
+        {
+            "tool_use_id": call.id,
+            "name": call.name,
+            "output": ({"type": "text", "text": output},),
+            "status": status,
+        }
     )
 
 
@@ -232,7 +238,9 @@ class ToolExecutor:
         group: list[Callable[[], Observable[ToolEvent]]] = []
 
         def flush() -> None:
-            if group:
+            if len(group) == 1:  # a stretch of one call (the usual batch): the call is the stage
+                stages.append(group.pop())
+            elif group:
                 members = tuple(group)
                 stages.append(lambda: self._together([start() for start in members]))
                 group.clear()
@@ -256,8 +264,6 @@ class ToolExecutor:
         return stages, direct
 
     def _together(self, streams: list[Observable[ToolEvent]]) -> Observable[ToolEvent]:
-        if len(streams) == 1:
-            return streams[0]
         return reactivex.from_iterable(streams).pipe(ops.merge(max_concurrent=self.max_concurrency))
 
     # ---- before anything runs ----------------------------------------------------------------------

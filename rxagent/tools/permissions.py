@@ -264,6 +264,13 @@ class PermissionDecision:
     rule: PermissionRule | None = None
 
 
+_MODE_DECISIONS: dict[PermissionMode, PermissionDecision] = {
+    mode: PermissionDecision(decision, "mode", f"permission mode {mode!r}")
+    for mode, decision in _MODE_DECISION.items()
+}
+"""The decision of each mode, made once: a frozen value every call that no rule decides shares."""
+
+
 @dataclass(frozen=True, slots=True)
 class Permissions:
     """An immutable rule set plus a mode. Derive changed sets with :meth:`allow`, :meth:`deny`, :meth:`ask`.
@@ -342,4 +349,4 @@ class Permissions:
                 return PermissionDecision(
                     "allow", "rule", rule.reason or f"allow rule for {rule.tools}", rule
                 )
-        return PermissionDecision(_MODE_DECISION[self.mode], "mode", f"permission mode {self.mode!r}")
+        return _MODE_DECISIONS[self.mode]

@@ -36,11 +36,7 @@ class ToolGroup:
     active_by_default: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class _Entry:
-    tool: Tool
-    preset: Mapping[str, Any]
-    enabled: bool = True
+_NONE: frozenset[Any] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +50,19 @@ class ResolvedTool:
     def hidden(self) -> frozenset[str]:
         """The preset parameter names (absent from the model-visible schema)."""
         return frozenset(self.presets)
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    tool: Tool
+    preset: Mapping[str, Any]
+    enabled: bool = True
+    plain: ResolvedTool = field(init=False, repr=False, compare=False)
+    """The tool with its registration's presets only: what a view without presets of its own resolves it
+    to, made once (every call of a run resolves its tool)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "plain", ResolvedTool(self.tool, self.preset))
 
 
 @dataclass(frozen=True, slots=True)
@@ -379,6 +388,8 @@ class ToolView:
         return None
 
     def _resolved(self, entry: _Entry) -> ResolvedTool:
+        if not self.shared_presets and not self.presets:
+            return entry.plain
         tool_ = entry.tool
         presets: dict[str, Any] = dict(entry.preset)
         if self.shared_presets:
@@ -419,12 +430,13 @@ class ToolView:
         identity. Views that see the same (every run of an agent without a tool scope, usually) share one
         tuple, kept by the toolkit: a run's view keeps none of its own.
         """
+        presets, shared_presets = self.presets, self.shared_presets
         key = (  # schemas depend on which parameters are preset, never on the preset values
             self._entries(),
             self.allow,
             frozenset(self.active_groups),
-            frozenset((name, frozenset(values)) for name, values in self.presets.items()),
-            frozenset(self.shared_presets),
+            frozenset((name, frozenset(values)) for name, values in presets.items()) if presets else _NONE,
+            frozenset(shared_presets) if shared_presets else _NONE,
         )
         shared = self.toolkit._shared_schemas  # pyright: ignore[reportPrivateUsage]
         for cached in (shared, self._schemas_cache):

@@ -161,6 +161,32 @@ async def test_repeat_guard_injects_a_hint_and_emits_an_event() -> None:
     assert all("same arguments" not in m.text for m in model.requests[2].messages)
 
 
+async def test_repeat_guard_counts_only_calls_whose_results_are_the_same_too() -> None:
+    readings = iter(["20.1", "20.4", "20.4", "20.4", "20.4"])
+
+    @tool
+    def thermometer(room: str) -> str:
+        """Reads the temperature of a room.
+
+        Args:
+            room: which room.
+        """
+        return next(readings)
+
+    lab = calls(("thermometer", {"room": "lab"}))
+    hall = calls(("thermometer", {"room": "hall"}))
+    # lab 20.1; lab 20.4 (another result); hall 20.4 (other arguments, the same text); lab 20.4 (other
+    # arguments again); lab 20.4: the first two alike in a row.
+    model = ScriptedModel([lab, lab, hall, lab, lab, "steady"])
+    agent = ReActAgent(model, Toolkit([thermometer]), options=AgentOptions(repeat_guard=2))
+    result, events = await run(agent, "is it steady?")
+    assert result.text == "steady"
+    (guard,) = of_type(events, RepeatGuardTriggered)
+    assert (guard.tool, guard.count, guard.arguments) == ("thermometer", 2, {"room": "lab"})  # type: ignore[attr-defined]
+    hinted = [i for i, r in enumerate(model.requests) if any("same arguments" in m.text for m in r.messages)]
+    assert hinted == [5]
+
+
 async def test_tool_system_error_ends_in_the_error_phase_without_looping() -> None:
     @tool
     def ledger() -> str:
