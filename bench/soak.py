@@ -7,18 +7,36 @@ session runs its ``r``-th turn, all at once on one event loop, through one
 :class:`~rxagent.model.scripted.FunctionModel`, no network) calls one tool, then answers. Each
 configuration runs in a fresh child process (so the runs do not share a heap), on the in-memory store
 and on SQLite (a temporary file), with ``--sessions`` sessions and with a tenth of them, ``--repeats``
-times (default 2) in alternation; the ratios are of medians.
+times (default 3) in alternation (see **Noise** for what the figures take of the runs).
 
 Measured with ``time.process_time`` (every thread of the process: the SQLite store's too):
 
-- ``round 10 / round 2``: CPU of the last round ÷ CPU of round 2 (round 1 creates the sessions). The
-  history grows by four messages a turn; goal <= 1.3.
+- ``round 10 / round 2``: the CPU per turn that a least-squares line through rounds 2 to 10 gives for round
+  10, ÷ the line's value for round 2 (round 1 creates the sessions). The history grows by four messages a
+  turn; goal <= 1.3. A line, not the two rounds alone, for two reasons. How many of the collector's full
+  collections fall in one round is a whole number (one or two a round at 1 000 sessions, in the same
+  rounds from run to run of the same code, and in others after any change to what a turn allocates),
+  and each costs a large part of its round: the ratio of two rounds said partly which of them got the
+  second one. And one round is a second of CPU, which another process's load moves by 10–30 %: three runs
+  of the same code in the same minutes gave 1.06, 1.08 and 1.61 (1.46 without the collector's CPU).
+  Every round's CPU is counted, the collector's too; the ratio of the two rounds alone is printed beside.
 - ``1000 vs 100``: CPU per turn over all rounds with ``--sessions`` sessions ÷ with a tenth of them;
   goal <= 1.2.
-- the cyclic garbage collector's share of the CPU (timed through ``gc.callbacks``).
+- the cyclic garbage collector's share of the CPU (timed through ``gc.callbacks``), its full collections
+  in each round, and the objects they walked per turn (every object tracked as each one began): the
+  collector's work, which no other process's load moves.
 - RSS per idle session: resident memory after the soak (``gc.collect()`` first) minus before the agent
   existed, ÷ sessions. Idle sessions are those whose projection the agent keeps in memory between turns
   (the in-memory store also holds every session's log).
+
+**Noise.** The runs alternate (each repeat runs every store at both sizes, in turn), so that a change in
+the machine's load falls on every configuration alike. Another process's load only ever adds to a run's
+CPU (on 2 cores that share caches, by 10–40 % for a round), while what rxagent and the collector do is
+nearly the same from run to run of the same code (the same full collections in the same rounds, but for
+a thread's timing on SQLite). So the figures are of the least CPU each round took in any of the
+``--repeats`` runs (default 3): the run the machine disturbed least, round by round (``timeit``'s
+reasoning). The medians of the runs' own ratios, and their range, are printed beside, with the load
+average before and after.
 
 Each configuration runs twice over (``--gc both``, the default): with Python's own collector settings
 (thresholds 700, 10, 10, nothing frozen), and with the first threshold ``rxagent serve`` sets
@@ -38,7 +56,7 @@ store, the SQLite size ratio last::
     sqlite_size_ratio: X
 
 Run: ``.venv/bin/python bench/soak.py [--gc default|serve|both] [--sessions N] [--rounds N] [--repeats N]
-[--gc-threshold N]`` (about 10 minutes on 2 cores for both settings).
+[--gc-threshold N]`` (about 4 minutes on 2 cores for each setting).
 """
 
 from __future__ import annotations
@@ -72,17 +90,29 @@ def rss_bytes() -> int:
 
 
 class GCTimer:
-    """CPU spent in the cyclic garbage collector, and its full collections, from ``gc.callbacks``."""
+    """CPU spent in the cyclic garbage collector, its full collections and the objects they walked, from
+    ``gc.callbacks``.
+
+    The objects are counted (``len(gc.get_objects())``) as a full collection starts: a figure no other
+    process's load moves. Counting takes a few milliseconds a collection; that CPU is kept in
+    :attr:`counting`, which the soak takes off the rounds' CPU.
+    """
 
     def __init__(self) -> None:
         self.seconds = 0.0
         self.full = 0
+        self.walked = 0
+        self.counting = 0.0
         self._start = 0.0
 
     def __call__(self, phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
+            if info["generation"] == 2:
+                self.full += 1
+                began = time.process_time()
+                self.walked += len(gc.get_objects())
+                self.counting += time.process_time() - began
             self._start = time.process_time()
-            self.full += info["generation"] == 2
         else:
             self.seconds += time.process_time() - self._start
 
@@ -97,13 +127,16 @@ async def soak(store: SessionStore, sessions: int, rounds: int) -> dict[str, Any
     gc.callbacks.append(timer)
     per_round: list[float] = []
     gc_per_round: list[float] = []
+    full_per_round: list[int] = []
     try:
         for turn in range(1, rounds + 1):
             text = question(turn)
-            cpu, gc_before = time.process_time(), timer.seconds
+            cpu, gc_before, full_before = time.process_time(), timer.seconds, timer.full
+            counting = timer.counting
             results = await asyncio.gather(*(agent.call(text, ctx) for ctx in contexts))
-            per_round.append(time.process_time() - cpu)
+            per_round.append(time.process_time() - cpu - (timer.counting - counting))
             gc_per_round.append(timer.seconds - gc_before)
+            full_per_round.append(timer.full - full_before)
             assert all(r.reason == "MODEL_STOP" for r in results)
         await agent.aclose()
     finally:
@@ -115,6 +148,8 @@ async def soak(store: SessionStore, sessions: int, rounds: int) -> dict[str, Any
         "per_round": per_round,
         "gc_per_round": gc_per_round,
         "full_collections": timer.full,
+        "full_per_round": full_per_round,
+        "walked_per_turn": timer.walked / (sessions * rounds),
         "rss_per_session": (rss_after - rss_before) / sessions,
         "messages": messages,
     }
@@ -151,23 +186,46 @@ def run_child(kind: str, sessions: int, rounds: int, threshold: int | None) -> d
     return result
 
 
-def report(kind: str, sessions: int, result: dict[str, Any]) -> tuple[float, float]:
-    """Print one configuration; returns (round 10 / round 2, CPU per turn)."""
+def growth(per_turn: list[float]) -> float:
+    """The last round ÷ round 2, both read off the least-squares line through rounds 2 to the last."""
+    rounds = list(range(2, len(per_turn) + 1))
+    slope, intercept = statistics.linear_regression(rounds, per_turn[1:])
+    return (intercept + slope * rounds[-1]) / (intercept + slope * rounds[0])
+
+
+def report(kind: str, sessions: int, result: dict[str, Any]) -> list[float]:
+    """Print one configuration's run; returns its CPU per round."""
     per_round: list[float] = result["per_round"]
     rounds = len(per_round)
     per_turn = sum(per_round) / (rounds * sessions)
-    ratio = per_round[-1] / per_round[1]
+    ratio = growth(per_round)
     collector: list[float] = result["gc_per_round"]
     gc_share = sum(collector) / sum(per_round)
-    without = (per_round[-1] - collector[-1]) / (per_round[1] - collector[1])
+    without = growth([cpu - spent for cpu, spent in zip(per_round, collector, strict=True)])
     print(
         f"{kind}, {sessions} sessions x {rounds} rounds: CPU per turn {per_turn * 1e6:.0f} µs; round 2: "
         f"{per_round[1] / sessions * 1e6:.0f} µs/turn, round {rounds}: {per_round[-1] / sessions * 1e6:.0f} "
-        f"µs/turn (round {rounds} / round 2: {ratio:.2f}; without the gc's CPU: {without:.2f}); "
-        f"gc {gc_share:.0%} of the CPU ({result['full_collections']} full collections); "
-        f"RSS per idle session {result['rss_per_session'] / 1e3:.1f} KB ({result['messages']} messages each)"
+        f"µs/turn (round {rounds} / round 2: {ratio:.2f} along the line, {per_round[-1] / per_round[1]:.2f} "
+        f"of the two rounds; without the gc's CPU: {without:.2f}); gc {gc_share:.0%} of the CPU, full "
+        f"collections by round {result['full_per_round']}, which walked {result['walked_per_turn']:.0f} "
+        f"objects per turn; RSS per idle session "
+        f"{result['rss_per_session'] / 1e3:.1f} KB ({result['messages']} messages each)"
     )
-    return ratio, per_turn
+    return per_round
+
+
+def least(runs: list[list[float]]) -> list[float]:
+    """Round by round, the least CPU any of the runs took (see the module)."""
+    return [min(cpus) for cpus in zip(*runs, strict=True)]
+
+
+def _spread(values: list[float]) -> str:
+    return f"median {statistics.median(values):.2f}, {min(values):.2f} to {max(values):.2f}"
+
+
+def load() -> str:
+    """The machine's load averages over 1, 5 and 15 minutes."""
+    return ", ".join(f"{value:.2f}" for value in os.getloadavg())
 
 
 def main() -> None:
@@ -176,7 +234,7 @@ def main() -> None:
     )
     parser.add_argument("--sessions", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--repeats", type=int, default=2, help="runs of each configuration (alternating)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each configuration (alternating)")
     parser.add_argument(
         "--gc",
         choices=["default", "serve", "both"],
@@ -196,8 +254,8 @@ def main() -> None:
             gc.set_threshold(args.gc_threshold, 10, 10)
         print(json.dumps(asyncio.run(one(args.one, args.sessions, args.rounds))))
         return
-    if args.rounds < 3 or args.sessions < 100 or args.repeats < 1:
-        parser.error("--rounds must be at least 3, --sessions at least 100, --repeats at least 1")
+    if args.rounds < 4 or args.sessions < 100 or args.repeats < 1:
+        parser.error("--rounds must be at least 4, --sessions at least 100, --repeats at least 1")
     settings: dict[str, list[int | None]] = {
         "default": [None],
         "serve": [SERVE_GC_THRESHOLD],
@@ -205,40 +263,54 @@ def main() -> None:
     }
     tunings = [args.gc_threshold] if args.gc_threshold is not None else settings[args.gc]
     few = args.sessions // 10
+    kinds = ("memory", "sqlite")
+    print(f"load average before: {load()}")
     worst: dict[int | None, tuple[float, float]] = {}
     figures: dict[int | None, dict[str, tuple[float, float]]] = {}
     for threshold in tunings:
         print(f"gc thresholds: {(threshold, 10, 10) if threshold else gc.get_threshold()}")
-        round_ratios: list[float] = []
-        size_ratios: list[float] = []
+        small: dict[str, list[list[float]]] = {kind: [] for kind in kinds}
+        large: dict[str, list[list[float]]] = {kind: [] for kind in kinds}
+        walked: dict[str, tuple[float, float]] = {}
+        for _ in range(args.repeats):
+            # Alternating, so that a change in the machine's load falls on every configuration alike.
+            for kind in kinds:
+                few_result = run_child(kind, few, args.rounds, threshold)
+                small[kind].append(report(kind, few, few_result))
+                many_result = run_child(kind, args.sessions, args.rounds, threshold)
+                large[kind].append(report(kind, args.sessions, many_result))
+                walked[kind] = (many_result["walked_per_turn"], few_result["walked_per_turn"])
         figures[threshold] = {}
-        for kind in ("memory", "sqlite"):
-            # Alternating, so that a change in the machine's load falls on both sizes alike; medians.
-            small: list[tuple[float, float]] = []
-            large: list[tuple[float, float]] = []
-            for _ in range(args.repeats):
-                small.append(report(kind, few, run_child(kind, few, args.rounds, threshold)))
-                result = run_child(kind, args.sessions, args.rounds, threshold)
-                large.append(report(kind, args.sessions, result))
-            round_ratio = statistics.median(r for r, _ in large)
-            size_ratio = statistics.median(t for _, t in large) / statistics.median(t for _, t in small)
-            round_ratios.append(round_ratio)
-            size_ratios.append(size_ratio)
+        for kind in kinds:
+            many, tenth = least(large[kind]), least(small[kind])
+            round_ratio = growth(many)
+            size_ratio = (sum(many) / args.sessions) / (sum(tenth) / few)
             figures[threshold][kind] = (round_ratio, size_ratio)
+            # Beside them, the medians of the runs' own figures: how far apart the runs were.
+            round_ratios = [growth(run) for run in large[kind]]
+            size_ratios = [
+                (sum(a) / args.sessions) / (sum(b) / few)
+                for a, b in zip(large[kind], small[kind], strict=True)
+            ]
             print(
-                f"{kind}, medians of {args.repeats}: round {args.rounds} / round 2 at {args.sessions} "
-                f"sessions: {round_ratio:.2f}; CPU per turn at {args.sessions} sessions / at {few}: "
-                f"{size_ratio:.2f}"
+                f"{kind}, least CPU of {args.repeats} runs by round: round {args.rounds} / round 2 at "
+                f"{args.sessions} sessions: {round_ratio:.2f} (runs: {_spread(round_ratios)}); CPU per turn "
+                f"at {args.sessions} sessions / at {few}: {size_ratio:.2f} (runs: {_spread(size_ratios)}); "
+                f"objects walked by full collections per turn at {args.sessions} / at {few}: "
+                f"{walked[kind][0]:.0f} / {walked[kind][1]:.0f}"
             )
-        worst[threshold] = (max(round_ratios), max(size_ratios))
-    print(f"cores: {os.cpu_count()}")
+        worst[threshold] = (
+            max(r for r, _ in figures[threshold].values()),
+            max(s for _, s in figures[threshold].values()),
+        )
+    print(f"cores: {os.cpu_count()}; load average after: {load()}")
     for threshold, (round_ratio, size_ratio) in worst.items():
         label = f"gc threshold {threshold}" if threshold else "Python's gc thresholds"
         print(f"{label}: worst round ratio {round_ratio:.2f}, worst size ratio {size_ratio:.2f}")
     first = figures[tunings[0]]
-    for kind in ("memory", "sqlite"):
+    for kind in kinds:
         print(f"{kind}_round_ratio: {first[kind][0]:.2f}")
-    for kind in ("memory", "sqlite"):
+    for kind in kinds:
         print(f"{kind}_size_ratio: {first[kind][1]:.2f}")
 
 

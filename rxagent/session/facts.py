@@ -156,6 +156,12 @@ class Fact:
             self._encode = self._source = None
         return self._payload
 
+    def deferred(self) -> tuple[Callable[[Any], str], object] | None:
+        """``(encode, source)`` while the payload is not encoded yet (``None`` once it is, or if it was
+        given as text): what a store that keeps facts in memory may keep instead of the fact, to encode
+        when it is read."""
+        return None if self._encode is None else (self._encode, self._source)
+
     def __repr__(self) -> str:
         return f"Fact({self.kind!r}, run_id={self.run_id!r})"
 

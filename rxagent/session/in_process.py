@@ -6,8 +6,9 @@ import itertools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
-from rxagent.session.facts import Checkpoint, Fact, StoredFact
+from rxagent.session.facts import Checkpoint, Fact, FactKind, StoredFact
 from rxagent.session.store import (
     CHECKPOINTS_KEPT,
     AppendListeners,
@@ -27,10 +28,21 @@ from rxagent.state import SessionKey
 __all__ = ["MemoryStore"]
 
 
+_FIELDS = 5
+"""A fact's slots in :attr:`_Log.facts`: its kind, its payload (the JSON text, or the source its encoder
+encodes), its encoder (``None`` once encoded), its run id, when it was written."""
+
+
 @dataclass(slots=True)
 class _Log:
-    facts: list[Fact] = field(default_factory=lambda: [])
-    """The appended facts, in order (fact ``n`` is ``facts[n - 1]``); their payloads are encoded when read."""
+    """One session: its facts, checkpoints, lease and line."""
+
+    facts: list[object] = field(default_factory=lambda: [])
+    """The facts in order, flat, :data:`_FIELDS` slots each (fact ``n`` from ``(n - 1) * _FIELDS``): a list
+    of strings and numbers is one object for the garbage collector to walk, where a fact object each was
+    eleven more a turn, all walked by every full collection while the process lives. A payload not
+    encoded yet is kept as its source (a message or a block the session's history holds anyway) and its
+    encoder, and encoded when first read (see :meth:`~rxagent.session.facts.Fact.later`)."""
     checkpoints: tuple[Checkpoint, ...] = ()
     """The last few, oldest first (a tuple, replaced whole: a session without one keeps no empty list for
     the garbage collector to walk)."""
@@ -40,6 +52,46 @@ class _Log:
     tokens: int = 0
     tickets: dict[int, Ticket] = field(default_factory=lambda: {})
     """The line for the lease, by number (taken in increasing order, so the dict keeps them in line)."""
+
+    @property
+    def head(self) -> int:
+        return len(self.facts) // _FIELDS
+
+    def extend(self, facts: Sequence[Fact]) -> None:
+        for fact in facts:
+            deferred = fact.deferred()
+            encode, payload = (None, fact.payload) if deferred is None else deferred
+            self.facts.extend((fact.kind, payload, encode, fact.run_id, fact.at))
+
+    def stored(self, start: int, end: int | None) -> list[StoredFact]:
+        """Facts ``start + 1`` to ``end`` (``None``: the head), their payloads encoded (once: kept so)."""
+        end = self.head if end is None else min(end, self.head)
+        facts: list[StoredFact] = []
+        slots = self.facts
+        for seq in range(start + 1, end + 1):
+            at = (seq - 1) * _FIELDS
+            kind, payload, encode, run_id, written = slots[at : at + _FIELDS]
+            if encode is not None:
+                payload = slots[at + 1] = cast("Callable[[object], str]", encode)(payload)
+                slots[at + 2] = None
+            facts.append(
+                StoredFact(
+                    seq,
+                    cast("FactKind", kind),
+                    cast("str", payload),
+                    cast("str | None", run_id),
+                    cast("float", written),
+                )
+            )
+        return facts
+
+    def written_at(self, seq: int) -> float:
+        """When fact ``seq`` was written."""
+        return cast("float", self.facts[seq * _FIELDS - 1])
+
+    def copy_facts(self, source: _Log, end: int) -> None:
+        """Take ``source``'s first ``end`` facts (this log has none)."""
+        self.facts = source.facts[: end * _FIELDS]
 
 
 class MemoryStore:
@@ -172,13 +224,13 @@ class MemoryStore:
                 return known
         log = self._check(lease)
         if batch is not None:
-            if batch.first != len(log.facts) + 1:
-                raise HeadMovedError(lease.key, batch.first, len(log.facts))
-            log.batches[batch.id] = len(log.facts) + len(facts)
-        log.facts.extend(facts)
+            if batch.first != log.head + 1:
+                raise HeadMovedError(lease.key, batch.first, log.head)
+            log.batches[batch.id] = log.head + len(facts)
+        log.extend(facts)
         if facts:
             self._listeners.notify(lease.key)
-        return len(log.facts)
+        return log.head
 
     async def appended(self, key: SessionKey, batch_id: str) -> int | None:
         """Where the append of ``batch_id`` ended (see :class:`~rxagent.session.store.SessionStore`)."""
@@ -211,13 +263,13 @@ class MemoryStore:
         if log is None:
             return None, []
         checkpoint = log.checkpoints[-1] if log.checkpoints else None
-        return checkpoint, _stored(log.facts, checkpoint.seq if checkpoint is not None else 0, None)
+        return checkpoint, log.stored(checkpoint.seq if checkpoint is not None else 0, None)
 
     async def save_checkpoint(self, key: SessionKey, checkpoint: Checkpoint) -> None:
         """Keep a checkpoint (see :class:`~rxagent.session.store.SessionStore`)."""
         log = self._log(key)
-        if checkpoint.seq > len(log.facts):
-            raise ValueError(f"checkpoint {checkpoint.seq} is beyond the log's head ({len(log.facts)})")
+        if checkpoint.seq > log.head:
+            raise ValueError(f"checkpoint {checkpoint.seq} is beyond the log's head ({log.head})")
         if not log.checkpoints or checkpoint.seq > log.checkpoints[-1].seq:
             log.checkpoints = (*log.checkpoints[-(CHECKPOINTS_KEPT - 1) :], checkpoint)
 
@@ -226,13 +278,12 @@ class MemoryStore:
         log = self._logs.get(key)
         if log is None:
             return []
-        end = None if limit is None else after + limit
-        return _stored(log.facts, after, end)
+        return log.stored(after, None if limit is None else after + limit)
 
     async def head(self, key: SessionKey) -> int:
         """The last sequence number."""
         log = self._logs.get(key)
-        return len(log.facts) if log is not None else 0
+        return log.head if log is not None else 0
 
     async def sessions(self) -> list[SessionInfo]:
         """Every session with facts."""
@@ -240,24 +291,24 @@ class MemoryStore:
         return [
             SessionInfo(
                 key,
-                len(log.facts),
-                log.facts[-1].at,
+                log.head,
+                log.written_at(log.head),
                 log.lease.owner if log.lease is not None and log.lease.expires_at > now else None,
             )
             for key, log in self._logs.items()
-            if log.facts
+            if log.head
         ]
 
     async def fork(self, key: SessionKey, at: int, into: SessionKey) -> None:
         """Copy facts up to ``at`` into a new session."""
         target = self._log(into)
-        if target.facts:
+        if target.head:
             raise SessionExistsError(f"session {into[1]!r} already has facts")
         source = self._logs.get(key)
         if source is not None:
-            target.facts = list(source.facts[:at])
+            target.copy_facts(source, at)
             target.checkpoints = tuple(c for c in source.checkpoints if c.seq <= at)[-1:]
-            if target.facts:
+            if target.head:
                 self._listeners.notify(into)
 
     async def delete(self, key: SessionKey) -> None:
@@ -283,10 +334,3 @@ def _waiting(log: _Log, ticket: Ticket, now: float) -> Waiting:
     return Waiting(
         ticket, len(ahead), holder.owner if holder is not None else None, min(expiries, default=now) - now
     )
-
-
-def _stored(facts: list[Fact], start: int, end: int | None) -> list[StoredFact]:
-    return [
-        StoredFact(seq, fact.kind, fact.payload, fact.run_id, fact.at)
-        for seq, fact in enumerate(facts[start:end], start + 1)
-    ]

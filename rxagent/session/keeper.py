@@ -42,13 +42,14 @@ import contextlib
 import contextvars
 import itertools
 import logging
+import math
 import os
 import socket
 import weakref
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Coroutine, Generator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from rxagent.clock import SYSTEM_CLOCK, Clock, Timer
 from rxagent.operators import start_task
@@ -173,18 +174,13 @@ class Claim:
     lease: Lease
     projection: Projection
     recorder: Recorder
-    renewal: Timer | asyncio.Task[None] | None = None
+    renew_at: float = math.inf
+    """When the lease's next renewal is due, on the keeper's clock (``inf``: never, the lease was lost)."""
+    renewal: asyncio.Task[None] | None = None
+    """The renewal under way, if one is."""
     broken: bool = False
     """Something failed to be recorded: the projection may be ahead of the log, so it is not kept."""
     extras: dict[str, object] = field(default_factory=lambda: {})
-    renew: Callable[[Claim], None] | None = field(default=None, repr=False)
-    """What renews the lease when :attr:`renewal` fires (the keeper's): one bound method per claim is the
-    timer's callback, where a closure would be four objects for the garbage collector to walk."""
-
-    def renew_due(self) -> None:
-        """The lease's renewal is due (the timer's callback)."""
-        if self.renew is not None:
-            self.renew(self)
 
     async def flush(self) -> None:
         """Append what the recorder holds (see :meth:`Recorder.flush`); if that fails the claim is
@@ -244,6 +240,10 @@ class SessionKeeper:
         # nobody watches has none, so idle sessions keep no ring of items).
         self._feeds: weakref.WeakValueDictionary[SessionKey, SessionFeed] = weakref.WeakValueDictionary()
         self._claims: dict[SessionKey, Claim] = {}
+        self._renewer: Timer | None = None
+        """The one timer that renews the leases of the claims held, armed while any is (a timer per claim
+        was three more objects per run in flight for the garbage collector to walk, and most runs end
+        long before their first renewal is due)."""
         self._checkpoints: set[asyncio.Task[None]] = set()
         self._undoing: set[asyncio.Future[Any]] = set()
         """Lease work under way that outlives a cancel of whoever asked: a taking of a lease or a ticket,
@@ -299,10 +299,11 @@ class SessionKeeper:
             # (or lost the session) before recording how it ended. Whoever takes the session next records
             # that, with its first flush: a run, a reconciliation, an injected message, a refused resume.
             recorder.lost(projection.open_run)
-        claim = Claim(key, place, lease, projection, recorder, renew=self._renew)
+        claim = Claim(key, place, lease, projection, recorder, renew_at=self.clock.now() + self.lease_ttl / 3)
         self._claims[key] = claim
         self._claiming -= 1
-        claim.renewal = self.clock.call_later(self.lease_ttl / 3, claim.renew_due)
+        if self._renewer is None:  # else it is due no later than this claim (claims renew after one ttl)
+            self._renewer = self.clock.call_at(claim.renew_at, self._renew_due)
         return claim
 
     async def _take_turn(self, place: Place, key: SessionKey, wait: float | None) -> Lease:
@@ -402,10 +403,13 @@ class SessionKeeper:
         await self.store.release(held)  # a no-op if someone took it over meanwhile (its token changed)
         return True
 
-    async def _finishing(self, call: Awaitable[Lease | Waiting]) -> Lease | Waiting:
+    async def _finishing(self, call: Coroutine[Any, Any, Lease | Waiting]) -> Lease | Waiting:
         """``await call``, which finishes even if the caller is cancelled meanwhile: then the ticket it
         took is dropped, or the lease it granted released, in the background."""
-        task = self._track(asyncio.ensure_future(call))
+        finished, outcome = _first_step(call)
+        if finished:  # at once (the memory store): no cancel could come in between
+            return cast("Lease | Waiting", outcome)
+        task = self._track(asyncio.ensure_future(_Resumed(call, outcome)))
         try:
             await _finished(task)
             return task.result()
@@ -441,7 +445,11 @@ class SessionKeeper:
     async def _give_back(self, lease: Lease) -> None:
         """Release ``lease`` in a task of its own, which a cancel of the caller does not stop (a failure is
         raised to the caller, or logged when the caller was cancelled)."""
-        task = self._track(asyncio.ensure_future(self.store.release(lease)))
+        call = self.store.release(lease)
+        finished, waiting = _first_step(call)
+        if finished:  # at once (the memory store): no cancel could come in between
+            return
+        task = self._track(asyncio.ensure_future(_Resumed(call, waiting)))
         try:
             await _finished(task)
             task.result()
@@ -495,21 +503,39 @@ class SessionKeeper:
         checkpoint, facts = await self.store.load(key)
         return Projection.replay(checkpoint, facts)
 
-    def _renew(self, claim: Claim) -> None:
-        # A timer, not a task per run: most runs end long before their first renewal is due.
-        async def renew() -> None:
-            try:
-                claim.lease = await self.store.renew(claim.lease, self.lease_ttl)
-            except LeaseLostError:
-                _log.warning("rxagent: lost the lease on session %r; its next append will fail", claim.key[1])
-                claim.renewal = None
-                return
-            except Exception:
-                _log.warning("rxagent: renewing the lease on session %r failed", claim.key[1], exc_info=True)
-            if claim.renewal is not None:  # still held
-                claim.renewal = self.clock.call_later(self.lease_ttl / 3, claim.renew_due)
+    def _renew_due(self) -> None:
+        """The renewal timer fired: renew every lease due (or due within a sixth of ``lease_ttl``, so that
+        the claims taken around the same time share a firing), then arm for the next one due."""
+        self._renewer = None
+        now = self.clock.now()
+        soon = now + self.lease_ttl / 6
+        for claim in self._claims.values():
+            if claim.renew_at <= soon:
+                claim.renew_at = now + self.lease_ttl / 3
+                if claim.renewal is None:  # else the last one is still under way: it is this one
+                    claim.renewal = start_task(
+                        asyncio.get_running_loop(), self._renew(claim), "rxagent.session.renew"
+                    )
+        self._arm_renewer()
 
-        claim.renewal = start_task(asyncio.get_running_loop(), renew(), "rxagent.session.renew")
+    def _arm_renewer(self) -> None:
+        due = min((claim.renew_at for claim in self._claims.values()), default=math.inf)
+        if self._renewer is not None:
+            self._renewer.cancel()
+            self._renewer = None
+        if due < math.inf:
+            self._renewer = self.clock.call_at(due, self._renew_due)
+
+    async def _renew(self, claim: Claim) -> None:
+        try:
+            claim.lease = await self.store.renew(claim.lease, self.lease_ttl)
+        except LeaseLostError:
+            _log.warning("rxagent: lost the lease on session %r; its next append will fail", claim.key[1])
+            claim.renew_at = math.inf
+        except Exception:
+            _log.warning("rxagent: renewing the lease on session %r failed", claim.key[1], exc_info=True)
+        finally:
+            claim.renewal = None
 
     def feed(self, key: SessionKey, *, head: int | None = None) -> SessionFeed:
         """The session's feed in this process (``head``: the log's head, if known).
@@ -543,7 +569,8 @@ class SessionKeeper:
             self._check_quiet()
 
     async def _release(self, claim: Claim) -> None:
-        renewal, claim.renewal = claim.renewal, None  # the timer holds the claim: no cycle left
+        claim.renew_at = math.inf
+        renewal, claim.renewal = claim.renewal, None
         if renewal is not None:
             renewal.cancel()
         await claim.recorder.aclose()
@@ -552,6 +579,9 @@ class SessionKeeper:
         held = self._claims.get(claim.key) is claim
         if held:
             del self._claims[claim.key]
+            if not self._claims and self._renewer is not None:  # nothing left to renew: no timer left
+                self._renewer.cancel()
+                self._renewer = None
         feed = self._feeds.get(claim.key)
         try:
             if claim.broken and feed is not None:  # it numbered facts the log never got: the log is the truth
@@ -654,6 +684,55 @@ class _Wake:
     def __call__(self, work: asyncio.Future[Any]) -> None:
         if not self.waiter.done():
             self.waiter.set_result(None)
+
+
+def _first_step(call: Coroutine[Any, Any, _T]) -> tuple[bool, object]:
+    """Run ``call`` up to its first wait: ``(True, its result)`` if it finished there (it raised: raised),
+    else ``(False, what it waits on)``, to hand to a task with :class:`_Resumed`.
+
+    The memory store's calls never wait: run at once, they need no task of their own (a task, its
+    coroutine, a context and a waiter per call, twice a turn, each one more object for the collector).
+    """
+    try:
+        return False, call.send(None)
+    except StopIteration as stop:
+        return True, stop.value
+
+
+class _Resumed(Coroutine[Any, Any, _T]):
+    """A call that :func:`_first_step` ran up to its first wait, for a task to go on with: the task's first
+    step is handed what the call waits on, as if the task had run that step itself."""
+
+    __slots__ = ("_call", "_started", "_waiting")
+
+    def __init__(self, call: Coroutine[Any, Any, _T], waiting: object) -> None:
+        self._call = call
+        self._waiting: object = waiting
+        self._started = False
+
+    def send(self, value: object, /) -> object:
+        if not self._started:
+            self._started = True
+            waiting, self._waiting = self._waiting, None
+            return waiting
+        return self._call.send(value)
+
+    def throw(self, *error: Any) -> object:  # pyright: ignore[reportIncompatibleMethodOverride]
+        self._started = True
+        self._waiting = None
+        return self._call.throw(*error)
+
+    def close(self) -> None:
+        self._call.close()
+
+    def __await__(self) -> Generator[Any, None, _T]:
+        return self  # pyright: ignore[reportReturnType] - an iterator of its own steps, as a coroutine is
+
+    def __iter__(self) -> _Resumed[_T]:
+        return self
+
+    def __next__(self) -> object:
+        return self.send(None)
 
 
 def _finished(work: asyncio.Future[Any]) -> asyncio.Future[None]:

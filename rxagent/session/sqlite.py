@@ -414,6 +414,21 @@ def _settle(settled: list[tuple[asyncio.Future[object], _Outcome]]) -> None:
             future.set_exception(cast("BaseException", value))
 
 
+def _release_row(lease: Lease, conn: sqlite3.Connection) -> None:
+    """:meth:`SQLiteStore.release`'s transaction, on the writer thread."""
+    conn.execute(
+        "UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL "
+        f"WHERE id = {_SESSION_ID} AND lease_token = ? AND lease_owner IS NOT NULL",
+        (*lease.key, lease.token),
+    )
+
+
+def _head_of(key: SessionKey, conn: sqlite3.Connection) -> int:
+    """:meth:`SQLiteStore.head`'s read, on the reader thread."""
+    row = _find(conn, key)
+    return 0 if row is None else row.head
+
+
 # ---- the store -----------------------------------------------------------------------------------------
 
 _FIND = (
@@ -630,37 +645,35 @@ class SQLiteStore:
 
     async def release(self, lease: Lease) -> None:
         """Give the lease up (a no-op if it is no longer current)."""
-
-        def run(conn: sqlite3.Connection) -> None:
-            conn.execute(
-                "UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL "
-                f"WHERE id = {_SESSION_ID} AND lease_token = ? AND lease_owner IS NOT NULL",
-                (*lease.key, lease.token),
-            )
-
-        await self._write(run)
+        # Partials, not closures, for the calls every turn makes (see append).
+        await self._write(functools.partial(_release_row, lease))
         self._turn_listeners.notify(lease.key)
 
     # ---- the line for the lease --------------------------------------------------------------------------
 
     async def enqueue(self, key: SessionKey, owner: str, ttl: float) -> Lease | Waiting:
         """Join the line (see :meth:`~rxagent.session.store.SessionStore.enqueue`)."""
+        outcome, moved = await self._write(functools.partial(self._enqueue_row, key, owner, ttl))
+        if moved:
+            self._turn_listeners.notify(key)
+        return outcome
 
-        def run(conn: sqlite3.Connection) -> tuple[Lease | Waiting, bool]:
-            row = _find_or_create(conn, key)
-            now = self._now()
-            moved = _sweep(conn, row.id, now)
-            waiting = conn.execute("SELECT 1 FROM tickets WHERE session = ? LIMIT 1", (row.id,)).fetchone()
-            if waiting is None and _lease_free(row, now):
-                return _grant(conn, row, key, owner, now + ttl), moved
-            cursor = conn.execute(
-                "INSERT INTO tickets (session, owner, expires_at) VALUES (?, ?, ?)",
-                (row.id, owner, now + ttl),
-            )
-            ticket = Ticket(key, owner, cast("int", cursor.lastrowid), now + ttl)
-            return _standing(conn, row, ticket, now), moved
-
-        return await self._line_change(key, self._write(run))
+    def _enqueue_row(
+        self, key: SessionKey, owner: str, ttl: float, conn: sqlite3.Connection
+    ) -> tuple[Lease | Waiting, bool]:
+        """:meth:`enqueue`'s transaction, on the writer thread: the outcome, and whether the line moved."""
+        row = _find_or_create(conn, key)
+        now = self._now()
+        moved = _sweep(conn, row.id, now)
+        waiting = conn.execute("SELECT 1 FROM tickets WHERE session = ? LIMIT 1", (row.id,)).fetchone()
+        if waiting is None and _lease_free(row, now):
+            return _grant(conn, row, key, owner, now + ttl), moved
+        cursor = conn.execute(
+            "INSERT INTO tickets (session, owner, expires_at) VALUES (?, ?, ?)",
+            (row.id, owner, now + ttl),
+        )
+        ticket = Ticket(key, owner, cast("int", cursor.lastrowid), now + ttl)
+        return _standing(conn, row, ticket, now), moved
 
     async def take_turn(self, ticket: Ticket, ttl: float) -> Lease | Waiting:
         """The lease if it is ``ticket``'s turn (see
@@ -858,12 +871,7 @@ class SQLiteStore:
 
     async def head(self, key: SessionKey) -> int:
         """The last sequence number (0: none)."""
-
-        def run(conn: sqlite3.Connection) -> int:
-            row = _find(conn, key)
-            return 0 if row is None else row.head
-
-        return await self._read(run)
+        return await self._read(functools.partial(_head_of, key))
 
     async def sessions(self) -> list[SessionInfo]:
         """Every session with facts, in the order they were created."""
