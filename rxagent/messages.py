@@ -618,12 +618,8 @@ class Msg(Displayable, BaseModel):
     @classmethod
     def from_tool_results(cls, *results: ToolResultBlock, **fields: object) -> Msg:
         """A ``tool`` message carrying the given results, in the order of their calls."""
-        if not fields:  # the results are blocks already: nothing to validate (once per tool round)
-            # Every field given: pydantic's model_construct inspects a default factory's signature on
-            # each call, which cost more than the rest of the round's bookkeeping.
-            return cls.model_construct(
-                id=new_id("msg"), role="tool", name=None, content=results, metadata={}, created_at=_now()
-            )
+        # Validated, though the results are blocks already: pydantic's validator takes a block as it is and
+        # costs less than its `model_construct`, which is Python (once per tool round).
         return cls.model_validate({"role": "tool", "content": results, **fields})
 
     # ---- views --------------------------------------------------------------------------------------
@@ -641,12 +637,15 @@ class Msg(Displayable, BaseModel):
     @property
     def tool_calls(self) -> tuple[ToolUseBlock, ...]:
         """The tool calls in this message, in order."""
-        return tuple(block for block in self.content if isinstance(block, ToolUseBlock))
+        # Computed on each read (several per tool round), not kept: a kept tuple per message would be one
+        # more object in every session's history for the collector to walk. A list made in place, then
+        # the tuple, costs two thirds of a generator's.
+        return tuple([block for block in self.content if isinstance(block, ToolUseBlock)])
 
     @property
     def tool_results(self) -> tuple[ToolResultBlock, ...]:
         """The tool results in this message, in order."""
-        return tuple(block for block in self.content if isinstance(block, ToolResultBlock))
+        return tuple([block for block in self.content if isinstance(block, ToolResultBlock)])
 
     @property
     def media(self) -> tuple[MediaBlock, ...]:

@@ -377,6 +377,9 @@ class _ModelCall(Frame[ChatChunk | RetryAttempt, StepOutput[Node]]):
                 self._fold.add(value)
                 if value.text:
                     self._observer.on_next(self._make.text(value.text))
+            elif type(value) is ChatChunk and not self._deltas:
+                # Nobody sees deltas (`call`): any chunk, a tool call's fragment as a token, only folds.
+                self._fold.add(value)
             else:
                 self._take(value, self._observer)  # not its bound `on_next`: an object per token
         except Exception as error:  # the mapper's failure is the stream's failure

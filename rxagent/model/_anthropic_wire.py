@@ -50,7 +50,7 @@ from rxagent.messages import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from rxagent.model._json import SHAPE_ERRORS, delta_chunk, dumps, is_object, lazy_raw, reread
+from rxagent.model._json import SHAPE_ERRORS, call_fragment, delta_chunk, dumps, is_object, lazy_raw, reread
 from rxagent.model.errors import MalformedStreamError, ModelError, ModelStreamError, UnsupportedContentError
 from rxagent.model.sse import SSEEvent
 from rxagent.model.types import (
@@ -628,7 +628,7 @@ class StreamParser:
                 number = self._tools.get(wire.index)
                 if number is None or not delta.partial_json:
                     return None  # a server tool's input, or an empty fragment
-                fragment = (ToolCallDelta(number, None, None, delta.partial_json),)
+                fragment = (call_fragment(number, None, None, delta.partial_json),)
                 return delta_chunk("", "", fragment, None, raw)
             if step == "thinking_delta":
                 thinking = delta.thinking

@@ -44,7 +44,7 @@ from rxagent.messages import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from rxagent.model._json import SHAPE_ERRORS, delta_chunk, dumps, is_object, reread
+from rxagent.model._json import SHAPE_ERRORS, call_fragment, delta_chunk, dumps, is_object, reread
 from rxagent.model.errors import MalformedStreamError, ModelError, UnsupportedContentError
 from rxagent.model.sse import SSEEvent
 from rxagent.model.types import (
@@ -413,7 +413,7 @@ class _Wire(msgspec.Struct, forbid_unknown_fields=False, omit_defaults=True, gc=
 
 class _Function(_Wire):
     name: Any = None
-    arguments: Any = None
+    arguments: Any = ""  # absent in a fragment that names the call only: the empty text, no call to make it
 
 
 class _ToolCall(_Wire):
@@ -432,7 +432,7 @@ class _Part(_Wire):
 class _Delta(_Wire):
     """A streamed ``delta``, or a whole completion's ``message``."""
 
-    content: str | list[_Part] | None = None
+    content: str | list[_Part] | None = ""  # absent in a tool call's fragments: no call to read it
     reasoning_content: Any = None
     reasoning: Any = None
     tool_calls: list[_ToolCall] | None = None
@@ -696,19 +696,28 @@ class StreamParser:
         return delta_chunk(text, thinking, deltas, reason, raw)
 
     def _tool_call_deltas(self, calls: list[_ToolCall]) -> tuple[ToolCallDelta, ...]:
-        deltas: list[ToolCallDelta] = []
-        for position, call in enumerate(calls):
-            index = call.index
-            if not isinstance(index, int):
-                index = position  # some servers leave out `index`: the fragment's position stands in
-            call_id = call_id_of(call.id)
-            function = call.function
-            name = arguments = None
-            if function is not None:
-                name, arguments = function.name, function.arguments
-            name = self._new_name(call_id if call_id is not None else index, name) if name else None
-            deltas.append(ToolCallDelta(index, call_id, name, arguments_text(arguments)))
-        return tuple(deltas)
+        if len(calls) == 1:  # a fragment of one call's arguments: nearly every tool-call chunk
+            return (self._fragment(calls[0], 0),)
+        return tuple([self._fragment(call, position) for position, call in enumerate(calls)])
+
+    def _fragment(self, call: _ToolCall, position: int) -> ToolCallDelta:
+        # Runs once per fragment of a call's arguments, as `_chunk` once per token: the helpers that read
+        # a quirk are called only when the field they read is there, or is not a plain string.
+        index = call.index
+        if not isinstance(index, int):
+            index = position  # some servers leave out `index`: the fragment's position stands in
+        call_id = call.id
+        if call_id is not None:
+            call_id = call_id_of(call_id)
+        function = call.function
+        if function is None:
+            return call_fragment(index, call_id, None, "")
+        arguments = function.arguments
+        if type(arguments) is not str:
+            arguments = arguments_text(arguments)
+        name = function.name
+        name = self._new_name(call_id if call_id is not None else index, name) if name else None
+        return call_fragment(index, call_id, name, arguments)
 
     def _new_name(self, key: str | int, name: Any) -> str | None:
         # Some servers repeat the name on every fragment; pass it on once per call so nothing joins it.

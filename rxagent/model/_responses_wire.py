@@ -55,7 +55,7 @@ from typing import Any, Final, cast
 import msgspec
 from pydantic import JsonValue
 
-from rxagent.chunks import ChatChunk, FinishReason, ToolCallDelta, Usage
+from rxagent.chunks import ChatChunk, FinishReason, Usage
 from rxagent.messages import (
     DocumentBlock,
     ImageBlock,
@@ -65,7 +65,7 @@ from rxagent.messages import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from rxagent.model._json import SHAPE_ERRORS, delta_chunk, dumps, is_object, lazy_raw, loads
+from rxagent.model._json import SHAPE_ERRORS, call_fragment, delta_chunk, dumps, is_object, lazy_raw, loads
 from rxagent.model._openai_wire import WireDict, call_arguments, document_text, result_text
 from rxagent.model.errors import MalformedStreamError, ModelError, ModelStreamError, UnsupportedContentError
 from rxagent.model.sse import SSEEvent
@@ -383,9 +383,7 @@ def _usage_of(raw: _Usage) -> Usage:
 
 
 def _call_chunk(call: _Call, name: str | None, fragment: str, raw: str | dict[str, Any]) -> ChatChunk:
-    return ChatChunk(
-        "", "", (ToolCallDelta(call.index, call.call_id, name, fragment),), None, None, lazy_raw(raw)
-    )
+    return delta_chunk("", "", (call_fragment(call.index, call.call_id, name, fragment),), None, raw)
 
 
 def _string(value: Any, what: str) -> str:

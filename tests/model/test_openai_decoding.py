@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from rxagent.model import MalformedStreamError, ModelError
-from rxagent.model._json import delta_chunk
+from rxagent.model._json import call_fragment, delta_chunk
 from rxagent.model.types import ChatChunk, ToolCallDelta, Usage
 from rxagent.operators import fold_message
 from tests.model.openai_server import (
@@ -331,3 +331,13 @@ def test_a_token_s_chunk_made_without_init_has_every_field_the_constructor_sets(
     for field in dataclasses.fields(ChatChunk):
         assert getattr(fast, field.name) == getattr(slow, field.name), field.name
     assert fast == slow
+
+
+def test_a_tool_call_fragment_made_without_init_has_every_field_the_constructor_sets() -> None:
+    # call_fragment sets the slots itself (once per fragment): a field added to ToolCallDelta must be too.
+    fast = call_fragment(2, "c", "f", '{"a"')
+    slow = ToolCallDelta(2, "c", "f", '{"a"')
+    for field in dataclasses.fields(ToolCallDelta):
+        assert getattr(fast, field.name) == getattr(slow, field.name), field.name
+    assert fast == slow
+    assert call_fragment(0, None, None, "") == ToolCallDelta(0)
