@@ -372,16 +372,7 @@ class _ModelCall(Frame[ChatChunk | RetryAttempt, StepOutput[Node]]):
         if self.stopped or self.is_disposed:
             return
         try:
-            if type(value) is ChatChunk and self._deltas and not (value.tool_calls or value.thinking):
-                # A text token, the most common chunk by far: `_take`'s first branch, without its call.
-                self._fold.add(value)
-                if value.text:
-                    self._observer.on_next(self._make.text(value.text))
-            elif type(value) is ChatChunk and not self._deltas:
-                # Nobody sees deltas (`call`): any chunk, a tool call's fragment as a token, only folds.
-                self._fold.add(value)
-            else:
-                self._take(value, self._observer)  # not its bound `on_next`: an object per token
+            self._take(value, self._observer)  # not its bound `on_next`: an object per token
         except Exception as error:  # the mapper's failure is the stream's failure
             self.on_error(error)
 
