@@ -186,7 +186,8 @@ class _Buffer(Sink[_T]):
     def on_next(self, value: _T) -> None:
         if self.stopped:
             return
-        # Once per item: one length test while the buffer has room, the wake-up inlined.
+        # Once per item: one length test while the buffer has room, and a wake-up only when the consumer
+        # waits (`_wake` clears the waiter, so the items that follow skip the call).
         buffer = self.buffer
         if len(buffer) < self._max_buffer - 1:
             buffer.append(value)
@@ -201,11 +202,8 @@ class _Buffer(Sink[_T]):
             buffer.append(value)
             if self.gate is not None:  # it holds max_buffer items now (or more: a burst)
                 self.gate.close()
-        waiter = self.waiter
-        if waiter is not None:  # `_wake` inlined; it clears the waiter, so the next items skip this
-            self.waiter = None
-            if not waiter.done():
-                waiter.set_result(None)
+        if self.waiter is not None:
+            self._wake()
 
     def on_error(self, error: Exception) -> None:
         self._end(error)
