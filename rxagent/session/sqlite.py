@@ -653,10 +653,8 @@ class SQLiteStore:
 
     async def enqueue(self, key: SessionKey, owner: str, ttl: float) -> Lease | Waiting:
         """Join the line (see :meth:`~rxagent.session.store.SessionStore.enqueue`)."""
-        outcome, moved = await self._write(functools.partial(self._enqueue_row, key, owner, ttl))
-        if moved:
-            self._turn_listeners.notify(key)
-        return outcome
+        change = self._write(functools.partial(self._enqueue_row, key, owner, ttl))
+        return await self._line_change(key, change)
 
     def _enqueue_row(
         self, key: SessionKey, owner: str, ttl: float, conn: sqlite3.Connection
