@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 
@@ -18,14 +19,27 @@ from aiohttp import web
 __all__ = ["serve", "spawned_server", "write_sse"]
 
 
-async def write_sse(request: web.Request, events: Sequence[bytes], pace: float = 0.0) -> web.StreamResponse:
-    """Stream pre-encoded SSE ``events``; the last one goes out together with the end of the body."""
+async def write_sse(
+    request: web.Request, events: Sequence[bytes], pace: float = 0.0, spin: float = 0.0
+) -> web.StreamResponse:
+    """Stream pre-encoded SSE ``events``; the last one goes out together with the end of the body.
+
+    ``pace`` sleeps that many seconds after each event (the loop's timers round it up to about a
+    millisecond, so the client idles between reads); ``spin`` busy-waits that many seconds instead, so the
+    client reads one or two events at a time without going cold, as it does on a quiet machine where the
+    server only just keeps up with it (reproducible on a loaded one, where a flat-out stream piles up
+    into large reads).
+    """
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await response.prepare(request)
     for event in events[:-1]:
         await response.write(event)
         if pace:
             await asyncio.sleep(pace)
+        if spin:
+            until = time.perf_counter() + spin
+            while time.perf_counter() < until:
+                pass
     # [DONE] and the end of the body go out together, as real servers send them.
     await response.write(events[-1])
     await response.write_eof()

@@ -33,7 +33,10 @@ in a fresh session each, as ``fixed_cost_ms: X`` (rxagent; goal 1 ms or below) a
 for the conversation above).
 
 Run: ``.venv/bin/python bench/agent_loop.py [--rounds N] [--fragments N] [--text-deltas N] [--repeats N]
-[--fixed-runs N]``.
+[--fixed-runs N] [--text-only] [--spin-us µs]``. ``--text-only`` measures the text run alone (its lines,
+``agent_text_ratio`` last). ``--spin-us`` makes the text run's server busy-wait between events, so reads
+carry one or two events as on a quiet machine (see ``bench/stream_overhead.py``); flat out (the default)
+on a loaded machine the events pile up into large reads and the ratio is lower than on a quiet one.
 """
 
 from __future__ import annotations
@@ -173,7 +176,7 @@ def answer_events(fragments: int) -> list[bytes]:
     return events
 
 
-def serve(rounds: int, fragments: int) -> None:
+def serve(rounds: int, fragments: int, spin: float) -> None:
     """The server process: prints its port on stdout, serves until stdin closes."""
     responses = [tool_round_events(n, fragments) for n in range(rounds)]
     responses.append(answer_events(fragments))
@@ -184,7 +187,7 @@ def serve(rounds: int, fragments: int) -> None:
         done = len(tool_messages)
         if done > rounds or (done and tool_messages[-1].get("content") != note(done - 1)):
             return web.json_response({"error": {"message": "unexpected conversation"}}, status=400)
-        return await write_sse(request, responses[done])
+        return await write_sse(request, responses[done], spin=spin)
 
     serve_completions(completions)
 
@@ -337,12 +340,32 @@ async def measure_text(port: int, deltas: int, repeats: int) -> tuple[list[float
     return raw_times, rx_times
 
 
-def text_ratio(deltas: int, repeats: int) -> tuple[list[float], list[float]]:
+def text_ratio(deltas: int, repeats: int, spin_us: float = 0) -> tuple[list[float], list[float]]:
     """The per-token figure: the text run's client CPU per run, ``(rxagent, raw)`` in seconds, against a
-    server that answers with ``deltas`` text deltas at once (no tool round)."""
-    with spawned_server(__file__, ["--rounds", "0", "--fragments", str(deltas)]) as port:
+    server that answers with ``deltas`` text deltas at once (no tool round), busy-waiting ``spin_us``
+    between them."""
+    serving = ["--rounds", "0", "--fragments", str(deltas), "--spin-us", str(spin_us)]
+    with spawned_server(__file__, serving) as port:
         raw_times, rx_times = asyncio.run(measure_text(port, deltas, repeats))
     return rx_times, raw_times
+
+
+def print_text_ratio(deltas: int, repeats: int, spin_us: float) -> None:
+    """Measure the text run (:func:`text_ratio`) and print its lines, ``agent_text_ratio: X`` last."""
+    text_rx_times, text_raw_times = text_ratio(deltas, repeats, spin_us)
+    text_rx, text_raw = statistics.median(text_rx_times), statistics.median(text_raw_times)
+    per_delta = 1e6 / deltas
+    spun = f", server spin {spin_us:g} µs" if spin_us else ""
+    print(f"text run, {deltas} deltas through async for over stream_events{spun} (medians of client CPU)")
+    print(
+        f"rxagent stream_events:   {text_rx * 1e3:7.2f} ms/run  {text_rx * per_delta:6.2f} µs/delta"
+        f"  (runs: {', '.join(f'{t * 1e3:.1f}' for t in text_rx_times)} ms)"
+    )
+    print(
+        f"raw aiohttp loop:        {text_raw * 1e3:7.2f} ms/run  {text_raw * per_delta:6.2f} µs/delta"
+        f"  (runs: {', '.join(f'{t * 1e3:.1f}' for t in text_raw_times)} ms)"
+    )
+    print(f"agent_text_ratio: {text_rx / text_raw:.2f}")
 
 
 def main() -> None:
@@ -354,13 +377,23 @@ def main() -> None:
     parser.add_argument("--text-deltas", type=int, default=2_000, help="text deltas of the text run")
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--fixed-runs", type=int, default=300, help="one-delta runs of the fixed-cost figure")
+    parser.add_argument("--text-only", action="store_true", help="measure the text run alone")
+    parser.add_argument(
+        "--spin-us",
+        type=float,
+        default=0,
+        help="the text run's server busy-waits between events (µs): reads of one or two events",
+    )
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
-        serve(args.rounds, args.fragments)
+        serve(args.rounds, args.fragments, args.spin_us / 1e6)
         return
     if args.fixed_runs < 1:
         parser.error("--fixed-runs must be 1 or more")
+    if args.text_only:
+        print_text_ratio(args.text_deltas, args.repeats, args.spin_us)
+        return
     serving = ["--rounds", str(args.rounds), "--fragments", str(args.fragments)]
     with spawned_server(__file__, serving) as port:
         raw_times, rx_times = asyncio.run(measure(port, args.rounds, args.fragments, args.repeats))
@@ -385,19 +418,7 @@ def main() -> None:
         f"raw {history_raw * 1e3:.2f} ms per conversation"
     )
     print(f"history_ratio: {history_rx / history_raw:.2f}")
-    text_rx_times, text_raw_times = text_ratio(args.text_deltas, args.repeats)
-    text_rx, text_raw = statistics.median(text_rx_times), statistics.median(text_raw_times)
-    per_delta = 1e6 / args.text_deltas
-    print(f"text run, {args.text_deltas} deltas through async for over stream_events (medians of client CPU)")
-    print(
-        f"rxagent stream_events:   {text_rx * 1e3:7.2f} ms/run  {text_rx * per_delta:6.2f} µs/delta"
-        f"  (runs: {', '.join(f'{t * 1e3:.1f}' for t in text_rx_times)} ms)"
-    )
-    print(
-        f"raw aiohttp loop:        {text_raw * 1e3:7.2f} ms/run  {text_raw * per_delta:6.2f} µs/delta"
-        f"  (runs: {', '.join(f'{t * 1e3:.1f}' for t in text_raw_times)} ms)"
-    )
-    print(f"agent_text_ratio: {text_rx / text_raw:.2f}")
+    print_text_ratio(args.text_deltas, args.repeats, args.spin_us)
     fixed_rx, fixed_raw = fixed_cost(args.fixed_runs)
     print(f"fixed cost, a one-delta run ({args.fixed_runs} runs each, alternating, medians of client CPU)")
     print(f"fixed_cost_ms: {fixed_rx * 1e3:.2f}")

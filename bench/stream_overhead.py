@@ -21,8 +21,12 @@ In this process, with ``time.process_time`` around each run, alternating:
 Prints the medians in µs per delta and, as the last line, ``ratio: X`` (rxagent ÷ raw).
 
 Run: ``.venv/bin/python bench/stream_overhead.py [--provider openai|anthropic|responses] [--deltas N]
-[--repeats N] [--pace-us µs]``. With ``--pace-us`` the server pauses between events, so most reads carry a
-single event (a model generating tokens slower than the network); the default streams flat out.
+[--repeats N] [--pace-us µs] [--spin-us µs]``. With ``--pace-us`` the server sleeps between events, so most
+reads carry a single event (a model generating tokens slower than the network) and the client idles
+between them; with ``--spin-us`` it busy-waits instead, so reads carry one or two events and the client
+stays warm: the regime of a quiet machine, where the server only just keeps up with the client, also on a
+loaded one (``--spin-us 20`` measured about the quiet machine's ratio there). The default streams flat out:
+on a loaded machine the events then pile up into large reads, and the ratio is lower than on a quiet one.
 """
 
 from __future__ import annotations
@@ -177,7 +181,7 @@ def _responses_events(deltas: int) -> list[bytes]:
     return events
 
 
-def serve(provider: str, deltas: int, pace: float) -> None:
+def serve(provider: str, deltas: int, pace: float, spin: float) -> None:
     """The server process: prints its port on stdout, serves until stdin closes."""
     # Each provider's stream at its path; anthropic is measured against the OpenAI client's stream.
     wanted = {provider, "openai"} if provider == "anthropic" else {provider}
@@ -185,7 +189,7 @@ def serve(provider: str, deltas: int, pace: float) -> None:
 
     async def completions(request: web.Request) -> web.StreamResponse:
         await request.read()
-        return await write_sse(request, streams[request.path], pace)
+        return await write_sse(request, streams[request.path], pace, spin)
 
     serve_completions(completions)
 
@@ -332,12 +336,21 @@ def main() -> None:
         default=0,
         help="server pause between events (µs); 0 streams flat out, so reads carry many events",
     )
+    parser.add_argument(
+        "--spin-us",
+        type=float,
+        default=0,
+        help="server busy-wait between events (µs): reads of one or two events, as on a quiet machine",
+    )
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
-        serve(args.provider, args.deltas, args.pace_us / 1e6)
+        serve(args.provider, args.deltas, args.pace_us / 1e6, args.spin_us / 1e6)
         return
-    arguments = ["--provider", args.provider, "--deltas", str(args.deltas), "--pace-us", str(args.pace_us)]
+    arguments = [
+        *("--provider", args.provider, "--deltas", str(args.deltas)),
+        *("--pace-us", str(args.pace_us), "--spin-us", str(args.spin_us)),
+    ]
     with spawned_server(__file__, arguments) as port:
         if args.provider == "anthropic":
             openai_times, anthropic_times = asyncio.run(measure_providers(port, args.deltas, args.repeats))
@@ -348,8 +361,8 @@ def main() -> None:
         openai = statistics.median(openai_times) / args.deltas * 1e6
         anthropic = statistics.median(anthropic_times) / args.deltas * 1e6
         print(
-            f"deltas per run: {args.deltas}, repeats: {args.repeats}, server pace: {args.pace_us:g} µs "
-            "(alternating runs, medians of client CPU)"
+            f"deltas per run: {args.deltas}, repeats: {args.repeats}, server pace: {args.pace_us:g} µs, "
+            f"spin: {args.spin_us:g} µs (alternating runs, medians of client CPU)"
         )
         print(f"OpenAI client + fold:    {openai:.2f} µs/delta  (runs: {_runs(openai_times)} s)")
         print(f"Anthropic client + fold: {anthropic:.2f} µs/delta  (runs: {_runs(anthropic_times)} s)")
@@ -359,7 +372,8 @@ def main() -> None:
     rx = statistics.median(rx_times) / args.deltas * 1e6
     print(
         f"provider: {args.provider}, deltas per run: {args.deltas}, repeats: {args.repeats}, "
-        f"server pace: {args.pace_us:g} µs (alternating runs, medians of client CPU)"
+        f"server pace: {args.pace_us:g} µs, spin: {args.spin_us:g} µs "
+        "(alternating runs, medians of client CPU)"
     )
     print(
         f"raw aiohttp + json.loads: {raw:.2f} µs/delta  (runs: {', '.join(f'{t:.3f}' for t in raw_times)} s)"
