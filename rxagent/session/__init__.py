@@ -41,7 +41,7 @@ from rxagent.session.store import (
 )
 
 if TYPE_CHECKING:
-    from rxagent.session.sqlite import SessionFileError, SQLiteStore
+    from rxagent.session.sqlite import SessionFileError, SessionFileLockedError, SQLiteStore
 
 __all__ = [
     "AnswerKind",
@@ -71,6 +71,7 @@ __all__ = [
     "SessionExistsError",
     "SessionFeed",
     "SessionFileError",
+    "SessionFileLockedError",
     "SessionInfo",
     "SessionKeeper",
     "SessionStore",
@@ -96,7 +97,7 @@ __all__ = [
 def __getattr__(name: str) -> object:
     # The SQLite store loads when it is first named (``sqlite3`` with it), not with every agent: an agent
     # keeps its sessions in memory unless it is given a store.
-    if name in ("SQLiteStore", "SessionFileError"):
+    if name in ("SQLiteStore", "SessionFileError", "SessionFileLockedError"):
         from rxagent.session import sqlite
 
         return getattr(sqlite, name)

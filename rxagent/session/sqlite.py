@@ -40,7 +40,9 @@ sessions (head and lease), facts and checkpoints; version 2 adds ``tickets``, th
 version 3 adds ``batches``, the ids of idempotent appends (see :class:`~rxagent.session.store.Batch`)
 keyed by session and id. A file of a newer version,
 a file that is not SQLite, and a SQLite database of another application are refused with
-:class:`SessionFileError`, and left untouched.
+:class:`SessionFileError`, and left untouched. Any number of processes may open a new file at once: one
+switches it to WAL and creates the schema, the others wait for it (up to ``busy_timeout`` in all); a file
+another connection keeps locked for longer is refused with :class:`SessionFileLockedError`.
 Deleting a session keeps its row, so the fencing tokens of a session never go back, even across a delete.
 """
 
@@ -77,7 +79,7 @@ from rxagent.session.store import (
 )
 from rxagent.state import SessionKey
 
-__all__ = ["SCHEMA_VERSION", "SQLiteStore", "SessionFileError", "Synchronous"]
+__all__ = ["SCHEMA_VERSION", "SQLiteStore", "SessionFileError", "SessionFileLockedError", "Synchronous"]
 
 T = TypeVar("T")
 
@@ -88,7 +90,13 @@ process is killed; ``FULL`` also when the machine loses power)."""
 
 class SessionFileError(ValueError):
     """The file cannot hold the session store: its folder does not exist, it is not a SQLite database,
-    it is another application's database, or its schema is of a newer rxagent. Nothing was changed."""
+    it is another application's database, its schema is of a newer rxagent, or SQLite failed to open it
+    (the message says why). Nothing was changed."""
+
+
+class SessionFileLockedError(SessionFileError):
+    """The file could not be opened now: another connection kept it locked for longer than the store's
+    ``busy_timeout``. Nothing was changed; opening it again later may succeed."""
 
 
 # ---- schema ---------------------------------------------------------------------------------------------
@@ -212,21 +220,94 @@ def _connect(path: str, busy_timeout: float, synchronous: Synchronous, *, write:
         raise SessionFileError(f"cannot open {path} as a SQLite database: {error}") from error
     try:
         try:
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()
-        except sqlite3.DatabaseError as error:
-            raise SessionFileError(f"{path} is not a SQLite database ({error})") from error
-        if mode is None or str(mode[0]).lower() != "wal":
-            raise SessionFileError(f"{path}: SQLite could not put the file in WAL mode (got {mode!r})")
-        conn.execute(f"PRAGMA synchronous = {synchronous}")
-        conn.execute("PRAGMA foreign_keys = ON")
-        if write:
-            _migrate(conn, path)
-        else:
-            conn.execute("PRAGMA query_only = ON")
+            _while_busy(conn, busy_timeout, functools.partial(_prepare, conn, path, synchronous, write=write))
+        except sqlite3.Error as error:
+            raise _refusal(path, busy_timeout, error) from error
         return conn
     except BaseException:
         conn.close()
         raise
+
+
+def _prepare(conn: sqlite3.Connection, path: str, synchronous: Synchronous, *, write: bool) -> None:
+    """Put a new connection in WAL mode, set it up, and (``write``) create or migrate the schema.
+
+    Safe to run again after it failed: each step is a no-op once done, and the migration is one
+    transaction."""
+    mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+    if mode is None or str(mode[0]).lower() != "wal":
+        raise SessionFileError(f"{path}: SQLite could not put the file in WAL mode (got {mode!r})")
+    conn.execute(f"PRAGMA synchronous = {synchronous}")
+    conn.execute("PRAGMA foreign_keys = ON")
+    if write:
+        _migrate(conn, path)
+    else:
+        conn.execute("PRAGMA query_only = ON")
+
+
+# Seconds between the attempts of _while_busy: short, since the other opener is done in milliseconds;
+# doubling, so that many openers that keep colliding spread out.
+_FIRST_PAUSE = 0.001
+_LONGEST_PAUSE = 0.05
+
+
+def _while_busy(conn: sqlite3.Connection, budget: float, attempt: Callable[[], None]) -> None:
+    """``attempt()``, tried again while SQLite answers busy, for ``budget`` seconds in all.
+
+    The busy timeout alone does not cover opening a file: SQLite answers busy *at once*, without waiting,
+    when waiting could deadlock. Switching a new file (rollback journal) to WAL reads its header under a
+    shared lock, then upgrades to an exclusive one to write it; when two connections do so at the same
+    time, the one that finds the other's reserved lock must give its shared lock up, so SQLite fails its
+    statement instead of calling the busy handler (see ``sqlite3_busy_handler``). A ``BEGIN EXCLUSIVE``
+    around the switch cannot serialise the two: SQLite leaves the journal mode as it is when asked for WAL
+    inside a transaction. Trying again can: the failed attempt let the other connection finish, and the
+    file is in WAL mode by then, which a connection reads under a shared lock alone. (The migration, tried
+    again with it, starts with ``BEGIN IMMEDIATE``: it waits for the write lock instead of upgrading to
+    it, so two openers of a new file never both create the tables.)
+    """
+    deadline = time.monotonic() + budget
+    pause = _FIRST_PAUSE
+    try:
+        while True:
+            # Each attempt's own waits (the busy handler) count against the one budget.
+            conn.execute(f"PRAGMA busy_timeout = {_milliseconds(deadline - time.monotonic())}")
+            try:
+                attempt()
+                return
+            except sqlite3.OperationalError as error:
+                left = deadline - time.monotonic()
+                if not _is_busy(error) or left <= 0:
+                    raise
+            time.sleep(min(pause, left))
+            pause = min(2 * pause, _LONGEST_PAUSE)
+    finally:
+        conn.execute(f"PRAGMA busy_timeout = {_milliseconds(budget)}")  # each later transaction's own
+
+
+def _milliseconds(seconds: float) -> int:
+    return max(0, int(seconds * 1000))
+
+
+def _error_code(error: sqlite3.Error) -> int | None:
+    """SQLite's primary result code for ``error`` (``None``: raised by Python's module, not by SQLite)."""
+    code: int | None = getattr(error, "sqlite_errorcode", None)  # extended codes keep it in the low byte
+    return None if code is None else code & 0xFF
+
+
+def _is_busy(error: sqlite3.Error) -> bool:
+    return _error_code(error) == sqlite3.SQLITE_BUSY
+
+
+def _refusal(path: str, busy_timeout: float, error: sqlite3.Error) -> SessionFileError:
+    """The error that says why SQLite would not open ``path`` as the store."""
+    if _is_busy(error):
+        return SessionFileLockedError(
+            f"{path} is locked by another connection (another process, or another store on the file "
+            f"here): it was not free within busy_timeout ({busy_timeout:g} s)"
+        )
+    if _error_code(error) == sqlite3.SQLITE_NOTADB:
+        return SessionFileError(f"{path} is not a SQLite database ({error})")
+    return SessionFileError(f"cannot open {path} as a session store: {error}")
 
 
 # ---- the threads ---------------------------------------------------------------------------------------
@@ -504,7 +585,8 @@ class SQLiteStore:
         synchronous: ``"FULL"`` (default: a commit survives a power loss) or ``"NORMAL"`` (a commit
             survives the process being killed, not a power loss; commits cost less).
         busy_timeout: seconds to wait for another process's write lock before failing with
-            ``sqlite3.OperationalError`` (``database is locked``).
+            ``sqlite3.OperationalError`` (``database is locked``); while opening, the time all of the
+            opening may wait for locks before failing with :class:`SessionFileLockedError`.
 
     Attributes:
         path: the database file.
@@ -512,6 +594,8 @@ class SQLiteStore:
     Raises:
         SessionFileError: the folder does not exist, the file is not a SQLite database or is another
             application's, or its schema is newer than this rxagent's.
+        SessionFileLockedError: (a :class:`SessionFileError`) another connection kept the file locked
+            for longer than ``busy_timeout``.
         ValueError: ``path`` names no file (``""``, ``":memory:"``: use
             :class:`~rxagent.session.in_process.MemoryStore`), or a bad ``synchronous``/``busy_timeout``.
     """

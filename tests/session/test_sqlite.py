@@ -6,8 +6,10 @@ Bad inputs tried: a path in a folder that does not exist, a folder as the path, 
 is not a SQLite database, another application's SQLite database, a file of a newer schema version, an
 unknown ``synchronous`` level, a fact whose payload SQLite cannot store (in a batch with good appends),
 a stale lease in a batch with good appends, a write lock held by another connection past the busy
-timeout, a lease that expired while its process was stopped (SIGSTOP), and a process killed (SIGKILL)
-while appending.
+timeout (while appending, and while opening: a new file locked exclusively, a new file another connection
+is writing, a store whose write lock is held), a lease that expired while its process was stopped
+(SIGSTOP), and a process killed (SIGKILL) while appending. Eight processes open new files together, round
+after round.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import os
 import signal
 import sqlite3
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import closing
 from pathlib import Path
 from typing import Any, cast
@@ -33,6 +35,7 @@ from rxagent.session import (
     LeaseLostError,
     Projection,
     SessionFileError,
+    SessionFileLockedError,
     SQLiteStore,
     Waiting,
 )
@@ -44,6 +47,7 @@ from .conftest import FakeNow
 
 KEY: SessionKey = ("ada", "s1")
 PROCESS = Path(__file__).with_name("sqlite_process.py")
+OPENER = Path(__file__).with_name("opener_process.py")
 
 
 def message(text: str) -> Fact:
@@ -196,8 +200,9 @@ async def test_a_file_of_a_newer_schema_is_refused_and_left_as_it_was(path: Path
 
 def test_a_file_that_is_not_sqlite_is_refused_and_left_as_it_was(path: Path) -> None:
     path.write_bytes(b"my notes, not a database\n" * 100)
-    with pytest.raises(SessionFileError, match="is not a SQLite database"):
+    with pytest.raises(SessionFileError, match="is not a SQLite database") as refused:
         SQLiteStore(path)
+    assert refused.type is SessionFileError  # not taken for a lock: opening it again would not help
     assert path.read_bytes() == b"my notes, not a database\n" * 100
     assert store_threads(path) == []
 
@@ -211,6 +216,47 @@ def test_another_applications_database_is_refused_and_left_as_it_was(path: Path)
         SQLiteStore(path)
     with closing(sqlite3.connect(path)) as conn:
         assert conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall() == [("users",)]
+
+
+def lock_a_new_file_exclusively(other: sqlite3.Connection) -> None:
+    other.execute("BEGIN EXCLUSIVE")  # nobody reads it, not even its header
+
+
+def write_to_a_new_file(other: sqlite3.Connection) -> None:
+    # A reserved lock on a file in rollback mode: an opener reads the header, then cannot upgrade to write
+    # WAL mode into it, and SQLite says "busy" at once (waiting could deadlock) instead of waiting.
+    other.execute("BEGIN IMMEDIATE")
+    other.execute("CREATE TABLE notes (text TEXT)")
+
+
+def hold_the_write_lock_of_a_store(other: sqlite3.Connection) -> None:
+    other.execute("BEGIN IMMEDIATE")  # a store in WAL mode: its migration waits for this lock
+
+
+LOCKS = [lock_a_new_file_exclusively, write_to_a_new_file, hold_the_write_lock_of_a_store]
+
+
+@pytest.mark.parametrize("lock", LOCKS, ids=[lock.__name__ for lock in LOCKS])
+async def test_a_file_locked_past_the_busy_timeout_is_refused_as_locked_and_opens_once_free(
+    path: Path, lock: Callable[[sqlite3.Connection], None]
+) -> None:
+    if lock is hold_the_write_lock_of_a_store:
+        async with SQLiteStore(path):
+            pass
+    with closing(sqlite3.connect(path, isolation_level=None)) as other:
+        before = contents(path)
+        lock(other)
+        with pytest.raises(
+            SessionFileLockedError, match=r"locked by another connection.*busy_timeout \(0.2 s\)"
+        ):
+            SQLiteStore(path, busy_timeout=0.2)
+        assert store_threads(path) == []
+        other.execute("ROLLBACK")
+    assert contents(path) == before
+    async with SQLiteStore(path, busy_timeout=0.2) as store:  # a lock, not a fault of the file
+        lease = await store.acquire(KEY, "me", 60)
+        assert lease is not None
+        assert await store.append(lease, [message("once free")]) == 1
 
 
 def test_paths_that_name_no_usable_file_are_clear_errors(tmp_path: Path) -> None:
@@ -336,6 +382,31 @@ async def start_store_process(path: Path) -> ChildProcess:
     started = await ChildProcess.start(PROCESS, str(path))
     assert await started.answer(within=60) == {"ready": True}
     return started
+
+
+async def test_many_processes_opening_one_new_file_at_once_all_open_it_and_write(tmp_path: Path) -> None:
+    # Each round, every process gets its request at the same moment and opens the same new file: their
+    # openings meet at the switch to WAL and the first migration. (Without trying again after SQLite's
+    # immediate "busy", about one round in 20 lost an opener here.)
+    processes, rounds = 8, 20
+    children = await asyncio.gather(*(ChildProcess.ready(OPENER) for _ in range(processes)))
+    try:
+        for round_ in range(rounds):
+            path = tmp_path / f"round-{round_}.db"
+            for n, child in enumerate(children):
+                child.send(path=str(path), session=f"s{n}", text=f"p{n}")
+            answers = await asyncio.gather(*(child.answer(within=60) for child in children))
+            assert answers == [{"seq": 1}] * processes, f"round {round_}"
+            with closing(sqlite3.connect(path)) as conn:
+                assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+                assert conn.execute("SELECT version FROM rxagent_schema_version").fetchall() == [
+                    (SCHEMA_VERSION,)
+                ]
+            async with SQLiteStore(path) as store:
+                for n in range(processes):
+                    assert texts(await store.read(("ada", f"s{n}"))) == [f"p{n}"]
+    finally:
+        await asyncio.gather(*(child.close() for child in children))
 
 
 async def test_a_process_stopped_past_its_lease_is_fenced_off_after_another_took_over(path: Path) -> None:
