@@ -9,11 +9,12 @@ the model's own: the protocol, what a model accepts (:class:`ModelCapabilities`)
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from rxagent.chunks import ChatChunk, FinishReason, ToolCallDelta, Usage
-from rxagent.messages import DocumentBlock, ImageBlock
+from rxagent.messages import DocumentBlock, ImageBlock, MediaBlock, MessageMemo
 from rxagent.model.errors import UnsupportedContentError
 from rxagent.requests import ChatRequest, ForceTool, JsonSchemaFormat, ResponseFormat, ToolChoice, ToolSchema
 
@@ -88,14 +89,22 @@ def check_content(request: ChatRequest, model: ChatModel) -> None:
     capabilities = model.capabilities
     if capabilities.images and capabilities.documents:
         return
-    for position, message in enumerate(request.messages):
-        for block in message.media:
+    media = _MEDIA.get_all(request.messages, _media_of)
+    if not any(media):
+        return
+    for position, blocks in enumerate(media):
+        for block in blocks:
             refusal = refusal_of(block, model)
             if refusal is not None:
                 raise UnsupportedContentError(
                     f"{refusal} (message {position} of the request); nothing was sent: use a model that "
                     "takes them, or leave them out"
                 )
+
+
+# A request repeats the whole conversation: each message's media is found once, not at every request.
+_MEDIA: MessageMemo[tuple[MediaBlock, ...]] = MessageMemo()
+_media_of = operator.attrgetter("media")
 
 
 @runtime_checkable
