@@ -8,13 +8,12 @@ cancel of the run while the store's call waits (the lease it grants is released,
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Generator
-from typing import Any
 
 import pytest
 
 from rxagent.session import DelegatingStore, Lease, MemoryStore, SessionKeeper, Waiting
 from rxagent.state import SessionKey
+from tests.task_census import counting_tasks
 
 KEY: SessionKey = ("ada", "s1")
 
@@ -41,22 +40,6 @@ class Slow(DelegatingStore):
         await asyncio.sleep(0)
         self.released += 1
         await super().release(lease)
-
-
-def counting_tasks(loop: asyncio.AbstractEventLoop) -> list[str]:
-    """Record the name of every coroutine made a task on ``loop`` from now on."""
-    made: list[str] = []
-
-    def factory(
-        loop: asyncio.AbstractEventLoop,
-        coro: Generator[Any, None, Any] | Coroutine[Any, Any, Any],
-        **kwargs: Any,
-    ) -> asyncio.Task[Any]:
-        made.append(type(coro).__name__)
-        return asyncio.Task(coro, loop=loop, **kwargs)
-
-    loop.set_task_factory(factory)  # pyright: ignore[reportArgumentType]
-    return made
 
 
 async def test_a_store_that_answers_at_once_is_called_without_a_task() -> None:
@@ -88,7 +71,7 @@ async def test_a_store_that_waits_is_called_in_a_task_and_answers_through_it() -
         await keeper.release(claim)
     finally:
         asyncio.get_running_loop().set_task_factory(None)
-    assert made.count("_Resumed") == 2  # the enqueue and the release
+    assert made.count("Resumed") == 2  # the enqueue and the release
     assert store.released == 1
     assert await store.lease(KEY) is None
     await keeper.aclose()
