@@ -54,6 +54,7 @@ from typing import Any, TypeVar, cast
 from rxagent.clock import SYSTEM_CLOCK, Clock, Timer
 from rxagent.operators import Resumed, first_step, start_task
 from rxagent.session.feed import SessionFeed
+from rxagent.session.in_process import MemoryStore
 from rxagent.session.owner import ProcessOwner, owner_gone
 from rxagent.session.projection import Projection
 from rxagent.session.recorder import Recorder
@@ -230,6 +231,11 @@ class SessionKeeper:
             raise ValueError("flush_interval must be None or a positive number of seconds")
         self.flush_interval = flush_interval
         self.store = store
+        # Only the memory store's calls are run at once up to their first wait (`first_step`): that step
+        # runs in the run's own task, and any other store's code may bind that task before it waits (an
+        # `asyncio.timeout`, as psycopg_pool's `wait_for` is on Python 3.12+, a TaskGroup, anyio's
+        # scopes), which would then cancel the run, not the store's call going on in a task of its own.
+        self._at_once = type(store) is MemoryStore
         self.owner = owner or _default_owner()
         self.lease_ttl = lease_ttl
         self.cache_size = cache_size
@@ -406,10 +412,10 @@ class SessionKeeper:
     async def _finishing(self, call: Coroutine[Any, Any, Lease | Waiting]) -> Lease | Waiting:
         """``await call``, which finishes even if the caller is cancelled meanwhile: then the ticket it
         took is dropped, or the lease it granted released, in the background."""
-        finished, outcome = first_step(call)
+        finished, outcome = self._begin(call)
         if finished:  # at once (the memory store): no cancel could come in between
             return cast("Lease | Waiting", outcome)
-        task = self._track(asyncio.ensure_future(Resumed(call, outcome)))
+        task = cast("asyncio.Future[Lease | Waiting]", outcome)
         try:
             await _finished(task)
             return task.result()
@@ -445,17 +451,28 @@ class SessionKeeper:
     async def _give_back(self, lease: Lease) -> None:
         """Release ``lease`` in a task of its own, which a cancel of the caller does not stop (a failure is
         raised to the caller, or logged when the caller was cancelled)."""
-        call = self.store.release(lease)
-        finished, waiting = first_step(call)
+        finished, outcome = self._begin(self.store.release(lease))
         if finished:  # at once (the memory store): no cancel could come in between
             return
-        task = self._track(asyncio.ensure_future(Resumed(call, waiting)))
+        task = cast("asyncio.Future[None]", outcome)
         try:
             await _finished(task)
             task.result()
         except asyncio.CancelledError:
             task.add_done_callback(_log_failed_release)
             raise
+
+    def _begin(self, call: Coroutine[Any, Any, _T]) -> tuple[bool, object]:
+        """A store call started: ``(True, its result)`` when it finished at once (the memory store's, run
+        up to its first wait here), else ``(False, the task that goes on with it)``, tracked."""
+        if not self._at_once:
+            return False, self._track(asyncio.ensure_future(call))
+        finished, outcome = first_step(call)
+        return (
+            (True, outcome)
+            if finished
+            else (False, self._track(asyncio.ensure_future(Resumed(call, outcome))))
+        )
 
     def _track(self, work: asyncio.Future[_T]) -> asyncio.Future[_T]:
         self._undoing.add(work)
