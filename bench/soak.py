@@ -24,7 +24,10 @@ Measured with ``time.process_time`` (every thread of the process: the SQLite sto
   goal <= 1.2.
 - the cyclic garbage collector's share of the CPU (timed through ``gc.callbacks``), its full collections
   in each round, and the objects they walked per turn (every object tracked as each one began): the
-  collector's work, which no other process's load moves.
+  collector's work, which no other process's load moves. Beside them, its CPU per turn by generation,
+  its collections per 1 000 turns by generation, the net container allocations per turn that the young
+  collections say (701 × generation-0 collections ÷ turns), and how often the 25 % rule held a due full
+  collection back (see **Why full collections cost more per turn at 1 000 sessions**).
 - RSS per idle session: resident memory after the soak (``gc.collect()`` first) minus before the agent
   existed, ÷ sessions. Idle sessions are those whose projection the agent keeps in memory between turns
   (the in-memory store also holds every session's log).
@@ -46,6 +49,22 @@ runs only the first, what a notebook or a batch job gets; ``--gc serve`` only th
 container objects alive (its subscriptions, its messages: ``bench/turn_objects.py`` counts them); under
 Python's thresholds they reach the old generation, whose full collections then walk every session's
 history.
+
+**Why full collections cost more per turn at 1 000 sessions** (CPython 3.11's rules). A young collection
+runs every 701 net allocations of container objects (allocations less deallocations since the last one,
+never below zero), a generation-1 collection every 11th of them, and a full collection every 11th
+generation-1 collection (about 85 000 net allocations) unless fewer objects were promoted since the last
+one than a quarter of those it left (the 25 % rule, which makes a growing heap's full collections cost
+a constant per promoted object). Here the rule never holds one back: with hundreds of turns in flight,
+nearly everything a turn holds survives two young collections and is promoted, its in-flight objects
+too, so full collections come at a fixed rate per net allocation, at 100 sessions and at 1 000 alike.
+Each walks the whole heap, which the idle sessions' histories make about four times larger at 1 000
+(22 containers per turn of history). So the full collections' CPU per turn is about (net allocations
+per turn ÷ 85 000) × heap × the cost of an object, and grows with the sessions; the net allocations
+per turn are what a turn in flight holds at its peak (every turn reaches its peak before any ends) plus
+what it leaves in the history. Measured on the memory store at 1 000 sessions: 50 more containers held
+by each turn from its tool call to its answer made 48 more net allocations per turn, 20 full
+collections instead of 15, and 100–130 µs more CPU per turn; at 100 sessions, no more full collections.
 
 Last lines, for the first setting run (Python's own unless ``--gc serve`` or ``--gc-threshold``), one per
 store, the SQLite size ratio last::
@@ -90,8 +109,8 @@ def rss_bytes() -> int:
 
 
 class GCTimer:
-    """CPU spent in the cyclic garbage collector, its full collections and the objects they walked, from
-    ``gc.callbacks``.
+    """CPU spent in the cyclic garbage collector by generation, its collections, and the objects its full
+    collections walked, from ``gc.callbacks``.
 
     The objects are counted (``len(gc.get_objects())``) as a full collection starts: a figure no other
     process's load moves. Counting takes a few milliseconds a collection; that CPU is kept in
@@ -99,22 +118,39 @@ class GCTimer:
     """
 
     def __init__(self) -> None:
-        self.seconds = 0.0
-        self.full = 0
+        self.by_generation = [0.0, 0.0, 0.0]
+        """CPU in collections of each generation (a collection of generation 2 is a full one)."""
+        self.collections = [0, 0, 0]
+        self.held_back = 0
+        """Young collections that began while generation 2's count was past its threshold: a full
+        collection was due, and the 25 % rule held it back (see the module)."""
         self.walked = 0
         self.counting = 0.0
         self._start = 0.0
 
+    @property
+    def seconds(self) -> float:
+        """CPU in every collection."""
+        return sum(self.by_generation)
+
+    @property
+    def full(self) -> int:
+        """Full collections."""
+        return self.collections[2]
+
     def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        generation: int = info["generation"]
         if phase == "start":
-            if info["generation"] == 2:
-                self.full += 1
+            if generation == 2:
                 began = time.process_time()
                 self.walked += len(gc.get_objects())
                 self.counting += time.process_time() - began
+            elif gc.get_count()[2] > gc.get_threshold()[2]:
+                self.held_back += 1
             self._start = time.process_time()
         else:
-            self.seconds += time.process_time() - self._start
+            self.by_generation[generation] += time.process_time() - self._start
+            self.collections[generation] += 1
 
 
 async def soak(store: SessionStore, sessions: int, rounds: int) -> dict[str, Any]:
@@ -150,6 +186,9 @@ async def soak(store: SessionStore, sessions: int, rounds: int) -> dict[str, Any
         "full_collections": timer.full,
         "full_per_round": full_per_round,
         "walked_per_turn": timer.walked / (sessions * rounds),
+        "gc_by_generation": timer.by_generation,
+        "collections": timer.collections,
+        "held_back": timer.held_back,
         "rss_per_session": (rss_after - rss_before) / sessions,
         "messages": messages,
     }
@@ -210,6 +249,15 @@ def report(kind: str, sessions: int, result: dict[str, Any]) -> list[float]:
         f"collections by round {result['full_per_round']}, which walked {result['walked_per_turn']:.0f} "
         f"objects per turn; RSS per idle session "
         f"{result['rss_per_session'] / 1e3:.1f} KB ({result['messages']} messages each)"
+    )
+    turns = rounds * sessions
+    by_generation: list[float] = result["gc_by_generation"]
+    collections: list[int] = result["collections"]
+    print(
+        f"  gc CPU per turn by generation {', '.join(f'{s / turns * 1e6:.0f}' for s in by_generation)} µs; "
+        f"collections per 1 000 turns {', '.join(f'{n * 1000 / turns:.1f}' for n in collections)}; "
+        f"net container allocations per turn {collections[0] * 701 / turns:.0f}; young collections "
+        f"begun while the 25 % rule held a full one back: {result['held_back']}"
     )
     return per_round
 

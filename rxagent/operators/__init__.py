@@ -7,11 +7,12 @@ source is loop-bound: it subscribes inside a running asyncio loop and disposing 
 
 The plumbing for writing fast loop-bound sources is public too: :class:`Source`, :func:`subscribe_to`,
 :func:`subscribe_sink` and :func:`subscribe_through` (direct subscription, see ``_source.py``),
-:func:`deferred`, :func:`running_loop` and :func:`start_task`; the subscription objects a hot path
-subclasses instead of passing closures (:class:`Sink`, :class:`Relay`, :class:`Frame` for ``frame``,
-:class:`StepLoop` for ``run_steps``); the loop-bound disposables (:class:`Slot`, :data:`NO_SUBSCRIPTION`);
-the :class:`MessageFold` accumulator behind ``fold_message``, and the :class:`KeyedSerializer` that makes
-runs on one session take turns.
+:func:`deferred`, :func:`running_loop` and :func:`start_task`, and :func:`first_step` with
+:class:`Resumed` (a call of our own run up to its first wait at once, see ``_first_step.py``); the
+subscription objects a hot path subclasses instead of passing closures (:class:`Sink`, :class:`Relay`,
+:class:`Frame` for ``frame``, :class:`StepLoop` for ``run_steps``); the loop-bound disposables
+(:class:`Slot`, :data:`NO_SUBSCRIPTION`); the :class:`MessageFold` accumulator behind ``fold_message``, and
+the :class:`KeyedSerializer` that makes runs on one session take turns.
 
 The operators that wait (``retry_backoff``, ``timeout_total``) take a ``clock``: the running loop's by
 default, a :class:`~rxagent.clock.VirtualClock` in tests, which then assert exact waits without sleeping.
@@ -49,6 +50,7 @@ from rxagent.clock import SYSTEM_CLOCK, Clock
 from rxagent.operators._awaitables import last_value as _last_value_impl
 from rxagent.operators._awaitables import to_list as _to_list_impl
 from rxagent.operators._do_finally import do_finally as _do_finally_impl
+from rxagent.operators._first_step import Resumed, first_step
 from rxagent.operators._flow_control import BufferOverflowError
 from rxagent.operators._fold_message import MessageFold
 from rxagent.operators._frame import Frame, Push
@@ -107,6 +109,7 @@ __all__ = [
     "ProgressOption",
     "Push",
     "Relay",
+    "Resumed",
     "Sink",
     "Slot",
     "Source",
@@ -116,6 +119,7 @@ __all__ = [
     "Turn",
     "deferred",
     "do_finally",
+    "first_step",
     "fold_message",
     "frame",
     "frame_pushing",

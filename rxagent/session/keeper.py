@@ -47,13 +47,14 @@ import os
 import socket
 import weakref
 from collections import OrderedDict
-from collections.abc import Awaitable, Coroutine, Generator
+from collections.abc import Awaitable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 from rxagent.clock import SYSTEM_CLOCK, Clock, Timer
-from rxagent.operators import start_task
+from rxagent.operators import Resumed, first_step, start_task
 from rxagent.session.feed import SessionFeed
+from rxagent.session.in_process import MemoryStore
 from rxagent.session.owner import ProcessOwner, owner_gone
 from rxagent.session.projection import Projection
 from rxagent.session.recorder import Recorder
@@ -230,6 +231,11 @@ class SessionKeeper:
             raise ValueError("flush_interval must be None or a positive number of seconds")
         self.flush_interval = flush_interval
         self.store = store
+        # Only the memory store's calls are run at once up to their first wait (`first_step`): that step
+        # runs in the run's own task, and any other store's code may bind that task before it waits (an
+        # `asyncio.timeout`, as psycopg_pool's `wait_for` is on Python 3.12+, a TaskGroup, anyio's
+        # scopes), which would then cancel the run, not the store's call going on in a task of its own.
+        self._at_once = type(store) is MemoryStore
         self.owner = owner or _default_owner()
         self.lease_ttl = lease_ttl
         self.cache_size = cache_size
@@ -406,10 +412,10 @@ class SessionKeeper:
     async def _finishing(self, call: Coroutine[Any, Any, Lease | Waiting]) -> Lease | Waiting:
         """``await call``, which finishes even if the caller is cancelled meanwhile: then the ticket it
         took is dropped, or the lease it granted released, in the background."""
-        finished, outcome = _first_step(call)
+        finished, outcome = self._begin(call)
         if finished:  # at once (the memory store): no cancel could come in between
             return cast("Lease | Waiting", outcome)
-        task = self._track(asyncio.ensure_future(_Resumed(call, outcome)))
+        task = cast("asyncio.Future[Lease | Waiting]", outcome)
         try:
             await _finished(task)
             return task.result()
@@ -445,17 +451,28 @@ class SessionKeeper:
     async def _give_back(self, lease: Lease) -> None:
         """Release ``lease`` in a task of its own, which a cancel of the caller does not stop (a failure is
         raised to the caller, or logged when the caller was cancelled)."""
-        call = self.store.release(lease)
-        finished, waiting = _first_step(call)
+        finished, outcome = self._begin(self.store.release(lease))
         if finished:  # at once (the memory store): no cancel could come in between
             return
-        task = self._track(asyncio.ensure_future(_Resumed(call, waiting)))
+        task = cast("asyncio.Future[None]", outcome)
         try:
             await _finished(task)
             task.result()
         except asyncio.CancelledError:
             task.add_done_callback(_log_failed_release)
             raise
+
+    def _begin(self, call: Coroutine[Any, Any, _T]) -> tuple[bool, object]:
+        """A store call started: ``(True, its result)`` when it finished at once (the memory store's, run
+        up to its first wait here), else ``(False, the task that goes on with it)``, tracked."""
+        if not self._at_once:
+            return False, self._track(asyncio.ensure_future(call))
+        finished, outcome = first_step(call)
+        return (
+            (True, outcome)
+            if finished
+            else (False, self._track(asyncio.ensure_future(Resumed(call, outcome))))
+        )
 
     def _track(self, work: asyncio.Future[_T]) -> asyncio.Future[_T]:
         self._undoing.add(work)
@@ -684,55 +701,6 @@ class _Wake:
     def __call__(self, work: asyncio.Future[Any]) -> None:
         if not self.waiter.done():
             self.waiter.set_result(None)
-
-
-def _first_step(call: Coroutine[Any, Any, _T]) -> tuple[bool, object]:
-    """Run ``call`` up to its first wait: ``(True, its result)`` if it finished there (it raised: raised),
-    else ``(False, what it waits on)``, to hand to a task with :class:`_Resumed`.
-
-    The memory store's calls never wait: run at once, they need no task of their own (a task, its
-    coroutine, a context and a waiter per call, twice a turn, each one more object for the collector).
-    """
-    try:
-        return False, call.send(None)
-    except StopIteration as stop:
-        return True, stop.value
-
-
-class _Resumed(Coroutine[Any, Any, _T]):
-    """A call that :func:`_first_step` ran up to its first wait, for a task to go on with: the task's first
-    step is handed what the call waits on, as if the task had run that step itself."""
-
-    __slots__ = ("_call", "_started", "_waiting")
-
-    def __init__(self, call: Coroutine[Any, Any, _T], waiting: object) -> None:
-        self._call = call
-        self._waiting: object = waiting
-        self._started = False
-
-    def send(self, value: object, /) -> object:
-        if not self._started:
-            self._started = True
-            waiting, self._waiting = self._waiting, None
-            return waiting
-        return self._call.send(value)
-
-    def throw(self, *error: Any) -> object:  # pyright: ignore[reportIncompatibleMethodOverride]
-        self._started = True
-        self._waiting = None
-        return self._call.throw(*error)
-
-    def close(self) -> None:
-        self._call.close()
-
-    def __await__(self) -> Generator[Any, None, _T]:
-        return self  # pyright: ignore[reportReturnType] - an iterator of its own steps, as a coroutine is
-
-    def __iter__(self) -> _Resumed[_T]:
-        return self
-
-    def __next__(self) -> object:
-        return self.send(None)
 
 
 def _finished(work: asyncio.Future[Any]) -> asyncio.Future[None]:

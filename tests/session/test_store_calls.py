@@ -1,20 +1,21 @@
-"""How the keeper makes its store calls: at once when the store answers at once, else in a task of their
-own that a cancel of the run does not stop.
+"""How the keeper makes its store calls: the memory store's at once, any other store's in a task of their
+own from their start, which a cancel of the run does not stop.
 
 Bad inputs tried: a store whose calls wait twice before they answer, one that fails after a wait, a
-cancel of the run while the store's call waits (the lease it grants is released, the ticket dropped).
+cancel of the run while the store's call waits (the lease it grants is released, the ticket dropped), and
+a store whose calls bind their task (an ``asyncio.timeout``) before they wait, then time out.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Generator
 from typing import Any
 
 import pytest
 
 from rxagent.session import DelegatingStore, Lease, MemoryStore, SessionKeeper, Waiting
 from rxagent.state import SessionKey
+from tests.task_census import counting_tasks
 
 KEY: SessionKey = ("ada", "s1")
 
@@ -41,22 +42,6 @@ class Slow(DelegatingStore):
         await asyncio.sleep(0)
         self.released += 1
         await super().release(lease)
-
-
-def counting_tasks(loop: asyncio.AbstractEventLoop) -> list[str]:
-    """Record the name of every coroutine made a task on ``loop`` from now on."""
-    made: list[str] = []
-
-    def factory(
-        loop: asyncio.AbstractEventLoop,
-        coro: Generator[Any, None, Any] | Coroutine[Any, Any, Any],
-        **kwargs: Any,
-    ) -> asyncio.Task[Any]:
-        made.append(type(coro).__name__)
-        return asyncio.Task(coro, loop=loop, **kwargs)
-
-    loop.set_task_factory(factory)  # pyright: ignore[reportArgumentType]
-    return made
 
 
 async def test_a_store_that_answers_at_once_is_called_without_a_task() -> None:
@@ -88,7 +73,8 @@ async def test_a_store_that_waits_is_called_in_a_task_and_answers_through_it() -
         await keeper.release(claim)
     finally:
         asyncio.get_running_loop().set_task_factory(None)
-    assert made.count("_Resumed") == 2  # the enqueue and the release
+    # the enqueue and the release, each a task from its start (the claim is the test's own)
+    assert made == ["SessionKeeper.claim", "Slow.enqueue", "Slow.release"]
     assert store.released == 1
     assert await store.lease(KEY) is None
     await keeper.aclose()
@@ -118,3 +104,57 @@ async def test_a_cancel_while_the_store_grants_the_lease_releases_it() -> None:
     assert store.released == 1
     assert await store.lease(KEY) is None
     assert not keeper.in_use(KEY)
+
+
+class Bound(DelegatingStore):
+    """A memory store whose enqueue and release enter an ``asyncio.timeout`` (which binds the running task)
+    before their first wait, note the task they start and go on in, and, with ``expire`` set, make the
+    timeout expire once waiting, as a server that never answers would."""
+
+    def __init__(self) -> None:
+        super().__init__(MemoryStore())
+        self.tasks: list[tuple[asyncio.Task[Any] | None, asyncio.Task[Any] | None]] = []
+        self.expire = False
+
+    async def _bound(self) -> None:
+        async with asyncio.timeout(None) as deadline:
+            started = asyncio.current_task()
+            await asyncio.sleep(0)
+            self.tasks.append((started, asyncio.current_task()))
+            if self.expire:
+                deadline.reschedule(asyncio.get_running_loop().time())
+                await asyncio.Event().wait()  # the timeout's cancel ends it
+
+    async def enqueue(self, key: SessionKey, owner: str, ttl: float) -> Lease | Waiting:
+        await self._bound()
+        return await super().enqueue(key, owner, ttl)
+
+    async def release(self, lease: Lease) -> None:
+        await self._bound()
+        await super().release(lease)
+
+
+async def test_a_store_call_that_binds_its_task_starts_and_goes_on_in_one_task_not_the_runs() -> None:
+    store = Bound()
+    keeper = SessionKeeper(store)
+    claim = await keeper.claim(keeper.place(KEY), KEY, wait=None)
+    await keeper.release(claim)
+    run = asyncio.current_task()
+    assert len(store.tasks) == 2  # the enqueue and the release
+    for started, went_on in store.tasks:
+        assert started is went_on is not None
+        assert started is not run
+    assert await store.lease(KEY) is None
+    await keeper.aclose()
+
+
+async def test_a_store_calls_own_timeout_fails_the_claim_and_cancels_nothing_else() -> None:
+    store = Bound()
+    store.expire = True
+    keeper = SessionKeeper(store)
+    with pytest.raises(TimeoutError):
+        await keeper.claim(keeper.place(KEY), KEY, wait=None)
+    assert asyncio.current_task().cancelling() == 0  # pyright: ignore[reportOptionalMemberAccess]
+    assert not keeper.in_use(KEY)
+    assert await store.lease(KEY) is None
+    await keeper.aclose()
