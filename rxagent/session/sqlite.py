@@ -6,7 +6,9 @@
 **Threads, not the loop.** Every SQLite call runs off the event loop, on two threads the store owns: a
 *writer* with the one write connection and a *reader* with a read-only one (WAL lets readers go on while
 the writer commits). A coroutine puts a job on the thread's queue and awaits a future; the thread
-settles every future of a batch with one ``call_soon_threadsafe`` per loop.
+settles every future of a batch with one ``call_soon_threadsafe`` per loop. Any thread may drop the last
+reference to a cursor, and in CPython 3.11 freeing a cursor resets the statement it keeps, on that thread:
+so no cursor keeps a statement the writer may run again (see ``_append_rows``).
 
 **Group commit.** The writer takes every job waiting in its queue (up to 512) and runs them in **one**
 ``BEGIN IMMEDIATE`` transaction, each job inside its own savepoint: a job that fails (a stale lease, a bad
@@ -888,10 +890,15 @@ class SQLiteStore:
         if batch is not None and batch.first != session.head + 1:
             raise HeadMovedError(lease.key, batch.first, session.head)
         head = session.head + len(rows)
+        # Closed here, on the writer thread: the cursor executemany returns keeps the connection's cached
+        # statement for this insert (CPython 3.11), and whichever thread frees a cursor resets its statement
+        # there. Another thread may hold the cursor for a moment (gc.get_objects(), a debugger) and free it
+        # while the next append runs that statement here: its bind then fails with SQLITE_MISUSE. (The
+        # other calls' cursors let their statements go by themselves: each runs or reads to its end.)
         conn.executemany(
             "INSERT INTO facts (session, seq, kind, payload, run_id, at) VALUES (?, ?, ?, ?, ?, ?)",
             [(session.id, session.head + n, *row) for n, row in enumerate(rows, 1)],
-        )
+        ).close()
         conn.execute(
             "UPDATE sessions SET head = ?, updated_at = ? WHERE id = ?", (head, rows[-1][3], session.id)
         )

@@ -8,13 +8,14 @@ unknown ``synchronous`` level, a fact whose payload SQLite cannot store (in a ba
 a stale lease in a batch with good appends, a write lock held by another connection past the busy
 timeout (while appending, and while opening: a new file locked exclusively, a new file another connection
 is writing, a store whose write lock is held), a lease that expired while its process was stopped
-(SIGSTOP), and a process killed (SIGKILL) while appending. Eight processes open new files together, round
-after round.
+(SIGSTOP), a process killed (SIGKILL) while appending, and another thread that frees the writer's cursors
+while an append runs. Eight processes open new files together, round after round.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import signal
@@ -56,6 +57,26 @@ def message(text: str) -> Fact:
 
 def texts(facts: list[Any]) -> list[str]:
     return [json.loads(f.payload)["message"]["content"][0]["text"] for f in facts]
+
+
+class Hooked(str):
+    """A payload that calls ``hook()`` as SQLite binds it: on the writer thread, inside an append's insert
+    (through the adapter registered below)."""
+
+    hook: Callable[[], None]
+
+    def __new__(cls, text: str, hook: Callable[[], None]) -> Hooked:
+        made = super().__new__(cls, text)
+        made.hook = hook
+        return made
+
+
+def bind_hooked(value: Hooked) -> str:
+    value.hook()
+    return str(value)
+
+
+sqlite3.register_adapter(Hooked, bind_hooked)  # only payloads of this test class go through it
 
 
 def store_threads(path: Path) -> list[threading.Thread]:
@@ -320,6 +341,38 @@ async def test_a_failing_append_writes_nothing_and_fails_alone_in_its_batch(stor
     assert await store.head(keys[1]) == 0  # the fact before the bad one was rolled back with it
     assert current is not None
     assert await store.append(current, [message("after")]) == 1
+
+
+async def test_an_append_runs_on_while_another_thread_frees_the_writers_cursors(store: SQLiteStore) -> None:
+    """Another thread may hold the writer's cursors for a moment and drop the last references: bench/soak.py
+    takes ``gc.get_objects()`` on the loop thread at each full collection, and one soak run in six failed
+    an append with ``InterfaceError: bad parameter or other API misuse``. In CPython 3.11, freeing a cursor
+    resets the statement it keeps, on the freeing thread; the cursor of an insert of several facts kept the
+    connection's cached statement for that insert, so the next such insert, paused here after its first
+    value, had its statement reset under it and could not bind its second row (SQLITE_MISUSE: this test
+    failed every time then)."""
+    lease = await store.acquire(KEY, "me", 60)
+    assert lease is not None
+    held: list[sqlite3.Cursor] = []
+
+    def hold_the_cursors() -> None:  # on the writer thread, while it inserts
+        held.extend(o for o in gc.get_objects() if isinstance(o, sqlite3.Cursor))
+
+    assert await store.append(lease, [Fact("message", Hooked("{}", hold_the_cursors)), message("one")]) == 2
+    assert held  # the insert's cursor among them: the writer is done with it, the loop thread holds it
+    paused, go_on = threading.Event(), threading.Event()
+
+    def pause() -> None:  # on the writer thread, binding the first row of the next insert
+        paused.set()
+        assert go_on.wait(30)
+
+    paused_fact = Fact("message", Hooked("{}", pause))
+    appending = asyncio.ensure_future(store.append(lease, [paused_fact, message("two")]))
+    assert await asyncio.to_thread(paused.wait, 30)
+    held.clear()  # the last references: the cursors are freed on the loop thread, mid-insert
+    go_on.set()
+    assert await asyncio.wait_for(appending, 30) == 4
+    assert texts((await store.read(KEY))[1::2]) == ["one", "two"]
 
 
 async def test_the_loop_runs_while_another_connection_holds_the_write_lock(
