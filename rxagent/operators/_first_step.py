@@ -33,7 +33,7 @@ def first_step(call: Coroutine[Any, Any, _T]) -> tuple[bool, object]:
         with :class:`Resumed` (or to ``await Resumed(call, waiting)`` inside one).
 
     Raises:
-        Whatever ``call`` raised in its first step (any ``BaseException``, as awaiting it would).
+        BaseException: whatever ``call`` raised in its first step, as awaiting it would.
     """
     try:
         return False, call.send(None)
