@@ -16,9 +16,14 @@ In this process, with ``time.process_time`` around each run, alternating:
 (a) raw: ``async for line in response.content``, ``json.loads`` of each ``data:`` line, the text
     appended to a list and joined;
 (b) rxagent: ``OpenAIChatModel.stream(request).pipe(fold_message())`` (``OpenAIResponsesModel`` for
-    ``responses``) awaited to the final ``Msg``.
+    ``responses``) awaited to the final ``Msg``;
+(c) the floor: a bare asyncio protocol that sends the same request and only receives the response's bytes
+    until the chunked body ends (no HTTP parsing, no SSE framing, no JSON): what any client pays to take
+    each network read as it arrives (the event loop's wake-up, the ``recv``).
 
-Prints the medians in µs per delta and, as the last line, ``ratio: X`` (rxagent ÷ raw).
+Prints the medians in µs per delta, ``floor_ratio: X`` (the floor ÷ raw: no client that handles every read
+as it arrives goes below it; only reads that carry more events move it) and, as the last line,
+``ratio: X`` (rxagent ÷ raw).
 
 Run: ``.venv/bin/python bench/stream_overhead.py [--provider openai|anthropic|responses] [--deltas N]
 [--repeats N] [--pace-us µs] [--spin-us µs]``. With ``--pace-us`` the server sleeps between events, so most
@@ -262,6 +267,38 @@ PROVIDERS = {
 }
 
 
+class _Floor(asyncio.Protocol):
+    """(c): receives the response and notes only its size and where the chunked body ends."""
+
+    def __init__(self, done: asyncio.Future[int]) -> None:
+        self.done = done
+        self.received = 0
+        self.tail = b""
+
+    def data_received(self, data: bytes) -> None:
+        self.received += len(data)
+        self.tail = (self.tail + data)[-5:]  # the end of the body may straddle two reads
+        if self.tail == b"0\r\n\r\n":  # the last chunk: SSE events end in a blank line, never in this
+            self.done.set_result(self.received)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.done.done():
+            self.done.set_exception(ConnectionError(f"the stream ended after {self.received} bytes"))
+
+
+async def floor_run(port: int, path: str, body: bytes) -> int:
+    """(c) the floor: the bytes of one response, received by a protocol that does nothing else."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[int] = loop.create_future()
+    transport, _ = await loop.create_connection(lambda: _Floor(done), "127.0.0.1", port)
+    try:
+        head = f"POST /v1/{path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        transport.write(f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        return await done
+    finally:
+        transport.close()
+
+
 async def rxagent_run(model: ChatModel, request: ChatRequest) -> str:
     """(b) rxagent's client folded to the final message."""
     message: Msg = await model.stream(request).pipe(fold_message())
@@ -270,12 +307,17 @@ async def rxagent_run(model: ChatModel, request: ChatRequest) -> str:
 
 async def measure(
     provider: Provider, port: int, deltas: int, repeats: int
-) -> tuple[list[float], list[float]]:
+) -> tuple[list[float], list[float], list[float]]:
+    """(a), (b) and (c) alternating: each one's client CPU per run."""
     base_url = f"http://127.0.0.1:{port}/v1"
     expected = DELTA_TEXT * deltas
     request = ChatRequest((Msg.user("hi"),))
     raw_times: list[float] = []
     rx_times: list[float] = []
+    floor_times: list[float] = []
+    floor_body = json.dumps(
+        {"model": "bench", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    )
     model = provider.model(base_url)
     async with aiohttp.ClientSession() as session, model:
         url = f"{base_url}/{provider.path}"
@@ -284,6 +326,7 @@ async def measure(
         # Warm-up: connections, imports, caches.
         assert await raw_run(session, url) == expected
         assert await rxagent_run(model, request) == expected
+        size = await floor_run(port, provider.path, floor_body.encode())
         for _ in range(repeats):
             start = time.process_time()
             text = await raw_run(session, url)
@@ -293,7 +336,11 @@ async def measure(
             text = await rxagent_run(model, request)
             rx_times.append(time.process_time() - start)
             assert text == expected
-    return raw_times, rx_times
+            start = time.process_time()
+            received = await floor_run(port, provider.path, floor_body.encode())
+            floor_times.append(time.process_time() - start)
+            assert received == size
+    return raw_times, rx_times, floor_times
 
 
 async def measure_providers(port: int, deltas: int, repeats: int) -> tuple[list[float], list[float]]:
@@ -356,7 +403,7 @@ def main() -> None:
             openai_times, anthropic_times = asyncio.run(measure_providers(port, args.deltas, args.repeats))
         else:
             provider = PROVIDERS[args.provider]
-            raw_times, rx_times = asyncio.run(measure(provider, port, args.deltas, args.repeats))
+            raw_times, rx_times, floor_times = asyncio.run(measure(provider, port, args.deltas, args.repeats))
     if args.provider == "anthropic":
         openai = statistics.median(openai_times) / args.deltas * 1e6
         anthropic = statistics.median(anthropic_times) / args.deltas * 1e6
@@ -379,6 +426,9 @@ def main() -> None:
         f"raw aiohttp + json.loads: {raw:.2f} µs/delta  (runs: {', '.join(f'{t:.3f}' for t in raw_times)} s)"
     )
     print(f"rxagent stream + fold:    {rx:.2f} µs/delta  (runs: {', '.join(f'{t:.3f}' for t in rx_times)} s)")
+    floor = statistics.median(floor_times) / args.deltas * 1e6
+    print(f"floor (bytes only):       {floor:.2f} µs/delta  (runs: {_runs(floor_times)} s)")
+    print(f"floor_ratio: {floor / raw:.2f}")
     print(f"ratio: {rx / raw:.2f}")
 
 
