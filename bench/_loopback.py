@@ -16,7 +16,7 @@ from contextlib import contextmanager
 
 from aiohttp import web
 
-__all__ = ["serve", "spawned_server", "write_sse"]
+__all__ = ["floor_run", "serve", "spawned_server", "write_sse"]
 
 
 async def write_sse(
@@ -87,3 +87,38 @@ def spawned_server(script: str, arguments: Sequence[str]) -> Iterator[int]:
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+
+
+class _Floor(asyncio.Protocol):
+    """Receives a response and notes only its size and where its chunked body ends."""
+
+    def __init__(self, done: asyncio.Future[int]) -> None:
+        self.done = done
+        self.received = 0
+        self.tail = b""
+
+    def data_received(self, data: bytes) -> None:
+        self.received += len(data)
+        self.tail = (self.tail + data)[-5:]  # the end of the body may straddle two reads
+        if self.tail == b"0\r\n\r\n":  # the last chunk: SSE events end in a blank line, never in this
+            self.done.set_result(self.received)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.done.done():
+            self.done.set_exception(ConnectionError(f"the stream ended after {self.received} bytes"))
+
+
+async def floor_run(port: int, path: str, body: bytes) -> int:
+    """The floor of a streaming client: POST ``body`` to ``/v1/{path}`` and receive the response's bytes
+    with a protocol that does nothing else (no HTTP parsing, no SSE framing, no JSON), over a new connection;
+    returns how many bytes came. What any client pays to take each network read as it arrives (the event
+    loop's wake-up, the ``recv``): no client that does so goes below its CPU at the same read sizes."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[int] = loop.create_future()
+    transport, _ = await loop.create_connection(lambda: _Floor(done), "127.0.0.1", port)
+    try:
+        head = f"POST /v1/{path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        transport.write(f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        return await done
+    finally:
+        transport.close()

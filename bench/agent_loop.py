@@ -26,7 +26,9 @@ goal 1.2 or below); then the per-token figure of the whole agent path, an answer
 text deltas and no tool call, which rxagent's consumer reads with ``async for`` over
 ``agent.stream_events(...)`` (through ``to_async_iterator``) joining the
 :class:`~rxagent.events.TextDelta` texts, against (b) on the same stream, as ``agent_text_ratio: X``
-(rxagent ÷ raw; goal 0.6 or below); then the fixed cost, the client CPU of a one-delta run (no tool
+(rxagent ÷ raw; goal 0.6 or below), after ``agent_text_floor_ratio: X``, a client that only receives the same
+response's bytes (``_loopback.floor_run``) ÷ raw: below it no client goes that takes each read as it
+arrives; then the fixed cost, the client CPU of a one-delta run (no tool
 call, one text delta: what a run costs before any streaming), over ``--fixed-runs`` runs of each client
 in a fresh session each, as ``fixed_cost_ms: X`` (rxagent; goal 1 ms or below) and
 ``fixed_cost_raw_ms: X`` (the hand-written loop); and, as the last line, ``ratio: X`` (rxagent ÷ raw,
@@ -49,8 +51,8 @@ import time
 from typing import Any
 
 import aiohttp
+from _loopback import floor_run, spawned_server, write_sse
 from _loopback import serve as serve_completions
-from _loopback import spawned_server, write_sse
 from aiohttp import web
 
 from rxagent.agent import AgentOptions, ReActAgent
@@ -315,19 +317,24 @@ async def rxagent_text_run(agent: ReActAgent, run_number: int) -> str:
     return "".join(parts)
 
 
-async def measure_text(port: int, deltas: int, repeats: int) -> tuple[list[float], list[float]]:
-    """Client CPU of the text run, ``(raw, rxagent)`` seconds per run, alternating (rxagent first)."""
+async def measure_text(port: int, deltas: int, repeats: int) -> tuple[list[float], list[float], list[float]]:
+    """Client CPU of the text run, ``(raw, rxagent, floor)`` seconds per run, alternating (rxagent first)."""
     base_url = f"http://127.0.0.1:{port}/v1"
     url = f"{base_url}/chat/completions"
     expected = ANSWER_PIECE * deltas
     tools = [echo_schema()]
     raw_times: list[float] = []
     rx_times: list[float] = []
+    floor_times: list[float] = []
+    floor_body = json.dumps(
+        {"model": MODEL, "messages": [{"role": "user", "content": QUESTION}], "stream": True}
+    )
     async with aiohttp.ClientSession() as session, OpenAIChatModel(MODEL, base_url=base_url) as model:
         agent = ReActAgent(model, Toolkit([echo]))
         # Warm-up: connections, imports, caches.
         assert await raw_run(session, url, tools) == (expected, 1)
         assert await rxagent_text_run(agent, -1) == expected
+        size = await floor_run(port, "chat/completions", floor_body.encode())
         for run_number in range(repeats):
             start = time.process_time()
             text = await rxagent_text_run(agent, run_number)
@@ -337,23 +344,28 @@ async def measure_text(port: int, deltas: int, repeats: int) -> tuple[list[float
             outcome = await raw_run(session, url, tools)
             raw_times.append(time.process_time() - start)
             assert outcome == (expected, 1), outcome
-    return raw_times, rx_times
+            start = time.process_time()
+            received = await floor_run(port, "chat/completions", floor_body.encode())
+            floor_times.append(time.process_time() - start)
+            assert received == size
+    return raw_times, rx_times, floor_times
 
 
-def text_ratio(deltas: int, repeats: int, spin_us: float = 0) -> tuple[list[float], list[float]]:
-    """The per-token figure: the text run's client CPU per run, ``(rxagent, raw)`` in seconds, against a
-    server that answers with ``deltas`` text deltas at once (no tool round), busy-waiting ``spin_us``
-    between them."""
+def text_ratio(deltas: int, repeats: int, spin_us: float = 0) -> tuple[list[float], list[float], list[float]]:
+    """The per-token figure: the text run's client CPU per run, ``(rxagent, raw, floor)`` in seconds,
+    against a server that answers with ``deltas`` text deltas at once (no tool round), busy-waiting
+    ``spin_us`` between them."""
     serving = ["--rounds", "0", "--fragments", str(deltas), "--spin-us", str(spin_us)]
     with spawned_server(__file__, serving) as port:
-        raw_times, rx_times = asyncio.run(measure_text(port, deltas, repeats))
-    return rx_times, raw_times
+        raw_times, rx_times, floor_times = asyncio.run(measure_text(port, deltas, repeats))
+    return rx_times, raw_times, floor_times
 
 
 def print_text_ratio(deltas: int, repeats: int, spin_us: float) -> None:
     """Measure the text run (:func:`text_ratio`) and print its lines, ``agent_text_ratio: X`` last."""
-    text_rx_times, text_raw_times = text_ratio(deltas, repeats, spin_us)
+    text_rx_times, text_raw_times, floor_times = text_ratio(deltas, repeats, spin_us)
     text_rx, text_raw = statistics.median(text_rx_times), statistics.median(text_raw_times)
+    floor = statistics.median(floor_times)
     per_delta = 1e6 / deltas
     spun = f", server spin {spin_us:g} µs" if spin_us else ""
     print(f"text run, {deltas} deltas through async for over stream_events{spun} (medians of client CPU)")
@@ -365,6 +377,11 @@ def print_text_ratio(deltas: int, repeats: int, spin_us: float) -> None:
         f"raw aiohttp loop:        {text_raw * 1e3:7.2f} ms/run  {text_raw * per_delta:6.2f} µs/delta"
         f"  (runs: {', '.join(f'{t * 1e3:.1f}' for t in text_raw_times)} ms)"
     )
+    print(
+        f"floor (bytes only):      {floor * 1e3:7.2f} ms/run  {floor * per_delta:6.2f} µs/delta"
+        f"  (runs: {', '.join(f'{t * 1e3:.1f}' for t in floor_times)} ms)"
+    )
+    print(f"agent_text_floor_ratio: {floor / text_raw:.2f}")
     print(f"agent_text_ratio: {text_rx / text_raw:.2f}")
 
 

@@ -45,8 +45,8 @@ from collections.abc import Callable
 from typing import Any
 
 import aiohttp
+from _loopback import floor_run, spawned_server, write_sse
 from _loopback import serve as serve_completions
-from _loopback import spawned_server, write_sse
 from aiohttp import web
 
 from rxagent.messages import Msg
@@ -265,38 +265,6 @@ PROVIDERS = {
         lambda url: OpenAIResponsesModel("bench", base_url=url),
     ),
 }
-
-
-class _Floor(asyncio.Protocol):
-    """(c): receives the response and notes only its size and where the chunked body ends."""
-
-    def __init__(self, done: asyncio.Future[int]) -> None:
-        self.done = done
-        self.received = 0
-        self.tail = b""
-
-    def data_received(self, data: bytes) -> None:
-        self.received += len(data)
-        self.tail = (self.tail + data)[-5:]  # the end of the body may straddle two reads
-        if self.tail == b"0\r\n\r\n":  # the last chunk: SSE events end in a blank line, never in this
-            self.done.set_result(self.received)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if not self.done.done():
-            self.done.set_exception(ConnectionError(f"the stream ended after {self.received} bytes"))
-
-
-async def floor_run(port: int, path: str, body: bytes) -> int:
-    """(c) the floor: the bytes of one response, received by a protocol that does nothing else."""
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[int] = loop.create_future()
-    transport, _ = await loop.create_connection(lambda: _Floor(done), "127.0.0.1", port)
-    try:
-        head = f"POST /v1/{path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-        transport.write(f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body)
-        return await done
-    finally:
-        transport.close()
 
 
 async def rxagent_run(model: ChatModel, request: ChatRequest) -> str:
