@@ -328,13 +328,13 @@ async def measure_text(port: int, deltas: int, repeats: int) -> tuple[list[float
     floor_times: list[float] = []
     floor_body = json.dumps(
         {"model": MODEL, "messages": [{"role": "user", "content": QUESTION}], "stream": True}
-    )
+    ).encode()
     async with aiohttp.ClientSession() as session, OpenAIChatModel(MODEL, base_url=base_url) as model:
         agent = ReActAgent(model, Toolkit([echo]))
         # Warm-up: connections, imports, caches.
         assert await raw_run(session, url, tools) == (expected, 1)
         assert await rxagent_text_run(agent, -1) == expected
-        size = await floor_run(port, "chat/completions", floor_body.encode())
+        size = await floor_run(port, "chat/completions", floor_body)
         for run_number in range(repeats):
             start = time.process_time()
             text = await rxagent_text_run(agent, run_number)
@@ -345,7 +345,7 @@ async def measure_text(port: int, deltas: int, repeats: int) -> tuple[list[float
             raw_times.append(time.process_time() - start)
             assert outcome == (expected, 1), outcome
             start = time.process_time()
-            received = await floor_run(port, "chat/completions", floor_body.encode())
+            received = await floor_run(port, "chat/completions", floor_body)
             floor_times.append(time.process_time() - start)
             assert received == size
     return raw_times, rx_times, floor_times

@@ -262,6 +262,11 @@ def report(kind: str, sessions: int, result: dict[str, Any]) -> list[float]:
     return per_round
 
 
+def per_turn_ratio(many: list[float], sessions: int, few: list[float], few_sessions: int) -> float:
+    """CPU per turn with ``sessions`` ÷ with ``few_sessions``, from the CPU of each run's rounds."""
+    return (sum(many) / sessions) / (sum(few) / few_sessions)
+
+
 def least(runs: list[list[float]]) -> list[float]:
     """Round by round, the least CPU any of the runs took (see the module)."""
     return [min(cpus) for cpus in zip(*runs, strict=True)]
@@ -332,12 +337,12 @@ def main() -> None:
         for kind in kinds:
             many, tenth = least(large[kind]), least(small[kind])
             round_ratio = growth(many)
-            size_ratio = (sum(many) / args.sessions) / (sum(tenth) / few)
+            size_ratio = per_turn_ratio(many, args.sessions, tenth, few)
             figures[threshold][kind] = (round_ratio, size_ratio)
             # Beside them, the medians of the runs' own figures: how far apart the runs were.
             round_ratios = [growth(run) for run in large[kind]]
             size_ratios = [
-                (sum(a) / args.sessions) / (sum(b) / few)
+                per_turn_ratio(a, args.sessions, b, few)
                 for a, b in zip(large[kind], small[kind], strict=True)
             ]
             print(

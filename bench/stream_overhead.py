@@ -285,7 +285,7 @@ async def measure(
     floor_times: list[float] = []
     floor_body = json.dumps(
         {"model": "bench", "messages": [{"role": "user", "content": "hi"}], "stream": True}
-    )
+    ).encode()
     model = provider.model(base_url)
     async with aiohttp.ClientSession() as session, model:
         url = f"{base_url}/{provider.path}"
@@ -294,7 +294,7 @@ async def measure(
         # Warm-up: connections, imports, caches.
         assert await raw_run(session, url) == expected
         assert await rxagent_run(model, request) == expected
-        size = await floor_run(port, provider.path, floor_body.encode())
+        size = await floor_run(port, provider.path, floor_body)
         for _ in range(repeats):
             start = time.process_time()
             text = await raw_run(session, url)
@@ -305,7 +305,7 @@ async def measure(
             rx_times.append(time.process_time() - start)
             assert text == expected
             start = time.process_time()
-            received = await floor_run(port, provider.path, floor_body.encode())
+            received = await floor_run(port, provider.path, floor_body)
             floor_times.append(time.process_time() - start)
             assert received == size
     return raw_times, rx_times, floor_times
